@@ -1,0 +1,81 @@
+"""The exception tree of mcp_trio.
+
+```
+MCPTrioError
+ +- ProtocolError            a message or an HTTP exchange broke the protocol
+ |   +- LocalProtocolError   we (this process) broke it: a bug or a misuse of the API
+ |   +- RemoteProtocolError  the peer broke it; carries the HTTP status and JSON-RPC code to answer with
+ +- SessionError             a session is unknown, terminated or over capacity
+ +- RPCError                 a JSON-RPC error response, raised to the caller that waited for the result
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as mt
+
+__all__ = [
+    "LocalProtocolError",
+    "MCPTrioError",
+    "ProtocolError",
+    "RPCError",
+    "RemoteProtocolError",
+    "SessionError",
+]
+
+
+class MCPTrioError(Exception):
+    """Base class of every error mcp_trio raises on purpose."""
+
+
+class ProtocolError(MCPTrioError):
+    """A protocol rule was broken."""
+
+
+class LocalProtocolError(ProtocolError):
+    """This side broke the protocol (a bug in the caller or in mcp_trio)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke the protocol.
+
+    ``http_status`` and ``code`` say how a server answers it: the HTTP status of the response and
+    the JSON-RPC error code of its body; ``headers`` are extra response headers (``Allow`` for 405).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        http_status: int = 400,
+        code: int = mt.INVALID_REQUEST,
+        request_id: mt.RequestId | None = None,
+        data: Any = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers = headers
+        self.http_status = http_status
+        self.code = code
+        self.request_id = request_id
+        self.data = data
+
+
+class SessionError(MCPTrioError):
+    """A session is unknown, terminated, or cannot be created."""
+
+
+class RPCError(MCPTrioError):
+    """A JSON-RPC error, raised by handlers to answer with that error, and to callers that receive one."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_error_data(self) -> mt.ErrorData:
+        return mt.ErrorData(code=self.code, message=self.message, data=self.data)

@@ -1,0 +1,246 @@
+"""HTTP request facts -> accept or reject, for the Streamable HTTP transport.
+
+Sans-IO: every function takes plain values and either returns or raises
+:class:`RemoteProtocolError` carrying the HTTP status, the JSON-RPC code and any extra headers.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import mcp_types as mt
+
+from .._exceptions import RemoteProtocolError
+from . import versions
+
+__all__ = [
+    "ALLOWED_METHODS",
+    "LOOPBACK_HOSTS",
+    "OriginPolicy",
+    "RequestFacts",
+    "accepts",
+    "check_delete",
+    "check_get",
+    "check_method",
+    "check_origin",
+    "check_post",
+    "check_protocol_version",
+    "check_session_header",
+    "is_loopback",
+]
+
+ALLOWED_METHODS = ("GET", "POST", "DELETE")
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+SESSION_HEADER = "mcp-session-id"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What the transport looks at in an HTTP request's head (header names lower-case)."""
+
+    method: str
+    host: str | None = None
+    origin: str | None = None
+    accept: str | None = None
+    content_type: str | None = None
+    content_length: int | None = None
+    session_id: str | None = None
+    protocol_version: str | None = None
+    last_event_id: str | None = None
+
+    @classmethod
+    def from_headers(cls, method: str, headers: Iterable[tuple[bytes, bytes]]) -> RequestFacts:
+        """Build facts from ASGI-style ``(name, value)`` byte pairs; repeated headers keep the first."""
+        found: dict[bytes, str] = {}
+        for name, value in headers:
+            if name in _WANTED and name not in found:
+                found[name] = value.decode("latin-1").strip()
+        length = found.get(b"content-length")
+        return cls(
+            method=method,
+            host=found.get(b"host"),
+            origin=found.get(b"origin"),
+            accept=found.get(b"accept"),
+            content_type=found.get(b"content-type"),
+            content_length=int(length) if length is not None and length.isdigit() else None,
+            session_id=found.get(b"mcp-session-id"),
+            protocol_version=found.get(b"mcp-protocol-version"),
+            last_event_id=found.get(b"last-event-id"),
+        )
+
+
+_WANTED = frozenset(
+    {
+        b"host",
+        b"origin",
+        b"accept",
+        b"content-type",
+        b"content-length",
+        b"mcp-session-id",
+        b"mcp-protocol-version",
+        b"last-event-id",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OriginPolicy:
+    """DNS-rebinding protection: which ``Host`` and ``Origin`` values are acceptable.
+
+    Entries are ``host`` (any port) or ``host:port``; origins are ``scheme://host[:port]`` and
+    ``scheme://host:*`` for any port.  ``None`` switches a check off.
+    """
+
+    allowed_hosts: frozenset[str] | None
+    allowed_origins: frozenset[str] | None
+
+    @classmethod
+    def loopback(cls) -> OriginPolicy:
+        origins = {f"{scheme}://{host}:*" for scheme in ("http", "https") for host in LOOPBACK_HOSTS}
+        return cls(allowed_hosts=LOOPBACK_HOSTS, allowed_origins=frozenset(origins))
+
+    @classmethod
+    def off(cls) -> OriginPolicy:
+        return cls(allowed_hosts=None, allowed_origins=None)
+
+    def host_allowed(self, host: str) -> bool:
+        if self.allowed_hosts is None:
+            return True
+        host = host.lower()
+        return host in self.allowed_hosts or _split_port(host)[0] in self.allowed_hosts
+
+    def origin_allowed(self, origin: str) -> bool:
+        if self.allowed_origins is None:
+            return True
+        origin = origin.lower().rstrip("/")
+        if origin in self.allowed_origins:
+            return True
+        base, _port = _split_port(origin)
+        return f"{base}:*" in self.allowed_origins
+
+
+def _split_port(hostport: str) -> tuple[str, str | None]:
+    """``'h:80'`` -> ``('h', '80')``; ``'[::1]:80'`` -> ``('[::1]', '80')``; no port -> ``(h, None)``."""
+    head, sep, tail = hostport.rpartition(":")
+    if sep and tail.isdigit() and not head.endswith(":"):
+        return head, tail
+    return hostport, None
+
+
+def is_loopback(host: str | None) -> bool:
+    """True for a server address on the loopback interface (how DNS-rebinding protection turns on)."""
+    if host is None:
+        return False
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_method(facts: RequestFacts) -> None:
+    if facts.method not in ALLOWED_METHODS:
+        raise RemoteProtocolError(
+            f"Method Not Allowed: {facts.method}",
+            http_status=405,
+            headers=(("allow", ", ".join(ALLOWED_METHODS)),),
+        )
+
+
+def check_origin(facts: RequestFacts, policy: OriginPolicy) -> None:
+    """421 for a foreign ``Host``, 403 for a foreign ``Origin`` (DNS-rebinding protection)."""
+    if facts.host is not None and not policy.host_allowed(facts.host):
+        raise RemoteProtocolError(f"Misdirected Request: host {facts.host!r} is not allowed", http_status=421)
+    if facts.origin is not None and not policy.origin_allowed(facts.origin):
+        raise RemoteProtocolError(f"Forbidden: origin {facts.origin!r} is not allowed", http_status=403)
+
+
+def _media_ranges(accept: str) -> set[str]:
+    ranges = set()
+    for part in accept.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        if any(p.replace(" ", "").lower() in ("q=0", "q=0.0", "q=0.00", "q=0.000") for p in params):
+            continue
+        ranges.add(media.lower())
+    return ranges
+
+
+def accepts(accept: str | None, media_type: str) -> bool:
+    """Whether an ``Accept`` header admits ``media_type`` (wildcards count; ``q=0`` excludes)."""
+    if accept is None:
+        return False
+    ranges = _media_ranges(accept)
+    kind = media_type.split("/")[0]
+    return bool(ranges & {media_type, f"{kind}/*", "*/*"})
+
+
+def check_post(facts: RequestFacts, *, max_body_size: int, json_only: bool = False) -> None:
+    """Accept (406), Content-Type (415) and declared size (413) of a POST."""
+    wanted = ("application/json",) if json_only else ("application/json", "text/event-stream")
+    if not all(accepts(facts.accept, media) for media in wanted):
+        raise RemoteProtocolError(
+            f"Not Acceptable: the client must accept {' and '.join(wanted)}", http_status=406
+        )
+    media, *params = (p.strip().lower() for p in (facts.content_type or "").split(";"))
+    charset_ok = all(
+        p.replace(" ", "") in ("charset=utf-8", 'charset="utf-8"') for p in params if p.startswith("charset")
+    )
+    if media != "application/json" or not charset_ok:
+        raise RemoteProtocolError(
+            "Unsupported Media Type: Content-Type must be application/json", http_status=415
+        )
+    if facts.content_length is not None and facts.content_length > max_body_size:
+        body_too_large(max_body_size)
+
+
+def body_too_large(max_body_size: int) -> None:
+    raise RemoteProtocolError(f"Payload Too Large: the body exceeds {max_body_size} bytes", http_status=413)
+
+
+def check_get(facts: RequestFacts) -> None:
+    if not accepts(facts.accept, "text/event-stream"):
+        raise RemoteProtocolError("Not Acceptable: the client must accept text/event-stream", http_status=406)
+
+
+def check_delete(facts: RequestFacts) -> None:
+    """DELETE needs nothing but a session id, checked by :func:`check_session_header`."""
+
+
+def check_protocol_version(facts: RequestFacts) -> versions.Revision:
+    """The revision a request speaks, by its header (absent: 2025-03-26); 400 when unsupported."""
+    if facts.protocol_version is None:
+        return versions.DEFAULT_HEADER_REVISION
+    found = versions.revision(facts.protocol_version)
+    if found is None:
+        supported = ", ".join(versions.REVISIONS)
+        raise RemoteProtocolError(
+            f"Bad Request: unsupported MCP-Protocol-Version {facts.protocol_version!r} (supported: {supported})",
+            data={"supported": list(versions.REVISIONS)},
+        )
+    return found
+
+
+def check_session_header(facts: RequestFacts) -> str:
+    """The session id of a request that needs one: 400 when missing or malformed."""
+    sid = facts.session_id
+    if not sid:
+        raise RemoteProtocolError("Bad Request: Mcp-Session-Id header is required")
+    if not all(0x21 <= ord(c) <= 0x7E for c in sid):
+        raise RemoteProtocolError("Bad Request: malformed Mcp-Session-Id")
+    return sid
+
+
+def session_not_found() -> RemoteProtocolError:
+    return RemoteProtocolError("Not Found: unknown or terminated session", http_status=404)
+
+
+def server_busy() -> RemoteProtocolError:
+    return RemoteProtocolError(
+        "Service Unavailable: too many sessions",
+        http_status=503,
+        code=mt.INTERNAL_ERROR,
+        headers=(("retry-after", "5"),),
+    )

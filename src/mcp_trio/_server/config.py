@@ -1,0 +1,46 @@
+"""Server configuration: every policy duration and bound, in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .eventstore import EventStore, InMemoryEventStore
+
+__all__ = ["ServerConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Settings of an :class:`~mcp_trio.MCPApp`.  Durations are seconds."""
+
+    path: str | None = "/mcp"
+    """The MCP endpoint; other paths get 404.  None serves every path."""
+    json_response: bool = False
+    """Answer requests with one ``application/json`` body instead of an SSE stream."""
+    max_body_size: int = 4 * 1024 * 1024
+    keepalive_interval: float = 15.0
+    """Idle SSE streams get a comment frame this often, so proxies do not time them out."""
+    sse_retry_ms: int = 1000
+    """The SSE ``retry`` field sent on 2025-11-25 streams."""
+    idle_timeout: float = 30 * 60
+    """A session with no open request or stream for this long is closed."""
+    init_timeout: float = 60.0
+    """A session that has not sent ``notifications/initialized`` this long after ``initialize`` is closed."""
+    max_sessions: int = 10_000
+    """Beyond this many live sessions, ``initialize`` gets 503."""
+    stream_buffer: int = 256
+    """Messages queued for one SSE connection.  A sender never blocks: a connection that falls this far
+    behind is closed, and its client resumes from the event store with ``Last-Event-ID``."""
+    shutdown_grace: float = 5.0
+    """How long streams get to end cleanly when the server shuts down."""
+    dns_rebinding_protection: bool | None = None
+    """Check ``Host`` and ``Origin``.  None: on when the server listens on a loopback address."""
+    allowed_hosts: frozenset[str] | None = None
+    """Extra ``Host`` values (``host`` or ``host:port``) accepted besides the loopback names."""
+    allowed_origins: frozenset[str] | None = None
+    """Extra ``Origin`` values (``scheme://host[:port]``, ``scheme://host:*``) besides loopback origins."""
+    event_store_factory: Callable[[], EventStore | None] = field(default=InMemoryEventStore)
+    """Makes the app's event store; return None to switch resumability off."""
+    stats_path: str | None = None
+    """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests)."""

@@ -1,0 +1,127 @@
+"""Response streams and the HTTP exchanges that carry them.
+
+A :class:`Stream` is the logical SSE stream of the spec: the standalone GET stream, or the stream of
+one POST.  It outlives any one connection (a client may resume it with ``Last-Event-ID``).  An
+:class:`Exchange` is one HTTP response carrying a stream; its writer task runs in the session's
+nursery, and the ASGI request task only waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as mt
+import trio
+
+__all__ = ["END", "Exchange", "Outgoing", "Stream"]
+
+logger = logging.getLogger("mcp_trio")
+
+ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One serialized message queued for a stream; ``seq`` orders it within the stream."""
+
+    seq: int
+    data: bytes
+
+
+END = Outgoing(-1, b"")
+"""Queued after a stream's last message: the writer ends the HTTP response."""
+
+
+class Exchange:
+    """One HTTP response in progress.  The writer (in the session's nursery) sends through it; the
+    request task waits until :attr:`done`, then ends the response if the writer could not."""
+
+    __slots__ = ("_send", "done", "finished", "started", "wait_scope", "writer_scope")
+
+    def __init__(self, send: ASGISend) -> None:
+        self._send = send
+        self.started = False
+        self.finished = False
+        self.done = trio.Event()
+        self.wait_scope: trio.CancelScope | None = None
+        self.writer_scope: trio.CancelScope | None = None
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.started = True
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def body(self, data: bytes, *, more: bool = True) -> None:
+        if not more:
+            self.finished = True
+        await self._send({"type": "http.response.body", "body": data, "more_body": more})
+
+    def writer_done(self) -> None:
+        self.done.set()
+        if self.wait_scope is not None:
+            self.wait_scope.cancel()
+
+    def cancel_writer(self) -> None:
+        if self.writer_scope is not None:
+            self.writer_scope.cancel()
+
+
+@dataclass(eq=False, slots=True)
+class Stream:
+    """A logical stream of a session: where its messages go, and the connection now carrying it."""
+
+    id: int
+    json_mode: bool = False
+    pending: set[mt.RequestId] = field(default_factory=set)
+    """Requests whose responses this stream still owes (empty for the GET stream)."""
+    batch: bool = False
+    next_seq: int = 0
+    exchange: Exchange | None = None
+    _send: trio.MemorySendChannel[Outgoing] | None = None
+    receive: trio.MemoryReceiveChannel[Outgoing] | None = None
+
+    def allocate_seq(self) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        return seq
+
+    @property
+    def complete(self) -> bool:
+        """A POST stream whose every response has been queued."""
+        return self.id != 0 and not self.pending
+
+    def attach(self, exchange: Exchange, buffer: int) -> trio.MemoryReceiveChannel[Outgoing]:
+        """Make ``exchange`` the connection of this stream; a previous one is cancelled (replaced)."""
+        self.detach_current()
+        self._send, self.receive = trio.open_memory_channel[Outgoing](buffer)
+        self.exchange = exchange
+        return self.receive
+
+    def detach(self, exchange: Exchange) -> None:
+        if self.exchange is exchange:
+            self.detach_current()
+
+    def detach_current(self) -> None:
+        if self.exchange is not None:
+            self.exchange.cancel_writer()
+        if self._send is not None:
+            self._send.close()
+        if self.receive is not None:
+            self.receive.close()
+        self.exchange = None
+        self._send = self.receive = None
+
+    def push(self, item: Outgoing) -> None:
+        """Queue for the live connection, if there is one; never blocks.  A connection that has fallen
+        ``buffer`` messages behind is cut: the client resumes from the event store."""
+        if self._send is None:
+            return
+        try:
+            self._send.send_nowait(item)
+        except trio.WouldBlock:
+            logger.warning("stream %s fell behind; closing its connection", self.id)
+            self.detach_current()
+        except trio.ClosedResourceError:  # pragma: no cover - detach clears _send first
+            self._send = None
