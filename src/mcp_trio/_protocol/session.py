@@ -35,6 +35,7 @@ _TRANSITIONS: dict[tuple[SessionState, SessionEvent], SessionState] = {
     (SessionState.ACTIVE, SessionEvent.INITIALIZED): SessionState.ACTIVE,
     (SessionState.INITIALIZING, SessionEvent.CLOSE): SessionState.CLOSED,
     (SessionState.ACTIVE, SessionEvent.CLOSE): SessionState.CLOSED,
+    (SessionState.CLOSED, SessionEvent.INITIALIZED): SessionState.CLOSED,
     (SessionState.CLOSED, SessionEvent.CLOSE): SessionState.CLOSED,
 }
 

@@ -53,8 +53,8 @@ def encode_event(
 
     Every line break in ``data`` (CRLF, CR or LF) starts a new ``data:`` line, so a decoder sees it
     as LF. ``encode_event("", id="x")`` is a dispatchable event with empty data (MCP's priming event).
-    Raises ``ValueError`` if ``id`` contains CR, LF or NUL, ``event`` contains CR or LF, or ``retry``
-    is negative.
+    Raises ``ValueError`` if ``id`` contains CR, LF or NUL, ``event`` contains CR or LF, ``retry``
+    is negative, or a string holds a lone surrogate (``UnicodeEncodeError``).
     """
     lines: list[str] = []
     if id is not None:

@@ -39,10 +39,10 @@ class Exchange:
     """One HTTP response in progress.  The writer (in the session's nursery) sends through it; the
     request task waits until :attr:`done`, then ends the response if the writer could not."""
 
-    __slots__ = ("_send", "done", "finished", "started", "wait_scope", "writer_scope")
+    __slots__ = ("done", "finished", "started", "wait_scope", "send", "writer_scope")
 
     def __init__(self, send: ASGISend) -> None:
-        self._send = send
+        self.send = send
         self.started = False
         self.finished = False
         self.done = trio.Event()
@@ -51,12 +51,12 @@ class Exchange:
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.started = True
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(self, data: bytes, *, more: bool = True) -> None:
         if not more:
             self.finished = True
-        await self._send({"type": "http.response.body", "body": data, "more_body": more})
+        await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
     def writer_done(self) -> None:
         self.done.set()

@@ -1,0 +1,38 @@
+"""mcp_trio: the Model Context Protocol over Streamable HTTP, with Trio's structured concurrency."""
+
+from ._app.context import Context
+from ._app.server import MCPServer
+from ._exceptions import (
+    LocalProtocolError,
+    MCPTrioError,
+    ProtocolError,
+    RemoteProtocolError,
+    RPCError,
+    SessionError,
+)
+from ._server.asgi import MCPApp
+from ._server.config import ServerConfig
+from ._server.eventstore import EventStore, InMemoryEventStore, StoredEvent
+from ._server.hypercorn_patch import apply_hypercorn_close_wait_fix, hypercorn_close_wait_fix_applied
+from ._server.serve import serve
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Context",
+    "EventStore",
+    "InMemoryEventStore",
+    "LocalProtocolError",
+    "MCPApp",
+    "MCPServer",
+    "MCPTrioError",
+    "ProtocolError",
+    "RPCError",
+    "RemoteProtocolError",
+    "ServerConfig",
+    "SessionError",
+    "StoredEvent",
+    "apply_hypercorn_close_wait_fix",
+    "hypercorn_close_wait_fix_applied",
+    "serve",
+]

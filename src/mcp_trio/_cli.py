@@ -1,0 +1,74 @@
+"""The ``mcp-trio`` command: ``serve MODULE:ATTR`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from ._app.server import MCPServer
+from ._server.asgi import MCPApp
+from ._server.config import ServerConfig
+from ._server.serve import hypercorn_config, serve, wait_for_signal
+
+__all__ = ["main"]
+
+
+def load_app(target: str, config: ServerConfig) -> MCPApp:
+    """``package.module:attr`` naming an :class:`MCPApp`, an :class:`MCPServer` or a factory of either."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not attr:
+        raise SystemExit(f"mcp-trio: expected MODULE:ATTR, got {target!r}")
+    obj: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, (MCPApp, MCPServer)):
+        obj = obj()
+    if isinstance(obj, MCPServer):
+        return MCPApp(obj, config)
+    if isinstance(obj, MCPApp):
+        return obj
+    raise SystemExit(f"mcp-trio: {target} is neither an MCPServer nor an MCPApp")
+
+
+async def run_server(app: MCPApp, bind: str) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM; print each bound URL once listening."""
+    run = functools.partial(serve, app, hypercorn_config([bind]), shutdown_trigger=wait_for_signal)
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(run)
+        for url in urls:
+            print(f"mcp-trio: serving on {url}{app.config.path or '/'}", flush=True)
+    print("mcp-trio: stopped", flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcp-trio", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (("serve", "serve an MCPServer or MCPApp"), ("demo", "serve the demo server")):
+        cmd = sub.add_parser(name, help=help_text)
+        if name == "serve":
+            cmd.add_argument("target", metavar="MODULE:ATTR")
+        cmd.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000)")
+        cmd.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
+        cmd.add_argument("--stats-path", default=None, help="serve statistics() as JSON on this path")
+        cmd.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    config = ServerConfig(json_response=args.json_response, stats_path=args.stats_path)
+    if args.command == "demo":
+        from .demo import build_demo_server
+
+        app = MCPApp(build_demo_server(), config)
+    else:
+        sys.path.insert(0, "")
+        app = load_app(args.target, config)
+    trio.run(run_server, app, args.bind)

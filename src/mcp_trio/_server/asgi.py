@@ -1,0 +1,288 @@
+"""The ASGI application: Streamable HTTP for protocol revisions 2025-03-26, 2025-06-18 and 2025-11-25.
+
+Each request is checked by the sans-IO rules in ``_protocol.http`` before anything is allocated.
+Streams are written by tasks in their session's nursery; the ASGI request task (owned by the HTTP
+server) only waits for its exchange to end while watching ``receive()`` for ``http.disconnect``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as mt
+import trio
+
+from .._app.server import MCPServer
+from .._exceptions import RemoteProtocolError, RPCError, SessionError
+from .._protocol import http, jsonrpc
+from .._protocol.session import parse_event_id
+from .config import ServerConfig
+from .manager import SessionManager
+from .session import Session
+from .streams import Exchange, Stream
+
+__all__ = ["MCPApp"]
+
+logger = logging.getLogger("mcp_trio")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class MCPApp:
+    """An ASGI application serving one :class:`MCPServer` over Streamable HTTP.
+
+    Sessions live in a nursery that the app owns while it runs: under an ASGI server that runs the
+    lifespan protocol (hypercorn does) that happens by itself; otherwise start it with
+    ``await nursery.start(app.run)`` or ``async with app.running():``.
+    """
+
+    def __init__(self, server: MCPServer, config: ServerConfig | None = None) -> None:
+        self.server = server
+        self.config = config or ServerConfig()
+        self.manager = SessionManager(server, self.config)
+        extra_hosts = self.config.allowed_hosts or frozenset()
+        extra_origins = self.config.allowed_origins or frozenset()
+        loopback = http.OriginPolicy.loopback()
+        assert loopback.allowed_hosts is not None and loopback.allowed_origins is not None
+        self._protected = http.OriginPolicy(
+            allowed_hosts=loopback.allowed_hosts | {h.lower() for h in extra_hosts},
+            allowed_origins=loopback.allowed_origins | {o.lower().rstrip("/") for o in extra_origins},
+        )
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the sessions' nursery until cancelled.  Cancelling ends every session at once; call
+        :meth:`aclose` first for a graceful end."""
+        await self.manager.run(task_status=task_status)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[MCPApp]:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.run)
+            try:
+                yield self
+            finally:
+                await self.aclose()
+                nursery.cancel_scope.cancel()
+
+    async def aclose(self) -> None:
+        """Close every session (each open stream ends cleanly) within ``config.shutdown_grace``."""
+        await self.manager.aclose()
+
+    def statistics(self) -> dict[str, Any]:
+        stats = self.manager.statistics()
+        store = self.manager.event_store
+        if store is not None and hasattr(store, "statistics"):
+            stats["event_store"] = store.statistics()
+        return stats
+
+    # -- ASGI -------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            raise RuntimeError(f"mcp_trio does not serve ASGI {kind!r} scopes")
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        message = await receive()
+        assert message["type"] == "lifespan.startup"
+        async with trio.open_nursery() as nursery:
+            try:
+                await nursery.start(self.run)
+            except Exception as exc:  # pragma: no cover - run() starts unconditionally
+                await send({"type": "lifespan.startup.failed", "message": repr(exc)})
+                return
+            await send({"type": "lifespan.startup.complete"})
+            message = await receive()
+            await self.aclose()
+            nursery.cancel_scope.cancel()
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "/")
+        if self.config.stats_path is not None and path == self.config.stats_path:
+            await _respond(send, 200, json.dumps(self.statistics()).encode())
+            return
+        if self.config.path is not None and path.rstrip("/") != self.config.path.rstrip("/"):
+            await _respond(send, 404, jsonrpc.error_body(RemoteProtocolError("Not Found", http_status=404)))
+            return
+        facts = http.RequestFacts.from_headers(scope["method"], scope.get("headers", ()))
+        try:
+            http.check_method(facts)
+            http.check_origin(facts, self._origin_policy(scope))
+            if facts.method == "POST":
+                await self._post(facts, receive, send)
+            elif facts.method == "GET":
+                await self._get(facts, receive, send)
+            else:
+                await self._delete(facts, send)
+        except RemoteProtocolError as exc:
+            await _reject(send, exc)
+        except _ClientGone:
+            return
+
+    def _origin_policy(self, scope: Scope) -> http.OriginPolicy:
+        enabled = self.config.dns_rebinding_protection
+        if enabled is None:
+            server = scope.get("server")
+            enabled = http.is_loopback(server[0] if server else None)
+        return self._protected if enabled else http.OriginPolicy.off()
+
+    # -- POST -------------------------------------------------------------------------------
+
+    async def _post(self, facts: http.RequestFacts, receive: Receive, send: Send) -> None:
+        http.check_post(facts, max_body_size=self.config.max_body_size, json_only=False)
+        http.check_protocol_version(facts)
+        body = await _read_body(receive, self.config.max_body_size)
+        incoming = jsonrpc.parse_body(body, allow_batch=True)
+        initialize = [m for m in incoming.requests if m.method == "initialize"]
+        if initialize:
+            if incoming.batch:
+                raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
+            await self._initialize(initialize[0], receive, send)
+            return
+        session = self._session(facts)
+        if incoming.batch and not session.revision.batches:
+            raise RemoteProtocolError(
+                f"Invalid Request: JSON-RPC batches are not supported in {session.revision.name}"
+            )
+        with session.activity():
+            for message in incoming.messages:
+                if isinstance(message, mt.JSONRPCNotification):
+                    session.receive_notification(message)
+                elif not isinstance(message, mt.JSONRPCRequest):
+                    session.receive_response(message)
+            requests = incoming.requests
+            if not requests:
+                await _respond(send, 202, b"", content_type=None)
+                return
+            stream = session.open_post_stream(requests, batch=incoming.batch)
+            exchange = Exchange(send)
+            session.connect(stream, exchange)
+            for request in requests:
+                session.start_request(request)
+            await _wait(exchange, receive)
+
+    async def _initialize(self, request: mt.JSONRPCRequest, receive: Receive, send: Send) -> None:
+        try:
+            revision, result = self.server.initialize_result(request.params)
+        except RPCError as exc:
+            raise RemoteProtocolError(exc.message, code=exc.code, request_id=request.id) from exc
+        try:
+            session = await self.manager.create(revision)
+        except SessionError as exc:
+            raise http.server_busy() from exc
+        with session.activity():
+            stream = session.open_post_stream((request,), batch=False)
+            exchange = Exchange(_with_session_header(send, session.id))
+            session.connect(stream, exchange)
+            await session.answer_now(request.id, jsonrpc.response(request.id, result))
+            await _wait(exchange, receive)
+
+    def _session(self, facts: http.RequestFacts) -> Session:
+        session_id = http.check_session_header(facts)
+        session = self.manager.get(session_id)
+        if session is None:
+            raise http.session_not_found()
+        return session
+
+    # -- GET and DELETE -----------------------------------------------------------------------
+
+    async def _get(self, facts: http.RequestFacts, receive: Receive, send: Send) -> None:
+        http.check_get(facts)
+        session = self._session(facts)
+        http.check_protocol_version(facts)
+        stream, replay_after = session.get_stream, None
+        parsed = parse_event_id(facts.last_event_id) if facts.last_event_id else None
+        if parsed is not None:
+            stream_id, replay_after = parsed
+            stream = session.stream_for_resume(stream_id) or Stream(stream_id)
+        with session.activity():
+            exchange = Exchange(send)
+            session.connect(stream, exchange, replay_after)
+            await _wait(exchange, receive)
+
+    async def _delete(self, facts: http.RequestFacts, send: Send) -> None:
+        session = self._session(facts)
+        http.check_protocol_version(facts)
+        await session.aclose()
+        await _respond(send, 200, b"", content_type=None)
+
+
+async def _wait(exchange: Exchange, receive: Receive) -> None:
+    """Wait for the writer of ``exchange`` to finish; a client disconnect cancels the writer."""
+    if not exchange.done.is_set():
+        with trio.CancelScope() as exchange.wait_scope:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    exchange.cancel_writer()
+                    break
+        await exchange.done.wait()
+    if exchange.finished:
+        return
+    if exchange.started:
+        await exchange.body(b"", more=False)
+    else:  # the session ended before the writer could start the response
+        await _reject(exchange.send, http.session_not_found())
+
+
+def _with_session_header(send: Send, session_id: str) -> Send:
+    header = (b"mcp-session-id", session_id.encode())
+
+    async def send_with_header(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message["status"] < 300:
+            message = {**message, "headers": [*message["headers"], header]}
+        await send(message)
+
+    return send_with_header
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            http.body_too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class _ClientGone(Exception):
+    """The client went away while its request body was being read: there is no one to answer."""
+
+
+async def _reject(send: Send, exc: RemoteProtocolError) -> None:
+    headers = [(name.encode(), value.encode()) for name, value in exc.headers]
+    await _respond(send, exc.http_status, jsonrpc.error_body(exc), extra=headers)
+
+
+async def _respond(
+    send: Send,
+    status: int,
+    body: bytes,
+    *,
+    content_type: bytes | None = b"application/json",
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    headers = [(b"content-type", content_type)] if content_type and body else []
+    headers.extend(extra or ())
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,108 @@
+"""The session registry and the nursery that owns every session."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from .._app.server import MCPServer
+from .._exceptions import SessionError
+from .._protocol.session import new_session_id
+from .._protocol.versions import Revision
+from .config import ServerConfig
+from .session import Session
+
+__all__ = ["SessionManager"]
+
+logger = logging.getLogger("mcp_trio")
+
+
+class SessionManager:
+    """Owns the sessions of one app: each runs as a task of the manager's nursery (see :meth:`run`)."""
+
+    def __init__(self, server: MCPServer, config: ServerConfig) -> None:
+        self.server = server
+        self.config = config
+        self.event_store = config.event_store_factory()
+        self._sessions: dict[str, Session] = {}
+        self._nursery: trio.Nursery | None = None
+        self._closing = False
+        self.sessions_created = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; sessions live inside.  On the way out every session is closed."""
+        self._closing = False
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self._closing = True
+
+    @property
+    def running(self) -> bool:
+        return self._nursery is not None and not self._closing
+
+    async def create(self, revision: Revision) -> Session:
+        """Start and register a new session (after its ``initialize`` was validated)."""
+        if self._nursery is None or self._closing:
+            raise SessionError("the server is not running")
+        if len(self._sessions) >= self.config.max_sessions:
+            raise SessionError("too many sessions")
+        session = Session(self, new_session_id(), revision)
+        self._sessions[session.id] = session
+        self.sessions_created += 1
+        try:
+            await self._nursery.start(session.run, name=f"mcp session {session.id[:8]}")
+        except BaseException:
+            self.forget(session)
+            raise
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        session = self._sessions.get(session_id)
+        return None if session is None or session.closing else session
+
+    def forget(self, session: Session) -> None:
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Close every session; wait (up to ``grace`` seconds) for them to end.  New ones are refused."""
+        self._closing = True
+        sessions = list(self._sessions.values())
+        for session in sessions:
+            session.close()
+        with trio.move_on_after(self.config.shutdown_grace if grace is None else grace):
+            for session in sessions:
+                await session.closed.wait()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def statistics(self) -> dict[str, Any]:
+        per_session = [s.statistics() for s in self._sessions.values()]
+        return {
+            "sessions": len(self._sessions),
+            "sessions_created": self.sessions_created,
+            "streams": sum(s["streams"] for s in per_session),
+            "connections": sum(s["connections"] for s in per_session),
+            "inflight": sum(s["inflight"] for s in per_session),
+            "pending_responses": sum(s["pending_responses"] for s in per_session),
+            "session_tasks": _count_tasks(self._nursery) if self._nursery is not None else 0,
+        }
+
+
+def _count_tasks(nursery: trio.Nursery) -> int:
+    """Tasks alive below ``nursery`` (its children and everything they started)."""
+    count = 0
+    stack = [nursery]
+    while stack:
+        for task in stack.pop().child_tasks:
+            count += 1
+            stack.extend(task.child_nurseries)
+    return count

@@ -1,0 +1,332 @@
+"""A 2025-era session: one Trio nursery that owns every task of the session.
+
+The session's nursery holds its request handlers, the writer of every stream connection (the GET
+stream and each POST's SSE or JSON response) and its expiry watcher.  Cancelling it (DELETE, idle
+expiry, init timeout, server shutdown, :meth:`Session.close`) ends all of them; each ASGI request
+task waiting on a writer then finishes its HTTP response.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as mt
+import trio
+
+from .._app.context import Context, Peer
+from .._exceptions import RPCError
+from .._protocol import jsonrpc, sse
+from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
+from .._protocol.versions import Revision
+from .eventstore import EventStore, StoredEvent
+from .streams import END, Exchange, Outgoing, Stream
+
+if TYPE_CHECKING:
+    from .manager import SessionManager
+
+__all__ = ["Session"]
+
+logger = logging.getLogger("mcp_trio")
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+JSON_HEADERS = [(b"content-type", b"application/json")]
+GET_STREAM = 0
+
+
+class Session:
+    """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`."""
+
+    def __init__(self, manager: SessionManager, session_id: str, revision: Revision) -> None:
+        self.id = session_id
+        self.revision = revision
+        self.state = SessionState.INITIALIZING
+        self.closing = False
+        self.closed = trio.Event()
+        self._manager = manager
+        self._config = manager.config
+        self._store: EventStore | None = manager.event_store
+        self.peer = Peer(session_id=session_id, protocol_version=revision.name, send=self.send_message)
+        self._streams: dict[int, Stream] = {GET_STREAM: Stream(GET_STREAM)}
+        self._next_stream_id = 1
+        self._request_streams: dict[mt.RequestId, Stream] = {}
+        self._inflight: dict[mt.RequestId, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+        self._cancel_scope = trio.CancelScope()
+        self._busy = 0
+        self._created = self._idle_since = trio.current_time()
+        self._wake = trio.Event()
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The session's life, as a task of the manager's nursery.  Never raises but Cancelled."""
+        try:
+            with self._cancel_scope:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    task_status.started()
+                    await self._watch_expiry()
+                    nursery.cancel_scope.cancel()
+        except* Exception:
+            logger.exception("session %s failed; closing it", self.id)
+        finally:
+            self.closing = True
+            self.state = transition(self.state, SessionEvent.CLOSE)
+            for stream in self._streams.values():
+                stream.detach_current()
+            self._manager.forget(self)
+            self.closed.set()
+            if self._store is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(self._config.shutdown_grace):
+                    await self._store.forget_session(self.id)
+
+    def close(self) -> None:
+        """End the session now: cancels its nursery, so every stream and handler of it ends."""
+        self.closing = True
+        self._cancel_scope.cancel()
+
+    async def aclose(self) -> None:
+        self.close()
+        await self.closed.wait()
+
+    @contextmanager
+    def activity(self) -> Iterator[None]:
+        """Held by each HTTP request of the session while it is open: pauses idle expiry."""
+        self._busy += 1
+        self._wake.set()
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle_since = trio.current_time()
+            self._wake.set()
+
+    async def _watch_expiry(self) -> None:
+        config = self._config
+        while True:
+            deadline = self._idle_since + config.idle_timeout if not self._busy else math.inf
+            if self.state is SessionState.INITIALIZING:
+                deadline = min(deadline, self._created + config.init_timeout)
+            if trio.current_time() >= deadline:
+                logger.info("session %s expired", self.id)
+                return
+            self._wake = trio.Event()
+            with trio.move_on_at(deadline):
+                await self._wake.wait()
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        assert self._nursery is not None, "session not running"
+        return self._nursery
+
+    # -- incoming ---------------------------------------------------------------------------
+
+    def receive_notification(self, message: mt.JSONRPCNotification) -> None:
+        if message.method == "notifications/initialized":
+            self.state = transition(self.state, SessionEvent.INITIALIZED)
+            self._wake.set()
+        elif message.method == "notifications/cancelled":
+            request_id = (message.params or {}).get("requestId")
+            scope = self._inflight.get(request_id) if isinstance(request_id, (str, int)) else None
+            if scope is not None:
+                scope.cancel()
+
+    def receive_response(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> None:
+        """A client's answer to a server-to-client request.  (No such requests are sent yet.)"""
+        logger.debug("session %s: response %r has no waiting request", self.id, message.id)
+
+    def open_post_stream(self, requests: tuple[mt.JSONRPCRequest, ...], *, batch: bool) -> Stream:
+        stream = Stream(self._next_stream_id, json_mode=self._config.json_response, batch=batch)
+        self._next_stream_id += 1
+        self._streams[stream.id] = stream
+        for request in requests:
+            stream.pending.add(request.id)
+            self._request_streams[request.id] = stream
+        return stream
+
+    def start_request(self, request: mt.JSONRPCRequest) -> None:
+        self.nursery.start_soon(self._run_request, request, name=f"mcp request {request.id!r}")
+
+    async def _run_request(self, request: mt.JSONRPCRequest) -> None:
+        params = request.params
+        meta = params.get("_meta") if params else None
+        ctx = Context(request.id, request.method, self.peer, meta if isinstance(meta, dict) else {})
+        with trio.CancelScope() as scope:
+            self._inflight[request.id] = scope
+            try:
+                message = await self._answer(ctx, request)
+            finally:
+                del self._inflight[request.id]
+        if scope.cancelled_caught:  # notifications/cancelled: no response is sent
+            self._forget_request(request.id)
+            return
+        await self.send_message(message, request.id)
+
+    async def _answer(self, ctx: Context, request: mt.JSONRPCRequest) -> dict[str, Any]:
+        try:
+            result = await self._manager.server.handle_request(ctx, request.method, request.params)
+        except RPCError as exc:
+            return jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
+        except Exception:
+            logger.exception("handler of %s failed", request.method)
+            return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
+        return jsonrpc.response(request.id, result)
+
+    async def answer_now(self, request_id: mt.RequestId, message: dict[str, Any]) -> None:
+        """Send a response computed without a handler task (``initialize``)."""
+        await self.send_message(message, request_id)
+
+    # -- outgoing ---------------------------------------------------------------------------
+
+    async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
+        """Send a message on exactly one stream: the related request's own SSE stream if it has one,
+        else the standalone GET stream."""
+        event = self._route(message, related)
+        if event is not None and self._store is not None:
+            await self._store.store(self.id, event)
+
+    def _route(self, message: dict[str, Any], related: mt.RequestId | None) -> StoredEvent | None:
+        is_response = "id" in message and "method" not in message
+        stream = self._request_streams.get(related) if related is not None else None
+        if stream is None or (stream.json_mode and not is_response):
+            stream = self._streams[GET_STREAM]
+        data = jsonrpc.encode(message)
+        item = Outgoing(stream.allocate_seq(), data)
+        stream.push(item)
+        if is_response and related is not None:
+            self._forget_request(related)
+        if stream.json_mode:
+            return None
+        return StoredEvent(stream.id, item.seq, data)
+
+    def _forget_request(self, request_id: mt.RequestId) -> None:
+        stream = self._request_streams.pop(request_id, None)
+        if stream is None:
+            return
+        stream.pending.discard(request_id)
+        if stream.complete:
+            stream.push(END)
+            if stream.exchange is None or stream.json_mode:
+                del self._streams[stream.id]
+
+    # -- stream connections -----------------------------------------------------------------
+
+    def connect(self, stream: Stream, exchange: Exchange, replay_after: int | None = None) -> None:
+        """Start the writer of ``exchange`` in the session's nursery (the caller waits on it)."""
+        receive = stream.attach(exchange, self._config.stream_buffer)
+        writer = self._write_json if stream.json_mode else self._write_sse
+        if replay_after is not None:
+            first = replay_after
+        elif self.revision.priming_event and self._store is not None:
+            first = -stream.allocate_seq() - 2  # the priming event's id comes before any message
+        else:
+            first = -1
+        self.nursery.start_soon(writer, stream, exchange, receive, first)
+
+    def stream_for_resume(self, stream_id: int) -> Stream | None:
+        return self._streams.get(stream_id)
+
+    @property
+    def get_stream(self) -> Stream:
+        return self._streams[GET_STREAM]
+
+    async def _write_sse(
+        self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int
+    ) -> None:
+        try:
+            with trio.CancelScope() as exchange.writer_scope:
+                await self._pump_sse(stream, exchange, receive, first)
+        except Exception as exc:  # the server failed to send: the connection is gone
+            logger.debug("stream %s of session %s: send failed: %r", stream.id, self.id, exc)
+        finally:
+            stream.detach(exchange)
+            if stream.complete:
+                self._streams.pop(stream.id, None)
+            exchange.writer_done()
+
+    async def _pump_sse(
+        self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int
+    ) -> None:
+        """Send the stream: replay or priming event first, then live messages and keep-alives.
+
+        ``first``: replay stored events with a larger seq (>= 0), prime with seq ``-first - 2``
+        (<= -2), or neither (-1).
+        """
+        await exchange.start(200, SSE_HEADERS)
+        last = -1
+        if first >= 0:
+            last = first
+            for event in await self._replay(stream.id, first):
+                await exchange.body(sse.encode_event(event.data.decode(), id=make_event_id(stream.id, event.seq)))
+                last = event.seq
+            if stream.id not in self._streams:
+                return  # resumed a finished stream: the replay was all of it
+        elif first <= -2:
+            last = -first - 2
+            priming = sse.encode_event("", id=make_event_id(stream.id, last), retry=self._config.sse_retry_ms)
+            await exchange.body(priming)
+        keepalive = self._config.keepalive_interval
+        with_ids = self._store is not None
+        while True:
+            with trio.move_on_after(keepalive):
+                try:
+                    item = await receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    return  # replaced by a newer connection, or cut for falling behind
+                if item is END:
+                    return
+                if item.seq > last:
+                    event_id = make_event_id(stream.id, item.seq) if with_ids else None
+                    await exchange.body(sse.encode_event(item.data.decode(), id=event_id))
+                    last = item.seq
+                continue
+            await exchange.body(sse.encode_comment("keep-alive"))
+
+    async def _replay(self, stream_id: int, after: int) -> list[StoredEvent]:
+        if self._store is None:
+            return []
+        return await self._store.replay_after(self.id, stream_id, after)
+
+    async def _write_json(
+        self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int
+    ) -> None:
+        try:
+            with trio.CancelScope() as exchange.writer_scope:
+                bodies = []
+                async for item in receive:
+                    if item is END:
+                        break
+                    bodies.append(item.data)
+                await self._send_json(exchange, bodies, stream.batch)
+        except Exception as exc:
+            logger.debug("json response of session %s: send failed: %r", self.id, exc)
+        finally:
+            stream.detach(exchange)
+            exchange.writer_done()
+
+    async def _send_json(self, exchange: Exchange, bodies: list[bytes], batch: bool) -> None:
+        if not bodies:  # every request of it was cancelled
+            await exchange.start(204, [])
+            await exchange.body(b"", more=False)
+            return
+        await exchange.start(200, JSON_HEADERS)
+        body = b"[" + b",".join(bodies) + b"]" if batch else bodies[0]
+        await exchange.body(body, more=False)
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "streams": len(self._streams),
+            "connections": sum(s.exchange is not None for s in self._streams.values()),
+            "inflight": len(self._inflight),
+            "pending_responses": len(self._request_streams),
+        }
