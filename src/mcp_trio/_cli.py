@@ -57,13 +57,31 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
         cmd.add_argument("--stats-path", default=None, help="serve statistics() as JSON on this path")
         cmd.add_argument("--log-level", default="WARNING")
+        for option, kind in _CONFIG_OPTIONS.items():
+            cmd.add_argument(f"--{option.replace('_', '-')}", type=kind, default=None, metavar=kind.__name__.upper())
     return parser
+
+
+_CONFIG_OPTIONS: dict[str, type] = {
+    "idle_timeout": float,
+    "init_timeout": float,
+    "keepalive_interval": float,
+    "shutdown_grace": float,
+    "max_sessions": int,
+    "max_body_size": int,
+    "sse_retry_ms": int,
+}
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    options = {name: getattr(args, name) for name in _CONFIG_OPTIONS if getattr(args, name) is not None}
+    return ServerConfig(json_response=args.json_response, stats_path=args.stats_path, **options)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    config = ServerConfig(json_response=args.json_response, stats_path=args.stats_path)
+    config = config_from_args(args)
     if args.command == "demo":
         from .demo import build_demo_server
 

@@ -91,14 +91,14 @@ def count_tasks(name_suffix: str) -> int:
     return count
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float) -> float:
+async def wait_until(predicate: Callable[[], bool], within: float) -> float:
     """Poll ``predicate`` (bounded in time and count); return how long it took to become true."""
     start = trio.current_time()
-    for _ in range(int(timeout / POLL) + 1):
+    for _ in range(int(within / POLL) + 1):
         if predicate():
             return trio.current_time() - start
         await trio.sleep(POLL)
-    raise AssertionError(f"condition not met within {timeout} s")
+    raise AssertionError(f"condition not met within {within} s")
 
 
 @dataclass
@@ -222,11 +222,11 @@ async def test_client_closing_idle_connection_is_released_at_once(requests_befor
             for _ in range(requests_before_close):
                 assert await get(stream, buffer, "/ping") == b"/ping"
             # Idle: the response is done and the keep-alive timer is armed again.
-            await wait_until(lambda: server.idle_connections() == 1, timeout=1.0)
+            await wait_until(lambda: server.idle_connections() == 1, within=1.0)
             assert server_connection_states(server.port) == ["ESTABLISHED"]
 
             await stream.aclose()
-            released_after = await wait_until(server.released, timeout=RELEASE_BUDGET)
+            released_after = await wait_until(server.released, within=RELEASE_BUDGET)
             assert released_after < RELEASE_BUDGET
 
 
@@ -236,7 +236,7 @@ async def test_keep_alive_reuse_pipelining_and_streaming_still_work() -> None:
             async with await trio.open_tcp_stream("127.0.0.1", server.port) as stream:
                 buffer = bytearray()
                 assert await get(stream, buffer, "/first") == b"/first"
-                await wait_until(lambda: server.idle_connections() == 1, timeout=1.0)
+                await wait_until(lambda: server.idle_connections() == 1, within=1.0)
                 assert await get(stream, buffer, "/second") == b"/second"
 
                 # Two pipelined requests in one write, answered in order.
@@ -255,23 +255,25 @@ async def test_keep_alive_reuse_pipelining_and_streaming_still_work() -> None:
                 assert len(server.client_ports) == 5
                 assert len(set(server.client_ports)) == 1  # all on the one connection
                 assert count_tasks(CONNECTION_TASK) == 1
-                await wait_until(lambda: server.idle_connections() == 1, timeout=1.0)
-            await wait_until(server.released, timeout=RELEASE_BUDGET)
+                await wait_until(lambda: server.idle_connections() == 1, within=1.0)
+            await wait_until(server.released, within=RELEASE_BUDGET)
 
 
 async def test_keep_alive_timeout_still_closes_an_idle_connection_left_open() -> None:
     keep_alive_timeout = 0.5
     with trio.fail_after(5):
-        async with running_server(keep_alive_timeout=keep_alive_timeout) as server:
-            async with await trio.open_tcp_stream("127.0.0.1", server.port) as stream:
-                buffer = bytearray()
-                assert await get(stream, buffer, "/ping") == b"/ping"
-                start = trio.current_time()
-                with trio.fail_after(keep_alive_timeout + 2):
-                    assert await stream.receive_some(65536) == b""  # the server closed it
-                closed_after = trio.current_time() - start
-                assert keep_alive_timeout - 0.1 <= closed_after <= keep_alive_timeout + 1.0
-                await wait_until(server.released, timeout=RELEASE_BUDGET)
+        async with (
+            running_server(keep_alive_timeout=keep_alive_timeout) as server,
+            await trio.open_tcp_stream("127.0.0.1", server.port) as stream,
+        ):
+            buffer = bytearray()
+            assert await get(stream, buffer, "/ping") == b"/ping"
+            start = trio.current_time()
+            with trio.fail_after(keep_alive_timeout + 2):
+                assert await stream.receive_some(65536) == b""  # the server closed it
+            closed_after = trio.current_time() - start
+            assert keep_alive_timeout - 0.1 <= closed_after <= keep_alive_timeout + 1.0
+            await wait_until(server.released, within=RELEASE_BUDGET)
 
 
 async def test_graceful_shutdown_still_closes_idle_connections() -> None:
@@ -283,7 +285,7 @@ async def test_graceful_shutdown_still_closes_idle_connections() -> None:
                 stream = await trio.open_tcp_stream("127.0.0.1", server.port)
                 buffer = bytearray()
                 assert await get(stream, buffer, "/ping") == b"/ping"
-                await wait_until(lambda: server.idle_connections() == 1, timeout=1.0)
+                await wait_until(lambda: server.idle_connections() == 1, within=1.0)
                 start = trio.current_time()
             # serve() returned: the idle connection was closed by the shutdown, not by the timeout.
             assert trio.current_time() - start < 1.0

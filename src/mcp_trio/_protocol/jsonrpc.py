@@ -74,7 +74,7 @@ def parse_message(data: Any) -> Message:
     else:
         raise RemoteProtocolError("Invalid Request: not a request, notification or response")
     try:
-        return model.model_validate(data, strict=False)
+        return model.model_validate(data)
     except pydantic.ValidationError as exc:
         request_id = data.get("id") if isinstance(data.get("id"), (str, int)) else None
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])

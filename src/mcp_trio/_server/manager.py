@@ -94,7 +94,14 @@ class SessionManager:
             "inflight": sum(s["inflight"] for s in per_session),
             "pending_responses": sum(s["pending_responses"] for s in per_session),
             "session_tasks": _count_tasks(self._nursery) if self._nursery is not None else 0,
+            "process_tasks": _count_all_tasks(),
         }
+
+
+def _count_all_tasks() -> int:
+    """Every live task of this Trio run (the HTTP server's connection tasks included)."""
+    root = trio.lowlevel.current_root_task()
+    return 1 + sum(_count_tasks(n) for n in root.child_nurseries) if root is not None else 0
 
 
 def _count_tasks(nursery: trio.Nursery) -> int:

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what the tests need, then lints, type-checks and
+# runs pytest with branch coverage.  `.ci/run` calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v "Running pip as the 'root' user" || true
+
+# A real reverse proxy for the proxy tests: nginx from Debian's packages.
+if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null \
+            || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+    else
+        sudo apt-get update -qq >/dev/null && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+    fi
+fi
+
+echo "== ruff"; python3 -m ruff check src tests benchmarks
+echo "== mypy"; python3 -m mypy
+echo "== pytest"
+python3 -m coverage erase
+python3 -m coverage run -m pytest -q -p no:cacheprovider "$@"
+python3 -m coverage report --fail-under=85 --skip-covered | tail -n 15
