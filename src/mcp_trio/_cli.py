@@ -58,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--stats-path", default=None, help="serve statistics() as JSON on this path")
         cmd.add_argument("--log-level", default="WARNING")
         for option, kind in _CONFIG_OPTIONS.items():
-            cmd.add_argument(f"--{option.replace('_', '-')}", type=kind, default=None, metavar=kind.__name__.upper())
+            cmd.add_argument(
+                f"--{option.replace('_', '-')}", type=kind, default=None, metavar=kind.__name__.upper()
+            )
     return parser
 
 

@@ -134,7 +134,9 @@ class ASGIClient:
 
 
 @asynccontextmanager
-async def open_asgi_client(app: MCPApp, *, server: tuple[str, int] = ("127.0.0.1", 8000)) -> AsyncIterator[ASGIClient]:
+async def open_asgi_client(
+    app: MCPApp, *, server: tuple[str, int] = ("127.0.0.1", 8000)
+) -> AsyncIterator[ASGIClient]:
     """Run ``app`` (its session nursery included) and yield a client for it; everything is cancelled
     on exit."""
     async with trio.open_nursery() as nursery:

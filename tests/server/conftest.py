@@ -21,7 +21,11 @@ def init_body(version: str = VERSION, request_id: int | str = 1) -> bytes:
             "jsonrpc": "2.0",
             "id": request_id,
             "method": "initialize",
-            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+            "params": {
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
         }
     ).encode()
 
@@ -79,7 +83,9 @@ class Client:
     async def post(self, body: bytes, **headers: str) -> Response:
         return await self.asgi.request("POST", headers=self.headers(**headers), body=body)
 
-    async def request(self, request_id: int | str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def request(
+        self, request_id: int | str, method: str, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             body["params"] = params

@@ -37,7 +37,12 @@ async def test_unsupported_method_is_405_with_allow(client: Client, app: MCPApp)
 
 
 async def test_wrong_accept_is_406(client: Client, app: MCPApp) -> None:
-    for accept in ("application/json", "text/event-stream", "text/html", "application/json;q=0, text/event-stream"):
+    for accept in (
+        "application/json",
+        "text/event-stream",
+        "text/html",
+        "application/json;q=0, text/event-stream",
+    ):
         headers = {**POST_HEADERS, "accept": accept}
         response = await client.asgi.request("POST", headers=headers, body=init_body())
         await assert_rejected(client, response, 406)
@@ -53,7 +58,11 @@ async def test_wildcard_accept_is_fine(client: Client) -> None:
 
 
 async def test_wrong_content_type_is_415(client: Client, app: MCPApp) -> None:
-    for content_type in ("text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin-1"):
+    for content_type in (
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "application/json; charset=latin-1",
+    ):
         headers = {**POST_HEADERS, "content-type": content_type}
         response = await client.asgi.request("POST", headers=headers, body=init_body())
         await assert_rejected(client, response, 415)
@@ -161,7 +170,9 @@ async def test_terminated_session_is_404(client: Client, app: MCPApp) -> None:
 async def test_unsupported_protocol_version_is_400(client: Client, app: MCPApp) -> None:
     await client.initialize()
     for version in ("1999-01-01", "2024-11-05", "garbage"):
-        response = await client.post(b'{"jsonrpc":"2.0","id":2,"method":"ping"}', **{"mcp-protocol-version": version})
+        response = await client.post(
+            b'{"jsonrpc":"2.0","id":2,"method":"ping"}', **{"mcp-protocol-version": version}
+        )
         body = await assert_rejected(client, response, 400)
         assert "2025-11-25" in body["error"]["data"]["supported"]
         response = await client.get_stream(**{"mcp-protocol-version": version})
@@ -188,14 +199,18 @@ async def test_other_path_is_404(client: Client) -> None:
 async def test_foreign_host_is_421(client: Client, app: MCPApp) -> None:
     for host in ("evil.example", "evil.example:8000", "127.0.0.1.nip.io"):
         headers = {**POST_HEADERS, "host": host}
-        await assert_rejected(client, await client.asgi.request("POST", headers=headers, body=init_body()), 421)
+        await assert_rejected(
+            client, await client.asgi.request("POST", headers=headers, body=init_body()), 421
+        )
     await assert_nothing_left(app)
 
 
 async def test_foreign_origin_is_403(client: Client, app: MCPApp) -> None:
     for origin in ("http://evil.example", "https://localhost.evil.example", "null"):
         headers = {**POST_HEADERS, "origin": origin}
-        await assert_rejected(client, await client.asgi.request("POST", headers=headers, body=init_body()), 403)
+        await assert_rejected(
+            client, await client.asgi.request("POST", headers=headers, body=init_body()), 403
+        )
     await assert_nothing_left(app)
 
 
@@ -208,7 +223,11 @@ async def test_loopback_host_and_origin_are_fine(client: Client) -> None:
 
 @pytest.mark.parametrize(
     "config",
-    [ServerConfig(allowed_hosts=frozenset({"mcp.example"}), allowed_origins=frozenset({"https://app.example"}))],
+    [
+        ServerConfig(
+            allowed_hosts=frozenset({"mcp.example"}), allowed_origins=frozenset({"https://app.example"})
+        )
+    ],
 )
 async def test_allow_lists_extend_loopback(client: Client) -> None:
     headers = {**POST_HEADERS, "host": "mcp.example:443", "origin": "https://app.example"}

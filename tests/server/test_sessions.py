@@ -25,7 +25,12 @@ async def test_initialize_mints_a_random_visible_ascii_session_id(client: Client
 
 @pytest.mark.parametrize(
     ("requested", "negotiated"),
-    [("2025-03-26", "2025-03-26"), ("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"), ("2099-01-01", "2025-11-25")],
+    [
+        ("2025-03-26", "2025-03-26"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("2099-01-01", "2025-11-25"),
+    ],
 )
 async def test_version_negotiation(client: Client, requested: str, negotiated: str) -> None:
     message = await client.initialize(requested)
@@ -54,7 +59,9 @@ async def test_ping_list_and_call(client: Client) -> None:
     result = (await client.request(4, "tools/call", {"name": "echo", "arguments": {"text": "hé"}}))["result"]
     assert result["content"] == [{"type": "text", "text": "hé"}]
     assert not result.get("isError")
-    result = (await client.request(5, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2.5}}))["result"]
+    result = (await client.request(5, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2.5}}))[
+        "result"
+    ]
     assert result["structuredContent"] == {"sum": 3.5}
 
 
@@ -154,14 +161,18 @@ async def test_json_response_mode(client: Client, app: MCPApp) -> None:
 
 async def test_batch_on_2025_03_26(client: Client) -> None:
     await client.initialize("2025-03-26")
-    batch = b'[{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},' \
+    batch = (
+        b'[{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},'
         b'{"jsonrpc":"2.0","id":3,"method":"tools/list"}]'
+    )
     response = await client.post(batch)
     ids = []
     while (message := await response.next_message()) is not None:
         ids.append(message["id"])
     assert sorted(ids) == [2, 3]
-    only_notifications = b'[{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","method":"notifications/y"}]'
+    only_notifications = (
+        b'[{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","method":"notifications/y"}]'
+    )
     response = await client.post(only_notifications)
     assert response.status == 202
 

@@ -65,7 +65,9 @@ async def test_uninitialized_session_times_out(client: Client, app: MCPApp, auto
     assert app.statistics()["sessions"] == 0
 
 
-async def test_initialized_session_does_not_hit_init_timeout(client: Client, app: MCPApp, autojump_clock) -> None:
+async def test_initialized_session_does_not_hit_init_timeout(
+    client: Client, app: MCPApp, autojump_clock
+) -> None:
     await client.initialize()
     await trio.sleep(10 * 60)
     assert app.statistics()["sessions"] == 1

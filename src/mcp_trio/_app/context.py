@@ -13,7 +13,14 @@ from .._protocol import jsonrpc
 __all__ = ["LOG_LEVELS", "Context", "Peer"]
 
 LOG_LEVELS: tuple[mt.LoggingLevel, ...] = (
-    "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency",
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
 )
 
 SendMessage = Callable[[dict[str, Any], "mt.RequestId | None"], Awaitable[None]]

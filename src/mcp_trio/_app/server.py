@@ -99,7 +99,9 @@ class MCPServer:
     def knows(self, method: str) -> bool:
         return method in self._handlers
 
-    async def handle_request(self, ctx: Context, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    async def handle_request(
+        self, ctx: Context, method: str, params: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """Run the handler of one request; raises :class:`RPCError` for a JSON-RPC error answer."""
         handler = self._handlers.get(method)
         if handler is None:

@@ -217,7 +217,8 @@ def check_protocol_version(facts: RequestFacts) -> versions.Revision:
     if found is None:
         supported = ", ".join(versions.REVISIONS)
         raise RemoteProtocolError(
-            f"Bad Request: unsupported MCP-Protocol-Version {facts.protocol_version!r} (supported: {supported})",
+            f"Bad Request: unsupported MCP-Protocol-Version {facts.protocol_version!r}"
+            f" (supported: {supported})",
             data={"supported": list(versions.REVISIONS)},
         )
     return found

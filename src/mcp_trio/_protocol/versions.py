@@ -42,7 +42,7 @@ REVISIONS: dict[str, Revision] = {
 LATEST = REVISIONS["2025-11-25"]
 
 DEFAULT_HEADER_REVISION = REVISIONS["2025-03-26"]
-"""What a request without ``MCP-Protocol-Version`` is taken to speak (the spec's backwards-compatible default)."""
+"""What a request without ``MCP-Protocol-Version`` speaks (the spec's backwards-compatible default)."""
 
 
 def revision(name: str) -> Revision | None:

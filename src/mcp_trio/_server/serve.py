@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import hypercorn.config
 import hypercorn.trio
@@ -55,4 +56,5 @@ async def serve(
             await shutdown_trigger()
         await app.aclose()
 
-    await hypercorn.trio.serve(app, config, shutdown_trigger=trigger, task_status=task_status)
+    asgi: Any = app  # MCPApp speaks ASGI 3 with plain dicts; hypercorn's signature wants its TypedDicts
+    await hypercorn.trio.serve(asgi, config, shutdown_trigger=trigger, task_status=task_status)

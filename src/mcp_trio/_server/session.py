@@ -266,7 +266,9 @@ class Session:
         if first >= 0:
             last = first
             for event in await self._replay(stream.id, first):
-                await exchange.body(sse.encode_event(event.data.decode(), id=make_event_id(stream.id, event.seq)))
+                await exchange.body(
+                    sse.encode_event(event.data.decode(), id=make_event_id(stream.id, event.seq))
+                )
                 last = event.seq
             if stream.id not in self._streams:
                 return  # resumed a finished stream: the replay was all of it

@@ -39,7 +39,7 @@ class Exchange:
     """One HTTP response in progress.  The writer (in the session's nursery) sends through it; the
     request task waits until :attr:`done`, then ends the response if the writer could not."""
 
-    __slots__ = ("done", "finished", "started", "wait_scope", "send", "writer_scope")
+    __slots__ = ("done", "finished", "send", "started", "wait_scope", "writer_scope")
 
     def __init__(self, send: ASGISend) -> None:
         self.send = send

@@ -1,0 +1,77 @@
+"""Baseline for ``bench_server.py``: the official MCP python-sdk (``mcp==2.3.0``) serving the same ``echo``
+tool through its own Streamable HTTP ASGI app, on the same hypercorn trio worker as ``mcp-trio``.
+
+    python3 benchmarks/baseline_python_sdk.py --bind 127.0.0.1:0 [--json-response]
+
+Prints ``python-sdk: serving on http://HOST:PORT/mcp`` once listening; stops on SIGINT or SIGTERM.
+
+What is the same as ``mcp-trio demo``: hypercorn 0.18 ``hypercorn.trio.serve`` with a default ``Config``
+(access log off), stateful sessions, SSE answers by default and JSON with ``--json-response``, the SDK's
+default session limits (10 000 sessions, 30 min idle), DNS-rebinding protection on (the SDK's own default
+for a loopback host, like mcp-trio's; the benchmark sends a loopback ``Host``), and the same hypercorn
+CLOSE_WAIT fix that ``mcp-trio`` applies to hypercorn (``--no-hypercorn-fix`` leaves hypercorn as shipped).
+The SDK's session manager runs in the Starlette app's lifespan, which hypercorn drives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+from mcp.server.mcpserver import MCPServer
+
+
+def build_app(json_response: bool):  # -> starlette.applications.Starlette
+    server = MCPServer("python-sdk-baseline", version="0.1.0", log_level="WARNING")
+
+    @server.tool(description="Echo the given text back.")
+    async def echo(text: str) -> str:
+        return text
+
+    # host=127.0.0.1: the SDK switches its DNS-rebinding protection on for loopback hosts, as mcp-trio does.
+    return server.streamable_http_app(streamable_http_path="/mcp", json_response=json_response, host="127.0.0.1")
+
+
+async def _wait_for_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        async for _ in received:
+            return
+
+
+async def _main(args: argparse.Namespace) -> None:
+    if not args.no_hypercorn_fix:
+        from mcp_trio import apply_hypercorn_close_wait_fix
+
+        apply_hypercorn_close_wait_fix()
+    app = build_app(args.json_response)
+    config = hypercorn.config.Config()
+    config.bind = [args.bind]
+    config.accesslog = None
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(
+            lambda task_status: hypercorn.trio.serve(
+                app, config, shutdown_trigger=_wait_for_signal, task_status=task_status
+            )
+        )
+        for url in urls:
+            print(f"python-sdk: serving on {url}/mcp", flush=True)
+    print("python-sdk: stopped", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bind", default="127.0.0.1:0")
+    parser.add_argument("--json-response", action="store_true")
+    parser.add_argument("--no-hypercorn-fix", action="store_true", help="do not apply mcp_trio's CLOSE_WAIT fix")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args()
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    trio.run(_main, args)
+
+
+if __name__ == "__main__":
+    main()

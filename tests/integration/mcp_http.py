@@ -1,0 +1,514 @@
+"""Helpers for the real-socket tests: the ``mcp-trio demo`` server as a subprocess, a look at its
+sockets through ``/proc``, its ``/stats``, and a small MCP client on ``httpx`` (under trio).
+
+Every wait here is bounded: a helper that polls does so a bounded number of times, and the callers put
+``trio.fail_after`` around each step, so a hang fails the test in seconds instead of blocking CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import httpx
+import trio
+
+from mcp_trio._protocol.sse import ServerSentEvent, SSEDecoder
+
+__all__ = [
+    "POST_HEADERS",
+    "VERSION",
+    "Baseline",
+    "DemoServer",
+    "MCPClient",
+    "SSEResponse",
+    "assert_back_to_baseline",
+    "count_sockets",
+    "fetch_stats",
+    "serve_demo",
+    "tcp_states",
+    "wait_for",
+]
+
+VERSION = "2025-11-25"
+POST_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+STARTUP_DEADLINE = 10.0
+"""Seconds the server gets to print its URL (interpreter start + imports + bind)."""
+EXIT_MARGIN = 2.0
+"""Seconds beyond the shutdown grace the server gets to exit after SIGINT."""
+POLL = 0.02
+
+# The interpreter running the tests, so the server runs the same (editable) mcp_trio; the pid we get
+# is the server's own (a console-script shim would exec, but pyenv's is a shell script).
+SERVER_COMMAND = [sys.executable, "-c", "from mcp_trio._cli import main; main()", "demo"]
+
+TCP_STATES = {
+    "01": "ESTABLISHED",
+    "02": "SYN_SENT",
+    "03": "SYN_RECV",
+    "04": "FIN_WAIT1",
+    "05": "FIN_WAIT2",
+    "06": "TIME_WAIT",
+    "07": "CLOSE",
+    "08": "CLOSE_WAIT",
+    "09": "LAST_ACK",
+    "0A": "LISTEN",
+    "0B": "CLOSING",
+}
+
+
+# -- the server process -----------------------------------------------------------------------
+
+
+@dataclass
+class DemoServer:
+    """A running ``mcp-trio demo``.  ``url`` is the MCP endpoint; ``stats_url`` its ``/stats``."""
+
+    url: str
+    pid: int
+    process: trio.Process
+    stderr: IO[bytes]
+    shutdown_grace: float
+    stopped: bool = False
+    returncode: int | None = None
+    stdout_tail: bytes = b""
+
+    def __iter__(self) -> Any:  # ``url, pid, process = server``
+        return iter((self.url, self.pid, self.process))
+
+    @property
+    def base(self) -> str:
+        return self.url.rsplit("/", 1)[0]
+
+    @property
+    def stats_url(self) -> str:
+        return self.base + "/stats"
+
+    @property
+    def port(self) -> int:
+        return int(self.base.rsplit(":", 1)[1])
+
+    def log(self) -> str:
+        """What the server wrote on stderr so far (for failure messages)."""
+        self.stderr.flush()
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")[-4000:]
+
+    async def stop(self, sig: int = signal.SIGINT) -> float:
+        """Send ``sig`` and wait for the process to exit by itself within shutdown grace + margin.
+
+        Kills it as a last resort (and then fails).  Returns the seconds it took to exit; asserts it
+        exited with status 0 and printed ``mcp-trio: stopped``.
+        """
+        if self.stopped:
+            return 0.0
+        self.stopped = True
+        start = trio.current_time()
+        self.process.send_signal(sig)
+        with trio.move_on_after(self.shutdown_grace + EXIT_MARGIN):
+            self.returncode = await self.process.wait()
+        took = trio.current_time() - start
+        if self.returncode is None:
+            self.process.kill()
+            with trio.move_on_after(5):
+                await self.process.wait()
+            raise AssertionError(
+                f"mcp-trio did not exit within {self.shutdown_grace + EXIT_MARGIN} s of "
+                f"{signal.Signals(sig).name}; killed it. stderr:\n{self.log()}"
+            )
+        assert self.process.stdout is not None
+        with trio.move_on_after(1):
+            while chunk := await self.process.stdout.receive_some(65536):
+                self.stdout_tail += chunk
+        assert self.returncode == 0, f"exit status {self.returncode}; stderr:\n{self.log()}"
+        assert b"mcp-trio: stopped" in self.stdout_tail, self.stdout_tail
+        return took
+
+
+@asynccontextmanager
+async def serve_demo(*flags: str, shutdown_grace: float = 2.0) -> AsyncIterator[DemoServer]:
+    """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags``.
+
+    Yields once the server printed its URL.  On exit sends SIGINT (unless the test already stopped
+    it) and checks it exits by itself, with status 0, in time.
+    """
+    command = [
+        *SERVER_COMMAND,
+        "--bind",
+        "127.0.0.1:0",
+        "--stats-path",
+        "/stats",
+        "--shutdown-grace",
+        str(shutdown_grace),
+        *flags,
+    ]
+    with tempfile.TemporaryFile() as stderr:
+        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr)
+        try:
+            url = await _read_url(process, stderr)
+            server = DemoServer(url, process.pid, process, stderr, shutdown_grace)
+            yield server
+            await server.stop()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await process.wait()
+            assert process.stdout is not None
+            await process.stdout.aclose()
+
+
+async def _read_url(process: trio.Process, stderr: IO[bytes]) -> str:
+    assert process.stdout is not None
+    output = b""
+    prefix = b"mcp-trio: serving on "
+    with trio.move_on_after(STARTUP_DEADLINE):
+        while b"\n" not in output.partition(prefix)[2]:
+            chunk = await process.stdout.receive_some(4096)
+            if not chunk:
+                break
+            output += chunk
+    line = output.partition(prefix)[2].partition(b"\n")[0].decode().strip()
+    if not line.startswith("http://127.0.0.1:"):
+        stderr.seek(0)
+        raise AssertionError(
+            f"mcp-trio did not report its URL within {STARTUP_DEADLINE} s; stdout={output!r} "
+            f"stderr={stderr.read().decode(errors='replace')[-2000:]}"
+        )
+    return line
+
+
+# -- /proc and /stats -------------------------------------------------------------------------
+
+
+def _socket_inodes(pid: int) -> list[str]:
+    inodes = []
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.append(target[len("socket:[") : -1])
+    return inodes
+
+
+def count_sockets(pid: int) -> int:
+    """How many sockets process ``pid`` holds (listener, trio's wakeup pair and every connection)."""
+    return len(_socket_inodes(pid))
+
+
+def tcp_states(pid: int) -> list[str]:
+    """``local-port state`` of each TCP socket of ``pid`` (for failure messages)."""
+    inodes = set(_socket_inodes(pid))
+    found = []
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as lines:
+                next(lines)
+                for line in lines:
+                    fields = line.split()
+                    if fields[9] in inodes:
+                        port = int(fields[1].split(":")[1], 16)
+                        peer = int(fields[2].split(":")[1], 16)
+                        found.append(f"{port}<->{peer} {TCP_STATES.get(fields[3], fields[3])}")
+        except FileNotFoundError:
+            continue
+    return sorted(found)
+
+
+async def fetch_stats(server: DemoServer) -> dict[str, Any]:
+    """``GET /stats`` on a fresh connection that is closed right after (``Connection: close``)."""
+    async with httpx.AsyncClient(timeout=5) as client:
+        response = await client.get(server.stats_url, headers={"connection": "close"})
+    assert response.status_code == 200, response.text
+    stats: dict[str, Any] = response.json()
+    return stats
+
+
+async def wait_for(
+    server: DemoServer, predicate: Callable[[dict[str, Any]], bool], within: float, what: str = ""
+) -> dict[str, Any]:
+    """Poll ``/stats`` until ``predicate(stats)`` holds; fail after ``within`` seconds."""
+    stats: dict[str, Any] = {}
+    with trio.move_on_after(within):
+        while True:
+            stats = await fetch_stats(server)
+            if predicate(stats):
+                return stats
+            await trio.sleep(POLL)
+    raise AssertionError(f"{what or 'condition'} not met within {within} s; last stats: {stats}")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What an idle server looks like: its socket count and its task counts in ``/stats``."""
+
+    sockets: int
+    process_tasks: int
+    session_tasks: int
+
+    @classmethod
+    async def measure(cls, server: DemoServer) -> Baseline:
+        """Measure once the server is quiet: no session, no connection but the stats request."""
+        stats: dict[str, Any] = {}
+        sockets = -1
+        with trio.move_on_after(5):
+            previous = None
+            while True:
+                await trio.sleep(0.05)
+                sockets = count_sockets(server.pid)
+                stats = await fetch_stats(server)
+                current = (sockets, stats["process_tasks"])
+                if current == previous and stats["sessions"] == 0:
+                    return cls(sockets, stats["process_tasks"], stats["session_tasks"])
+                previous = current
+        raise AssertionError(f"server did not settle: sockets={sockets} stats={stats}")
+
+
+async def assert_back_to_baseline(
+    server: DemoServer, baseline: Baseline, within: float = 3.0
+) -> tuple[int, dict[str, Any]]:
+    """Within ``within`` seconds (a bounded settle loop): no session, stream, connection, request or
+    session task left; the server holds as many sockets and runs as many tasks as at ``baseline``.
+
+    Close every client connection to the server first: an idle keep-alive connection is a socket.
+    Returns the last socket count and stats.
+    """
+    stats: dict[str, Any] = {}
+    sockets = -1
+
+    def settled() -> bool:
+        return (
+            sockets == baseline.sockets
+            and stats["sessions"] == 0
+            and stats["streams"] == 0
+            and stats["connections"] == 0
+            and stats["inflight"] == 0
+            and stats["pending_responses"] == 0
+            and stats["session_tasks"] == 0
+            and stats["process_tasks"] == baseline.process_tasks
+        )
+
+    with trio.move_on_after(within):
+        while True:
+            # Count first: the previous /stats connection has had the sleep to be released.
+            await trio.sleep(POLL)
+            sockets = count_sockets(server.pid)
+            stats = await fetch_stats(server)
+            if settled():
+                return sockets, stats
+    raise AssertionError(
+        f"not back to baseline within {within} s: sockets {sockets} (baseline {baseline.sockets}, "
+        f"tcp {tcp_states(server.pid)}), stats {stats}, baseline {baseline}\n"
+        f"server stderr:\n{server.log()}"
+    )
+
+
+# -- an MCP client ----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class SSEResponse:
+    """A streamed ``httpx`` response read as Server-Sent Events."""
+
+    response: httpx.Response
+    _chunks: AsyncIterator[bytes] | None = None
+    _decoder: SSEDecoder = field(default_factory=SSEDecoder)
+    _events: list[ServerSentEvent] = field(default_factory=list)
+    ended: bool = False
+    """The server ended the body cleanly (a protocol error raises instead)."""
+
+    @property
+    def status_code(self) -> int:
+        return self.response.status_code
+
+    async def next_event(self) -> ServerSentEvent | None:
+        """The next event, or None once the server ended the body.  A body that ends without its
+        proper end (a cut connection) raises ``httpx.RemoteProtocolError``."""
+        if self._chunks is None:
+            self._chunks = self.response.aiter_raw()
+        while not self._events:
+            if self.ended:
+                return None
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                self.ended = True
+                self._events.extend(self._decoder.close())
+                continue
+            self._events.extend(self._decoder.feed(chunk))
+        return self._events.pop(0)
+
+    async def next_message(self) -> dict[str, Any] | None:
+        """The next event with data, as JSON (None at the end of the body)."""
+        while (event := await self.next_event()) is not None:
+            if event.data:
+                message: dict[str, Any] = json.loads(event.data)
+                return message
+        return None
+
+    async def rest(self) -> list[ServerSentEvent]:
+        """Every remaining event, until the server ends the body."""
+        events = []
+        while (event := await self.next_event()) is not None:
+            events.append(event)
+        return events
+
+    async def aclose(self) -> None:
+        """Close the response (if the body has not ended: drop the connection: a client disconnect)."""
+        if self._chunks is not None and not self.ended:
+            await self._chunks.aclose()  # type: ignore[attr-defined]
+        await self.response.aclose()
+
+
+class MCPClient:
+    """One MCP session over Streamable HTTP (2025-11-25), on an ``httpx.AsyncClient``.
+
+    The ``httpx`` client (and its pool of keep-alive connections) is the caller's, so that a test can
+    share one across sessions or give each its own.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, url: str, *, host: str | None = None) -> None:
+        self.http = http
+        self.url = url
+        self.session_id: str | None = None
+        self._next_id = 1
+        self._extra = {"host": host} if host else {}
+
+    def headers(self, **more: str) -> dict[str, str]:
+        headers = dict(self._extra)
+        if self.session_id is not None:
+            headers["mcp-session-id"] = self.session_id
+            headers["mcp-protocol-version"] = VERSION
+        headers.update(more)
+        return headers
+
+    def _request_id(self) -> int:
+        request_id = self._next_id
+        self._next_id += 1
+        return request_id
+
+    async def post_stream(self, message: dict[str, Any]) -> SSEResponse:
+        request = self.http.build_request(
+            "POST", self.url, content=json.dumps(message).encode(), headers=self.headers(**POST_HEADERS)
+        )
+        return SSEResponse(await self.http.send(request, stream=True))
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a request; return its response message.  The SSE body must end right after it."""
+        request_id = self._request_id()
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        stream = await self.post_stream(message)
+        try:
+            assert stream.status_code == 200, (stream.status_code, await stream.response.aread())
+            assert stream.response.headers["content-type"].startswith("text/event-stream")
+            if method == "initialize":
+                self.session_id = stream.response.headers["mcp-session-id"]
+            while (answer := await stream.next_message()) is not None:
+                if answer.get("id") == request_id and "method" not in answer:
+                    break
+            assert answer is not None, f"the stream of {method} ended without a response"
+            assert await stream.rest() == [], "events after the response"
+            assert stream.ended
+        finally:
+            await stream.aclose()
+        return answer
+
+    async def initialize(self) -> dict[str, Any]:
+        params = {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        answer = await self.request("initialize", params)
+        assert answer["result"]["protocolVersion"] == VERSION, answer
+        assert self.session_id
+        return answer
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        response = await self.http.post(
+            self.url, content=json.dumps(message).encode(), headers=self.headers(**POST_HEADERS)
+        )
+        assert response.status_code == 202, (response.status_code, response.text)
+
+    async def initialized(self) -> None:
+        await self.notify("notifications/initialized")
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        answer = await self.request("tools/call", {"name": name, "arguments": arguments})
+        assert "result" in answer, answer
+        result: dict[str, Any] = answer["result"]
+        return result
+
+    async def start_tool_call(self, name: str, arguments: dict[str, Any]) -> SSEResponse:
+        """Start a ``tools/call`` and return its open SSE stream (the caller reads and closes it)."""
+        message = {
+            "jsonrpc": "2.0",
+            "id": self._request_id(),
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        }
+        stream = await self.post_stream(message)
+        assert stream.status_code == 200, (stream.status_code, await stream.response.aread())
+        return stream
+
+    async def open_get(self, **headers: str) -> SSEResponse:
+        """Open the standalone SSE stream and read its priming event (``id: 0-N``, empty data)."""
+        request = self.http.build_request(
+            "GET", self.url, headers=self.headers(accept="text/event-stream", **headers)
+        )
+        stream = SSEResponse(await self.http.send(request, stream=True))
+        try:
+            assert stream.status_code == 200, (stream.status_code, await stream.response.aread())
+            priming = await stream.next_event()
+            assert priming is not None and priming.data == "", priming
+            assert priming.id is not None and priming.id.startswith("0-"), priming
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream
+
+    async def delete(self) -> httpx.Response:
+        response = await self.http.delete(self.url, headers=self.headers())
+        assert response.status_code == 200, (response.status_code, response.text)
+        return response
+
+    async def status_of(self, method: str = "GET") -> int:
+        """The status a plain request with this session's id gets now (404 once the session ended)."""
+        if method == "GET":
+            headers = self.headers(accept="text/event-stream")
+            async with self.http.stream("GET", self.url, headers=headers) as response:
+                return response.status_code
+        response = await self.http.delete(self.url, headers=self.headers())
+        return response.status_code
+
+
+@asynccontextmanager
+async def http_client(**options: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An ``httpx.AsyncClient`` for the tests: generous pool, a read timeout as a backstop only (the
+    tests' own deadlines are much shorter)."""
+    options.setdefault("timeout", httpx.Timeout(30.0))
+    options.setdefault("limits", httpx.Limits(max_connections=200, max_keepalive_connections=50))
+    async with httpx.AsyncClient(**options) as client:
+        yield client
+
+
+def flags(**options: object) -> Sequence[str]:
+    """``flags(idle_timeout=0.5)`` -> ``["--idle-timeout", "0.5"]``."""
+    out: list[str] = []
+    for name, value in options.items():
+        out.append("--" + name.replace("_", "-"))
+        if value is not True:
+            out.append(str(value))
+    return out
