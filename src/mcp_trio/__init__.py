@@ -14,7 +14,7 @@ from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
 from ._server.eventstore import EventStore, InMemoryEventStore, StoredEvent
 from ._server.hypercorn_patch import apply_hypercorn_close_wait_fix, hypercorn_close_wait_fix_applied
-from ._server.serve import serve
+from ._server.serve import hypercorn_config, serve
 
 __version__ = "0.1.0"
 
@@ -34,5 +34,6 @@ __all__ = [
     "StoredEvent",
     "apply_hypercorn_close_wait_fix",
     "hypercorn_close_wait_fix_applied",
+    "hypercorn_config",
     "serve",
 ]

@@ -1,0 +1,291 @@
+"""Every way a session ends leaves nothing behind: no socket, no task, no session, stream or connection.
+
+The seed is kotlin-sdk #922: closing a session closed the GET stream's output but never the coroutine
+behind it, so each session leaked one server socket (and behind a keep-alive proxy, one pooled upstream
+connection, see test_proxy.py).  Here the real ``mcp-trio demo`` runs on hypercorn in a subprocess;
+we count its sockets in ``/proc/<pid>/fd`` and its tasks through ``/stats`` before and after.
+
+Each test first measures the idle server (``baseline``), then closes every client connection before
+checking it is back there (an idle keep-alive connection is a server socket too).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import httpx
+import pytest
+import trio
+from mcp_http import (
+    Baseline,
+    DemoServer,
+    MCPClient,
+    SSEResponse,
+    assert_back_to_baseline,
+    count_sockets,
+    fetch_stats,
+    http_client,
+    wait_for,
+)
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="inspects the server's sockets through /proc (Linux only)"
+)
+
+SEQUENTIAL_SESSIONS = 200
+SESSIONS = 20
+STEP = 2.0
+"""Deadline of one step of one session (a request, or the end of a stream after DELETE)."""
+SHORT = 0.5
+"""The short idle / init timeout the expiry tests run the server with."""
+
+
+async def full_session(http: httpx.AsyncClient, url: str, n: int) -> None:
+    """initialize, initialized, GET (kept open), tools/call, DELETE; the GET must then end cleanly."""
+    client = MCPClient(http, url)
+    with trio.fail_after(STEP):
+        await client.initialize()
+        await client.initialized()
+        get = await client.open_get()
+    try:
+        with trio.fail_after(STEP):
+            result = await client.call_tool("echo", {"text": f"hello {n}"})
+        assert result["content"][0]["text"] == f"hello {n}", result
+        with trio.fail_after(STEP):
+            await client.delete()
+        with trio.fail_after(STEP):
+            leftover = await get.rest()  # raises httpx.RemoteProtocolError if the body is cut
+        assert get.ended and leftover == [], leftover
+    finally:
+        await get.aclose()
+
+
+async def end_cleanly(stream: SSEResponse, within: float) -> list[str]:
+    """Read ``stream`` to its end within ``within`` seconds; return the data of the events on the way."""
+    with trio.fail_after(within):
+        events = await stream.rest()
+    assert stream.ended
+    return [event.data for event in events]
+
+
+@pytest.mark.deadline(60)
+async def test_sequential_sessions_leave_no_socket_or_task(demo_server: DemoServer, baseline: Baseline) -> None:
+    """kotlin-sdk #922: 200 sessions one after another, each with an open GET stream closed by DELETE."""
+    peak = 0
+    with trio.fail_after(45):
+        async with http_client() as http:
+            for n in range(SEQUENTIAL_SESSIONS):
+                await full_session(http, demo_server.url, n)
+                # While the client keeps its pool (at most the GET's and the POSTs' connections, both
+                # reused by the next session), the server's socket count stays flat.
+                peak = max(peak, count_sockets(demo_server.pid) - baseline.sockets)
+            assert peak <= 3, f"server sockets grew by {peak} over the baseline during the run"
+            stats = await fetch_stats(demo_server)
+            assert stats["sessions"] == 0 and stats["connections"] == 0, stats
+            assert stats["sessions_created"] == SEQUENTIAL_SESSIONS, stats
+        sockets, stats = await assert_back_to_baseline(demo_server, baseline)
+    print(
+        f"\n{SEQUENTIAL_SESSIONS} sessions: sockets {baseline.sockets} -> {sockets} (peak +{peak} with the"
+        f" client's pool open), process_tasks {baseline.process_tasks} -> {stats['process_tasks']},"
+        f" session_tasks {baseline.session_tasks} -> {stats['session_tasks']}"
+    )
+
+
+@pytest.mark.server_flags("--idle-timeout", SHORT)
+async def test_idle_sessions_expire(demo_server: DemoServer, baseline: Baseline) -> None:
+    """python-sdk #1283: a session with no open request or stream is closed after the idle timeout."""
+    with trio.fail_after(15):
+        async with http_client() as http:
+            clients = []
+            for n in range(SESSIONS):
+                client = MCPClient(http, demo_server.url)
+                with trio.fail_after(STEP):
+                    await client.initialize()
+                    await client.initialized()
+                    await client.call_tool("add", {"a": n, "b": 1})
+                clients.append(client)
+            await wait_for(demo_server, lambda s: s["sessions"] == 0, within=SHORT + 3, what="idle expiry")
+            for client in clients:
+                with trio.fail_after(STEP):
+                    assert await client.status_of("DELETE") == 404
+        await assert_back_to_baseline(demo_server, baseline)
+
+
+@pytest.mark.server_flags("--idle-timeout", SHORT)
+async def test_open_stream_holds_off_idle_expiry(demo_server: DemoServer, baseline: Baseline) -> None:
+    """An open GET stream is activity: the session outlives several idle timeouts while it is open,
+    and expires once the client drops it."""
+    with trio.fail_after(15):
+        async with http_client() as http:
+            client = MCPClient(http, demo_server.url)
+            with trio.fail_after(STEP):
+                await client.initialize()
+                await client.initialized()
+                get = await client.open_get()
+            try:
+                await trio.sleep(3 * SHORT)
+                stats = await fetch_stats(demo_server)
+                assert stats["sessions"] == 1 and stats["connections"] == 1, stats
+                with trio.fail_after(STEP):
+                    assert (await client.call_tool("echo", {"text": "still here"}))["content"][0]["text"]
+            finally:
+                await get.aclose()  # the client disconnects; no DELETE
+            await wait_for(demo_server, lambda s: s["sessions"] == 0, within=SHORT + 3, what="idle expiry")
+        await assert_back_to_baseline(demo_server, baseline)
+
+
+@pytest.mark.server_flags("--init-timeout", SHORT)
+async def test_sessions_never_initialized_time_out(demo_server: DemoServer, baseline: Baseline) -> None:
+    """A session whose client never sends notifications/initialized ends after the init timeout; a
+    GET stream it opened meanwhile ends cleanly with it.  An initialized session is not affected."""
+    with trio.fail_after(15):
+        async with http_client() as http:
+            initialized = MCPClient(http, demo_server.url)
+            with trio.fail_after(STEP):
+                await initialized.initialize()
+                await initialized.initialized()
+            clients, streams = [], []
+            try:
+                for n in range(SESSIONS):
+                    client = MCPClient(http, demo_server.url)
+                    with trio.fail_after(STEP):
+                        await client.initialize()
+                        if n % 2:
+                            streams.append(await client.open_get())
+                    clients.append(client)
+                for stream in streams:
+                    await end_cleanly(stream, within=SHORT + STEP)
+            finally:
+                for stream in streams:
+                    await stream.aclose()
+            await wait_for(demo_server, lambda s: s["sessions"] == 1, within=SHORT + 3, what="init timeout")
+            for client in clients:
+                with trio.fail_after(STEP):
+                    assert await client.status_of("GET") == 404
+            with trio.fail_after(STEP):
+                assert (await initialized.call_tool("echo", {"text": "ok"}))["content"][0]["text"] == "ok"
+                await initialized.delete()
+        await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_shutdown_ends_every_open_stream_cleanly(demo_server: DemoServer) -> None:
+    """python-sdk #2150: on SIGINT every open GET and POST stream ends with a clean end of its HTTP
+    response (no cut connection), and the process exits 0 within the shutdown grace + margin."""
+    grace = demo_server.shutdown_grace
+    ended: list[float] = []
+    with trio.fail_after(20):
+        async with http_client() as http:
+            streams = []
+            try:
+                for _ in range(SESSIONS):
+                    client = MCPClient(http, demo_server.url)
+                    with trio.fail_after(STEP):
+                        await client.initialize()
+                        await client.initialized()
+                        streams.append(await client.open_get())
+                        post = await client.start_tool_call("sleep", {"seconds": 60})
+                        streams.append(post)
+                        priming = await post.next_event()
+                        assert priming is not None and priming.data == "", priming
+                stats = await fetch_stats(demo_server)
+                assert stats["sessions"] == SESSIONS, stats
+                assert stats["connections"] == 2 * SESSIONS and stats["inflight"] == SESSIONS, stats
+
+                start = trio.current_time()
+
+                async def read_to_end(stream: SSEResponse) -> None:
+                    assert await end_cleanly(stream, within=grace + 1) == []
+                    ended.append(trio.current_time() - start)
+
+                async with trio.open_nursery() as nursery:
+                    for stream in streams:
+                        nursery.start_soon(read_to_end, stream)
+                    exit_time = await demo_server.stop(signal.SIGINT)
+            finally:
+                for stream in streams:
+                    await stream.aclose()
+    assert len(ended) == 2 * SESSIONS
+    assert max(ended) < grace, f"streams ended {max(ended):.2f} s after SIGINT"
+    assert exit_time < grace + 1.5, f"the server took {exit_time:.2f} s to exit"
+    print(f"\nshutdown: {len(ended)} streams ended within {max(ended):.3f} s, exit after {exit_time:.3f} s")
+
+
+async def test_client_disconnect_of_get_stream_is_noticed(demo_server: DemoServer, baseline: Baseline) -> None:
+    """go-sdk #1093 / hypercorn drops send() after a disconnect: the server must notice a client that
+    closes its GET stream (the writer ends, the connection is no longer counted), and the session
+    stays usable: a new GET works, and DELETE ends it."""
+    with trio.fail_after(20):
+        async with http_client() as http:
+            for n in range(SESSIONS):
+                client = MCPClient(http, demo_server.url)
+                with trio.fail_after(STEP):
+                    await client.initialize()
+                    await client.initialized()
+                    get = await client.open_get()
+                await wait_for(demo_server, lambda s: s["connections"] == 1, within=STEP)
+                await get.aclose()  # the body has not ended: httpx drops the connection
+                stats = await wait_for(
+                    demo_server, lambda s: s["connections"] == 0, within=STEP, what="disconnect noticed"
+                )
+                assert stats["sessions"] == 1, stats
+                with trio.fail_after(STEP):
+                    again = await client.open_get()
+                try:
+                    with trio.fail_after(STEP):
+                        assert (await client.call_tool("echo", {"text": str(n)}))["content"][0]["text"] == str(n)
+                        await client.delete()
+                    await end_cleanly(again, within=STEP)
+                finally:
+                    await again.aclose()
+        await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_second_get_replaces_the_first(demo_server: DemoServer, baseline: Baseline) -> None:
+    """kotlin-sdk #715 (stale GET mapping): the documented policy is that a new GET stream replaces the
+    old one, whose response ends cleanly; only one connection is counted."""
+    with trio.fail_after(20):
+        async with http_client() as http:
+            for n in range(SESSIONS):
+                client = MCPClient(http, demo_server.url)
+                with trio.fail_after(STEP):
+                    await client.initialize()
+                    await client.initialized()
+                    first = await client.open_get()
+                try:
+                    with trio.fail_after(STEP):
+                        second = await client.open_get()
+                    try:
+                        assert await end_cleanly(first, within=STEP) == []
+                        stats = await fetch_stats(demo_server)
+                        assert stats["sessions"] == 1 and stats["connections"] == 1, stats
+                        with trio.fail_after(STEP):
+                            result = await client.call_tool("echo", {"text": str(n)})
+                            assert result["content"][0]["text"] == str(n)
+                            await client.delete()
+                        assert await end_cleanly(second, within=STEP) == []
+                    finally:
+                        await second.aclose()
+                finally:
+                    await first.aclose()
+        await assert_back_to_baseline(demo_server, baseline)
+
+
+@pytest.mark.server_flags("--idle-timeout", SHORT)
+async def test_sessions_abandoned_without_delete_expire(demo_server: DemoServer, baseline: Baseline) -> None:
+    """python-sdk #3300's cousin: a client that just goes away (closes its connections, open GET
+    included, and never sends DELETE) leaves a session that idle-expires, and nothing else."""
+    with trio.fail_after(20):
+        for n in range(SESSIONS):
+            async with http_client() as http:
+                client = MCPClient(http, demo_server.url)
+                with trio.fail_after(STEP):
+                    await client.initialize()
+                    await client.initialized()
+                    get = await client.open_get()
+                    try:
+                        assert (await client.call_tool("echo", {"text": str(n)}))["content"][0]["text"] == str(n)
+                    finally:
+                        await get.aclose()
+        await wait_for(demo_server, lambda s: s["sessions"] == 0, within=SHORT + 3, what="idle expiry")
+        await assert_back_to_baseline(demo_server, baseline)
