@@ -21,4 +21,5 @@ echo "== mypy"; python3 -m mypy
 echo "== pytest"
 python3 -m coverage erase
 python3 -m coverage run -m pytest -q -p no:cacheprovider "$@"
+python3 -m coverage combine -q
 python3 -m coverage report --fail-under=85 --skip-covered | tail -n 15

@@ -327,6 +327,8 @@ class SSEResponse:
     _events: list[ServerSentEvent] = field(default_factory=list)
     ended: bool = False
     """The server ended the body cleanly (a protocol error raises instead)."""
+    closed: bool = False
+    """The client closed the response (:meth:`aclose`); nothing more can be read."""
 
     @property
     def status_code(self) -> int:
@@ -335,6 +337,8 @@ class SSEResponse:
     async def next_event(self) -> ServerSentEvent | None:
         """The next event, or None once the server ended the body.  A body that ends without its
         proper end (a cut connection) raises ``httpx.RemoteProtocolError``."""
+        if self.closed:
+            raise RuntimeError("the response was closed by the client")
         if self._chunks is None:
             self._chunks = self.response.aiter_raw()
         while not self._events:
@@ -367,7 +371,21 @@ class SSEResponse:
     async def aclose(self) -> None:
         """Close the response (if the body has not ended: drop the connection: a client disconnect)."""
         if self._chunks is not None and not self.ended:
-            await self._chunks.aclose()  # type: ignore[attr-defined]
+            # httpx reads through a chain of async generators; ``aclose()`` on the outer one leaves the
+            # inner ones to the garbage collector (a ResourceWarning each, encode/httpx#3686).  A read
+            # in a cancelled scope instead unwinds the whole chain through its own exception handling
+            # (httpcore closes the connection on the way).
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                try:
+                    while True:
+                        await self._chunks.__anext__()
+                except StopAsyncIteration:
+                    self.ended = True
+                except httpx.HTTPError:
+                    pass
+            self._chunks = None
+        self.closed = True
         await self.response.aclose()
 
 

@@ -74,6 +74,7 @@ class Session:
                     self._nursery = nursery
                     task_status.started()
                     await self._watch_expiry()
+                    self.closing = True  # before the nursery can close: no new task is offered to it
                     nursery.cancel_scope.cancel()
         except* Exception:
             logger.exception("session %s failed; closing it", self.id)

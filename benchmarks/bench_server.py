@@ -1,0 +1,999 @@
+"""Load benchmark of the ``mcp-trio`` Streamable HTTP server, optionally against the official python-sdk.
+
+    python3 benchmarks/bench_server.py [--quick] [--baseline python-sdk] [--json-response] [--runs 3]
+                                       [--json FILE]
+
+The server under test runs as a subprocess pinned to one CPU (``--server-cpu``, default 0); the load
+generator runs in this process pinned to another (``--client-cpu``, default 1).  It speaks raw HTTP/1.1
+over keep-alive sockets (``trio.open_tcp_stream``), parsing status line, headers and content-length or
+chunked bodies; an SSE answer is read up to the chunked terminator.  Every scenario runs N independent
+connections, each with its own loop, bounded by a request count and by a duration.
+
+Scenarios (see README.md):
+
+* ``churn``: per session: POST initialize, POST notifications/initialized, GET (head read, stream kept
+  open), POST tools/call echo, DELETE; then the GET stream must end.  Reports sessions/s.
+* ``calls c=N``: tools/call echo on N pre-initialized sessions, one session per connection.  Reports
+  calls/s and p50/p99 latency.
+
+For each scenario the server's CPU time (``/proc/PID/stat`` utime+stime) is measured around the timed
+part and divided by the operations done; its socket count (``/proc/PID/fd``) and RSS (VmRSS) are read
+before and after (after the client closed its connections and the server settled).
+
+Any failed request (wrong status, malformed or missing JSON-RPC result, timeout, dropped connection)
+makes the script exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+HERE = Path(__file__).resolve().parent
+PROTOCOL_VERSION = "2025-11-25"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SERVING_RE = re.compile(rb"serving on (http://\S+)")
+URL_RE = re.compile(r"http://([^/:]+):(\d+)(/\S*)")
+MAX_ERROR_MESSAGES = 5
+
+INITIALIZE_BODY = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        },
+    },
+    separators=(",", ":"),
+).encode()
+INITIALIZED_BODY = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+ECHO_TEXT = "hi"
+ACCEPT_BOTH = "application/json, text/event-stream"
+
+T = TypeVar("T")
+
+
+class BenchError(Exception):
+    """A request that failed: wrong status, malformed answer, missing result, timeout or dropped connection."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Raw HTTP/1.1 client
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    host: str
+    port: int
+    path: str
+
+    @property
+    def host_header(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes = b""
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection, opened lazily and reopened after the server closes it."""
+
+    __slots__ = ("_buf", "_stream", "opened", "target")
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._stream: trio.SocketStream | None = None
+        self._buf = bytearray()
+        self.opened = 0
+
+    async def send(self, data: bytes) -> None:
+        if self._stream is None:
+            try:
+                self._stream = await trio.open_tcp_stream(self.target.host, self.target.port)
+            except OSError as exc:
+                raise BenchError(f"connect failed: {exc}") from None
+            self._buf.clear()
+            self.opened += 1
+        try:
+            await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise BenchError(f"send failed: {exc!r}") from None
+
+    async def _receive(self) -> None:
+        assert self._stream is not None
+        try:
+            data = await self._stream.receive_some(65536)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise BenchError(f"receive failed: {exc!r}") from None
+        if not data:
+            raise BenchError("connection closed by the server in the middle of a response")
+        self._buf += data
+
+    async def _read_until(self, sep: bytes) -> bytes:
+        buf = self._buf
+        start = 0
+        while True:
+            i = buf.find(sep, start)
+            if i >= 0:
+                out = bytes(buf[:i])
+                del buf[: i + len(sep)]
+                return out
+            start = max(0, len(buf) - len(sep) + 1)
+            await self._receive()
+
+    async def _read_exact(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            await self._receive()
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    async def read_head(self) -> Response:
+        while True:
+            head = await self._read_until(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            parts = lines[0].split(b" ", 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+                raise BenchError(f"malformed status line {lines[0][:80]!r}")
+            status = int(parts[1])
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(b":")
+                if not sep:
+                    raise BenchError(f"malformed header line {line[:80]!r}")
+                key = name.strip().lower().decode("latin-1")
+                val = value.strip().decode("latin-1")
+                headers[key] = f"{headers[key]}, {val}" if key in headers else val
+            if 100 <= status < 200:  # interim response: the real one follows
+                continue
+            return Response(status, headers)
+
+    async def read_body(self, response: Response, method: str) -> bytes:
+        """The body of ``response``; chunked bodies are read up to their terminator."""
+        headers = response.headers
+        if method == "HEAD" or response.status in (204, 304):
+            body = b""
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            chunks = []
+            while True:
+                size_line = await self._read_until(b"\r\n")
+                try:
+                    size = int(size_line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise BenchError(f"malformed chunk size {size_line[:40]!r}") from None
+                if size == 0:
+                    while await self._read_until(b"\r\n"):  # trailers, up to the empty line
+                        pass
+                    break
+                chunks.append(await self._read_exact(size))
+                if await self._read_exact(2) != b"\r\n":
+                    raise BenchError("chunk not followed by CRLF")
+            body = b"".join(chunks)
+        elif "content-length" in headers:
+            body = await self._read_exact(int(headers["content-length"]))
+        else:  # delimited by the end of the connection
+            assert self._stream is not None
+            while True:
+                data = await self._stream.receive_some(65536)
+                if not data:
+                    break
+                self._buf += data
+            body = bytes(self._buf)
+            self._buf.clear()
+            await self.close()
+            return body
+        if "close" in headers.get("connection", "").lower():
+            await self.close()
+        return body
+
+    async def request(self, data: bytes, method: str) -> Response:
+        await self.send(data)
+        response = await self.read_head()
+        response.body = await self.read_body(response, method)
+        return response
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            self._buf.clear()
+
+
+def http_request(
+    target: Target, method: str, headers: list[tuple[str, str]], body: bytes | None = None, path: str = ""
+) -> bytes:
+    lines = [f"{method} {path or target.path} HTTP/1.1", f"host: {target.host_header}"]
+    lines.extend(f"{name}: {value}" for name, value in headers)
+    if body is not None:
+        lines.append(f"content-length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+
+
+# --------------------------------------------------------------------------------------------------------
+# MCP over that client
+# --------------------------------------------------------------------------------------------------------
+
+
+def jsonrpc_messages(response: Response, what: str) -> list[Any]:
+    ctype = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    try:
+        if ctype == "text/event-stream":
+            messages = []
+            data: list[bytes] = []
+            for raw in response.body.split(b"\n"):
+                line = raw.rstrip(b"\r")
+                if not line:
+                    if data:
+                        messages.append(json.loads(b"\n".join(data)))
+                        data = []
+                elif line.startswith(b"data:"):
+                    value = line[5:]
+                    data.append(value[1:] if value.startswith(b" ") else value)
+                    if data == [b""]:  # an empty data field (a priming event) carries no message
+                        data = []
+            if data:
+                messages.append(json.loads(b"\n".join(data)))
+            return messages
+        if ctype == "application/json":
+            decoded = json.loads(response.body)
+            return decoded if isinstance(decoded, list) else [decoded]
+    except ValueError as exc:
+        raise BenchError(f"{what}: undecodable JSON in the answer: {exc}; body {response.body[:200]!r}") from None
+    raise BenchError(f"{what}: unexpected content-type {ctype!r}; body {response.body[:200]!r}")
+
+
+def expect_result(response: Response, request_id: int, what: str) -> dict[str, Any]:
+    if response.status != 200:
+        raise BenchError(f"{what}: HTTP {response.status}, body {response.body[:200]!r}")
+    for message in jsonrpc_messages(response, what):
+        if isinstance(message, dict) and message.get("id") == request_id:
+            if isinstance(message.get("result"), dict):
+                return message["result"]
+            raise BenchError(f"{what}: JSON-RPC answer without result: {json.dumps(message)[:200]}")
+    raise BenchError(f"{what}: no JSON-RPC answer with id {request_id}; body {response.body[:200]!r}")
+
+
+class Session:
+    """An MCP session over one keep-alive connection (plus, for churn, a second one for the GET stream)."""
+
+    __slots__ = ("conn", "next_id", "session_id", "target")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.target = conn.target
+        self.session_id = ""
+        self.next_id = 2
+
+    def _headers(self) -> list[tuple[str, str]]:
+        return [("mcp-session-id", self.session_id), ("mcp-protocol-version", PROTOCOL_VERSION)]
+
+    def _post(self, body: bytes, with_session: bool = True) -> bytes:
+        headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json")]
+        if with_session:
+            headers += self._headers()
+        return http_request(self.target, "POST", headers, body)
+
+    async def initialize(self) -> None:
+        response = await self.conn.request(self._post(INITIALIZE_BODY, with_session=False), "POST")
+        result = expect_result(response, 1, "initialize")
+        if "protocolVersion" not in result:
+            raise BenchError(f"initialize: result without protocolVersion: {result}")
+        session_id = response.headers.get("mcp-session-id")
+        if not session_id:
+            raise BenchError("initialize: no mcp-session-id header")
+        self.session_id = session_id
+        response = await self.conn.request(self._post(INITIALIZED_BODY), "POST")
+        if response.status != 202:
+            raise BenchError(f"notifications/initialized: HTTP {response.status} (expected 202)")
+
+    async def call_echo(self) -> None:
+        request_id = self.next_id
+        self.next_id += 1
+        body = (
+            f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call",'
+            f'"params":{{"name":"echo","arguments":{{"text":"{ECHO_TEXT}"}}}}}}'
+        ).encode()
+        response = await self.conn.request(self._post(body), "POST")
+        result = expect_result(response, request_id, "tools/call")
+        content = result.get("content")
+        if (
+            result.get("isError")
+            or not isinstance(content, list)
+            or not content
+            or not isinstance(content[0], dict)
+            or content[0].get("text") != ECHO_TEXT
+        ):
+            raise BenchError(f"tools/call: wrong echo result {json.dumps(result)[:200]}")
+
+    async def delete(self) -> None:
+        response = await self.conn.request(http_request(self.target, "DELETE", self._headers()), "DELETE")
+        if response.status != 200:
+            raise BenchError(f"DELETE: HTTP {response.status} (expected 200), body {response.body[:200]!r}")
+
+    async def open_get(self, conn: Connection) -> Response:
+        await conn.send(http_request(self.target, "GET", [("accept", "text/event-stream"), *self._headers()]))
+        response = await conn.read_head()
+        ctype = response.headers.get("content-type", "")
+        if response.status != 200 or not ctype.startswith("text/event-stream"):
+            body = await conn.read_body(response, "GET")
+            raise BenchError(f"GET: HTTP {response.status} {ctype!r} (expected 200 SSE), body {body[:200]!r}")
+        return response
+
+
+async def step(what: str, limit: float, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``fn(*args)`` within ``limit`` seconds; any failure becomes a BenchError naming ``what``."""
+    try:
+        with trio.fail_after(limit):
+            return await fn(*args)
+    except trio.TooSlowError:
+        raise BenchError(f"{what}: no complete answer within {limit:g}s") from None
+    except BenchError as exc:
+        msg = str(exc)
+        raise BenchError(msg if msg.startswith(what.split(" ")[0]) else f"{what}: {msg}") from None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Scenarios
+# --------------------------------------------------------------------------------------------------------
+
+
+class Budget:
+    """Bounds a scenario by a total operation count and a deadline, shared by all its connections."""
+
+    def __init__(self, count: int, duration: float) -> None:
+        self.remaining = count
+        self.deadline = trio.current_time() + duration
+
+    def take(self) -> bool:
+        if self.remaining <= 0 or trio.current_time() >= self.deadline:
+            return False
+        self.remaining -= 1
+        return True
+
+
+@dataclass
+class Recorder:
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def fail(self, exc: BaseException) -> None:
+        self.errors += 1
+        if len(self.messages) < MAX_ERROR_MESSAGES:
+            self.messages.append(str(exc))
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    server: str
+    run: int
+    concurrency: int
+    ops: int
+    seconds: float
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    server_cpu_ms: float
+    server_cpu_ms_per_op: float
+    server_cpu_util: float
+    client_cpu_util: float
+    sockets_before: int
+    sockets_peak: int
+    sockets_after: int
+    rss_kb_before: int
+    rss_kb_after: int
+    connections_opened: int
+    errors: int
+    error_messages: list[str]
+    server_sessions_after: int | None = None
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14 and 15)
+
+
+def proc_sockets(pid: int) -> int:
+    count = 0
+    fd_dir = f"/proc/{pid}/fd"
+    for name in os.listdir(fd_dir):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"{fd_dir}/{name}").startswith("socket:["):
+                count += 1
+    return count
+
+
+def proc_rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    if not sorted_values:
+        return math.nan
+    return sorted_values[max(0, math.ceil(p / 100 * len(sorted_values)) - 1)]
+
+
+@dataclass
+class Context:
+    target: Target
+    pid: int
+    server: str
+    run: int
+    limit: float  # per-request timeout, seconds
+    settle: float  # how long to wait for the server to close its sockets after a scenario
+    stats_path: str | None
+
+
+async def settle_sockets(ctx: Context, goal: int) -> int:
+    deadline = trio.current_time() + ctx.settle
+    while True:
+        sockets = proc_sockets(ctx.pid)
+        if sockets <= goal or trio.current_time() >= deadline:
+            return sockets
+        await trio.sleep(0.05)
+
+
+async def server_sessions(ctx: Context) -> int | None:
+    """Live sessions according to mcp-trio's ``--stats-path`` endpoint (None for a server without one)."""
+    if ctx.stats_path is None:
+        return None
+    conn = Connection(ctx.target)
+    try:
+        response = await step(
+            "stats", ctx.limit, conn.request, http_request(ctx.target, "GET", [], path=ctx.stats_path), "GET"
+        )
+    finally:
+        await conn.close()
+    if response.status != 200:
+        raise BenchError(f"stats: HTTP {response.status}")
+    return int(json.loads(response.body)["sessions"])
+
+
+async def measure(
+    ctx: Context,
+    name: str,
+    concurrency: int,
+    setup: Callable[[], Awaitable[None]],
+    body: Callable[[], Awaitable[None]],
+    teardown: Callable[[], Awaitable[None]],
+    rec: Recorder,
+    conns: list[Connection],
+) -> ScenarioResult:
+    sockets_before = proc_sockets(ctx.pid)
+    rss_before = proc_rss_kb(ctx.pid)
+    await setup()
+    cpu0, cli0, t0 = proc_cpu_seconds(ctx.pid), time.process_time(), time.perf_counter()
+    await body()
+    t1, cli1, cpu1 = time.perf_counter(), time.process_time(), proc_cpu_seconds(ctx.pid)
+    sockets_peak = proc_sockets(ctx.pid)
+    await teardown()
+    for conn in conns:
+        await conn.close()
+    sockets_after = await settle_sockets(ctx, sockets_before)
+    try:
+        sessions_after = await server_sessions(ctx)
+    except BenchError as exc:
+        rec.fail(exc)
+        sessions_after = None
+    latencies = sorted(rec.latencies)
+    ops = len(latencies)
+    seconds = t1 - t0
+    cpu_ms = (cpu1 - cpu0) * 1000
+    return ScenarioResult(
+        scenario=name,
+        server=ctx.server,
+        run=ctx.run,
+        concurrency=concurrency,
+        ops=ops,
+        seconds=seconds,
+        rate=ops / seconds if seconds > 0 else 0.0,
+        p50_ms=percentile(latencies, 50) * 1000,
+        p99_ms=percentile(latencies, 99) * 1000,
+        server_cpu_ms=cpu_ms,
+        server_cpu_ms_per_op=cpu_ms / ops if ops else math.nan,
+        server_cpu_util=(cpu1 - cpu0) / seconds if seconds > 0 else 0.0,
+        client_cpu_util=(cli1 - cli0) / seconds if seconds > 0 else 0.0,
+        sockets_before=sockets_before,
+        sockets_peak=sockets_peak,
+        sockets_after=sockets_after,
+        rss_kb_before=rss_before,
+        rss_kb_after=proc_rss_kb(ctx.pid),
+        connections_opened=sum(c.opened for c in conns),
+        errors=rec.errors,
+        error_messages=rec.messages,
+        server_sessions_after=sessions_after,
+    )
+
+
+async def churn(ctx: Context, concurrency: int, count: int, duration: float) -> ScenarioResult:
+    """Whole session lifecycles: initialize, initialized, GET (kept open), tools/call, DELETE, GET ends."""
+    rec = Recorder()
+    pairs = [(Connection(ctx.target), Connection(ctx.target)) for _ in range(concurrency)]
+    limit = ctx.limit
+
+    async def worker(post: Connection, get: Connection, budget: Budget) -> None:
+        while budget.take():
+            t0 = time.perf_counter()
+            session = Session(post)
+            try:
+                await step("initialize", limit, session.initialize)
+                get_head = await step("GET", limit, session.open_get, get)
+                await step("tools/call", limit, session.call_echo)
+                await step("DELETE", limit, session.delete)
+                await step("GET stream end after DELETE", limit, get.read_body, get_head, "GET")
+            except BenchError as exc:
+                rec.fail(exc)
+                return
+            rec.latencies.append(time.perf_counter() - t0)
+
+    async def body() -> None:
+        budget = Budget(count, duration)
+        async with trio.open_nursery() as nursery:
+            for post, get in pairs:
+                nursery.start_soon(worker, post, get, budget)
+
+    async def nothing() -> None:
+        pass
+
+    conns = [c for pair in pairs for c in pair]
+    return await measure(ctx, f"churn c={concurrency}", concurrency, nothing, body, nothing, rec, conns)
+
+
+async def calls(ctx: Context, concurrency: int, count: int, duration: float) -> ScenarioResult:
+    """tools/call echo on ``concurrency`` pre-initialized sessions, one per keep-alive connection."""
+    rec = Recorder()
+    sessions = [Session(Connection(ctx.target)) for _ in range(concurrency)]
+    ready: list[Session] = []
+    limit = ctx.limit
+
+    async def open_one(session: Session) -> None:
+        try:
+            await step("initialize", limit, session.initialize)
+        except BenchError as exc:
+            rec.fail(exc)
+        else:
+            ready.append(session)
+
+    async def setup() -> None:
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(open_one, session)
+
+    async def worker(session: Session, budget: Budget) -> None:
+        latencies = rec.latencies
+        while budget.take():
+            t0 = time.perf_counter()
+            try:
+                await step("tools/call", limit, session.call_echo)
+            except BenchError as exc:
+                rec.fail(exc)
+                ready.remove(session)  # its connection is in an unknown state: no DELETE on it
+                return
+            latencies.append(time.perf_counter() - t0)
+
+    async def body() -> None:
+        budget = Budget(count, duration)
+        async with trio.open_nursery() as nursery:
+            for session in list(ready):
+                nursery.start_soon(worker, session, budget)
+
+    async def delete_one(session: Session) -> None:
+        try:
+            await step("DELETE", limit, session.delete)
+        except BenchError as exc:
+            rec.fail(exc)
+
+    async def teardown() -> None:
+        async with trio.open_nursery() as nursery:
+            for session in ready:
+                nursery.start_soon(delete_one, session)
+
+    conns = [s.conn for s in sessions]
+    return await measure(ctx, f"calls c={concurrency}", concurrency, setup, body, teardown, rec, conns)
+
+
+@dataclass(frozen=True)
+class Plan:
+    churn_concurrency: int
+    churn_count: int
+    churn_seconds: float
+    call_concurrency: tuple[int, ...]
+    call_count: int
+    call_seconds: float
+    warmup_sessions: int
+    warmup_calls: int
+    request_timeout: float
+    settle_seconds: float
+
+
+FULL = Plan(16, 20_000, 4.0, (1, 16, 64), 100_000, 3.0, 50, 500, 10.0, 3.0)
+QUICK = Plan(4, 40, 0.5, (1, 16, 64), 300, 0.3, 4, 40, 5.0, 1.0)
+
+
+async def run_scenarios(ctx: Context, plan: Plan) -> tuple[list[ScenarioResult], ScenarioResult]:
+    warm = [
+        await churn(ctx, 2, plan.warmup_sessions, 30.0),
+        await calls(ctx, 4, plan.warmup_calls, 30.0),
+    ]
+    warmup = warm[0]
+    warmup.errors += warm[1].errors
+    warmup.error_messages += warm[1].error_messages
+    warmup.scenario = "warmup"
+    results = [await churn(ctx, plan.churn_concurrency, plan.churn_count, plan.churn_seconds)]
+    for concurrency in plan.call_concurrency:
+        results.append(await calls(ctx, concurrency, plan.call_count, plan.call_seconds))
+    return results, warmup
+
+
+# --------------------------------------------------------------------------------------------------------
+# Server processes
+# --------------------------------------------------------------------------------------------------------
+
+PIN_AND_EXEC = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.execv(sys.argv[2], sys.argv[2:])"
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    name: str
+    argv: list[str]
+    stats_path: str | None
+
+
+def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
+    exe = shutil.which("mcp-trio") or str(Path(sys.executable).with_name("mcp-trio"))
+    if Path(exe).is_file():
+        ours = [exe]
+    else:
+        ours = [sys.executable, "-c", "import sys; from mcp_trio._cli import main; main(sys.argv[1:])"]
+    ours += ["demo", "--bind", "127.0.0.1:0", "--stats-path", "/stats"]
+    base = [sys.executable, str(HERE / "baseline_python_sdk.py"), "--bind", "127.0.0.1:0"]
+    if args.json_response:
+        ours.append("--json-response")
+        base.append("--json-response")
+    specs = [ServerSpec("mcp-trio", ours, "/stats")]
+    if args.baseline == "python-sdk":
+        specs.append(ServerSpec("python-sdk", base, None))
+    return specs
+
+
+class ServerProcess:
+    """The server under test, pinned to one CPU; stopped with SIGINT, killed if it is not gone in time."""
+
+    def __init__(self, spec: ServerSpec, cpu: int | None, start_timeout: float, stop_timeout: float) -> None:
+        self.spec = spec
+        self.cpu = cpu
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.target: Target | None = None
+        self.stop_seconds = math.nan
+        self.killed = False
+        self.exit_code: int | None = None
+        self._dir = tempfile.TemporaryDirectory(prefix="bench-server-")
+        self._out = Path(self._dir.name) / "stdout"
+        self._err = Path(self._dir.name) / "stderr"
+
+    def start(self) -> Target:
+        argv = self.spec.argv
+        if self.cpu is not None:
+            argv = [sys.executable, "-c", PIN_AND_EXEC, str(self.cpu), *argv]
+        with open(self._out, "wb") as out, open(self._err, "wb") as err:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+            )
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            match = SERVING_RE.search(self._out.read_bytes())
+            if match:
+                url = URL_RE.fullmatch(match.group(1).decode())
+                if not url:
+                    raise RuntimeError(f"{self.spec.name}: cannot parse URL {match.group(1)!r}")
+                self.target = Target(url.group(1), int(url.group(2)), url.group(3))
+                return self.target
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError(
+            f"{self.spec.name} did not report 'serving on' within {self.start_timeout:g}s "
+            f"(exit code {self.proc.poll()}); stderr tail:\n{self.stderr_tail()}"
+        )
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self._err.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            t0 = time.monotonic()
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.killed = True
+                proc.kill()
+                proc.wait()
+            self.stop_seconds = time.monotonic() - t0
+        if proc is not None:
+            self.exit_code = proc.returncode
+        self._dir.cleanup()
+
+
+@contextlib.contextmanager
+def running(spec: ServerSpec, cpu: int | None, stop_timeout: float) -> Iterator[ServerProcess]:
+    server = ServerProcess(spec, cpu, start_timeout=60.0, stop_timeout=stop_timeout)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------------------
+
+
+def med(values: list[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def fmt(value: float, digits: int = 1) -> str:
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b and not (math.isnan(a) or math.isnan(b)) else math.nan
+
+
+def summarize(results: list[ScenarioResult], servers: list[str]) -> list[dict[str, Any]]:
+    summary = []
+    for scenario in dict.fromkeys(r.scenario for r in results):
+        row: dict[str, Any] = {"scenario": scenario, "servers": {}}
+        for server in servers:
+            rs = [r for r in results if r.scenario == scenario and r.server == server]
+            if not rs:
+                continue
+            rates = [r.rate for r in rs]
+            row["servers"][server] = {
+                "runs": len(rs),
+                "rate_median": med(rates),
+                "rate_min": min(rates),
+                "rate_max": max(rates),
+                "p50_ms_median": med([r.p50_ms for r in rs]),
+                "p99_ms_median": med([r.p99_ms for r in rs]),
+                "server_cpu_ms_per_op_median": med([r.server_cpu_ms_per_op for r in rs]),
+                "server_cpu_util_median": med([r.server_cpu_util for r in rs]),
+                "client_cpu_util_median": med([r.client_cpu_util for r in rs]),
+                "sockets_before_median": med([r.sockets_before for r in rs]),
+                "sockets_peak_median": med([r.sockets_peak for r in rs]),
+                "sockets_after_median": med([r.sockets_after for r in rs]),
+                "sockets_after_max": max(r.sockets_after for r in rs),
+                "rss_mib_before_median": med([r.rss_kb_before / 1024 for r in rs]),
+                "rss_mib_after_median": med([r.rss_kb_after / 1024 for r in rs]),
+                "errors": sum(r.errors for r in rs),
+            }
+        if len(servers) == 2 and all(s in row["servers"] for s in servers):
+            ours, base = (row["servers"][s] for s in servers)
+            row["ratio_ours_over_baseline"] = {
+                key: ratio(ours[key], base[key])
+                for key in ("rate_median", "p50_ms_median", "p99_ms_median", "server_cpu_ms_per_op_median")
+            }
+        summary.append(row)
+    return summary
+
+
+def render(summary: list[dict[str, Any]], unit: dict[str, str]) -> str:
+    head = (
+        f"{'scenario':<12} {'server':<11} {'rate/s':>8} {'(min-max)':<17} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'cpu ms/op':>9} {'srv cpu':>7} {'cli cpu':>7} {'sockets b>peak>a':>16} {'rss MiB b>a':>12} {'err':>4}"
+    )
+    out = [head, "-" * len(head)]
+    for row in summary:
+        first = True
+        for server, s in row["servers"].items():
+            label = f"{row['scenario']}" if first else ""
+            first = False
+            spread = f"({fmt(s['rate_min'])}-{fmt(s['rate_max'])})"
+            sockets = (
+                f"{fmt(s['sockets_before_median'], 0)}>{fmt(s['sockets_peak_median'], 0)}"
+                f">{fmt(s['sockets_after_median'], 0)}"
+            )
+            rss = f"{fmt(s['rss_mib_before_median'])}>{fmt(s['rss_mib_after_median'])}"
+            out.append(
+                f"{label:<12} {server:<11} {fmt(s['rate_median']):>8} {spread:<17} {fmt(s['p50_ms_median'], 2):>7} "
+                f"{fmt(s['p99_ms_median'], 2):>7} {fmt(s['server_cpu_ms_per_op_median'], 3):>9} "
+                f"{fmt(100 * s['server_cpu_util_median'], 0) + '%':>7} "
+                f"{fmt(100 * s['client_cpu_util_median'], 0) + '%':>7} {sockets:>16} {rss:>12} {s['errors']:>4}"
+            )
+        ratios = row.get("ratio_ours_over_baseline")
+        if ratios:
+            out.append(
+                f"{'':<12} {'ours/base':<11} {fmt(ratios['rate_median'], 2) + 'x':>8} {'':<17} "
+                f"{fmt(ratios['p50_ms_median'], 2) + 'x':>7} {fmt(ratios['p99_ms_median'], 2) + 'x':>7} "
+                f"{fmt(ratios['server_cpu_ms_per_op_median'], 2) + 'x':>9}"
+            )
+    out.append("")
+    out.append(
+        "rate: " + "; ".join(f"{k} in {v}" for k, v in unit.items()) + ". Medians over runs; (min-max) is the"
+        " spread of the rate."
+    )
+    out.append(
+        "cpu ms/op: server utime+stime per operation; srv cpu / cli cpu: CPU use of server and load generator"
+        " (100% = one core)."
+    )
+    out.append(
+        "ours/base: mcp-trio divided by python-sdk (rate > 1x: ours faster; latency and cpu/op < 1x: ours"
+        " cheaper)."
+    )
+    return "\n".join(out)
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for dist in ("mcp_trio", "mcp", "trio", "hypercorn", "h11", "anyio", "starlette"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[dist] = metadata.version(dist)
+    return found
+
+
+def pin_cpus(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    available = os.sched_getaffinity(0)
+    if args.no_pin:
+        return None, None
+    if {args.server_cpu, args.client_cpu} <= available and args.server_cpu != args.client_cpu:
+        os.sched_setaffinity(0, {args.client_cpu})
+        return args.server_cpu, args.client_cpu
+    print(
+        f"warning: CPUs {args.server_cpu} and {args.client_cpu} are not both available ({sorted(available)}):"
+        " not pinning",
+        file=sys.stderr,
+    )
+    return None, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--baseline", choices=["python-sdk"], help="also run the official python-sdk server")
+    parser.add_argument("--json-response", action="store_true", help="servers answer with JSON, not SSE")
+    parser.add_argument("--runs", type=int, default=None, help="runs per server (default 3; 1 with --quick)")
+    parser.add_argument("--json", metavar="FILE", help="also write all results as JSON to FILE")
+    parser.add_argument("--server-cpu", type=int, default=0)
+    parser.add_argument("--client-cpu", type=int, default=1)
+    parser.add_argument("--no-pin", action="store_true", help="do not pin server and load generator to CPUs")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    runs = args.runs if args.runs is not None else (1 if args.quick else 3)
+    if runs < 1:
+        parser.error("--runs must be at least 1")
+
+    server_cpu, client_cpu = pin_cpus(args)
+    specs = server_specs(args)
+    mode = "json" if args.json_response else "sse"
+    print(
+        f"bench_server: mode={mode} runs={runs} {'quick' if args.quick else 'full'} "
+        f"servers={','.join(s.name for s in specs)} server cpu={server_cpu} client cpu={client_cpu}"
+    )
+    print("versions: " + " ".join(f"{k}={v}" for k, v in versions().items()))
+    print(
+        f"plan: churn c={plan.churn_concurrency} <= {plan.churn_count} sessions / {plan.churn_seconds:g}s; "
+        f"calls c={','.join(map(str, plan.call_concurrency))} <= {plan.call_count} calls / {plan.call_seconds:g}s"
+        f" each; request timeout {plan.request_timeout:g}s",
+        flush=True,
+    )
+
+    results: list[ScenarioResult] = []
+    warmups: list[ScenarioResult] = []
+    stops: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for run in range(1, runs + 1):
+        for spec in specs:  # interleaved: ours, baseline, ours, baseline, ...
+            with running(spec, server_cpu, stop_timeout=15.0) as server:
+                assert server.target is not None
+                affinity = sorted(os.sched_getaffinity(server.pid))
+                ctx = Context(
+                    server.target, server.pid, spec.name, run, plan.request_timeout, plan.settle_seconds,
+                    spec.stats_path,
+                )
+                run_results, warmup = trio.run(run_scenarios, ctx, plan)
+            stop = {
+                "server": spec.name,
+                "run": run,
+                "stop_seconds": server.stop_seconds,
+                "killed": server.killed,
+                "exit_code": server.exit_code,
+                "affinity": affinity,
+            }
+            stops.append(stop)
+            results += run_results
+            warmups.append(warmup)
+            line = ", ".join(
+                f"{r.scenario} {r.rate:.1f}/s" + (f" ({r.errors} errors)" if r.errors else "") for r in run_results
+            )
+            stopped = "killed after SIGINT timeout" if server.killed else f"stopped in {server.stop_seconds:.1f}s"
+            print(f"run {run} {spec.name:<10} cpus={affinity} {line}; {stopped}", flush=True)
+
+    servers = [s.name for s in specs]
+    summary = summarize(results, servers)
+    units = {"churn": "sessions/s", "calls": "tools/call per s"}
+    print()
+    print(render(summary, units))
+    print(f"\ntotal wall time {time.monotonic() - started:.1f}s")
+
+    failed = [r for r in results + warmups if r.errors]
+    leaks = [r for r in results if r.server_sessions_after]
+    for r in leaks:
+        print(f"note: {r.server} run {r.run} {r.scenario}: server still reports {r.server_sessions_after} sessions")
+    for stop in stops:
+        if stop["killed"]:
+            print(f"note: {stop['server']} run {stop['run']} ignored SIGINT for 15s and was killed")
+    if args.json:
+        document = {
+            "mode": mode,
+            "runs": runs,
+            "quick": args.quick,
+            "plan": asdict(plan),
+            "pinning": {"server_cpu": server_cpu, "client_cpu": client_cpu},
+            "versions": versions(),
+            "summary": summary,
+            "results": [asdict(r) for r in results],
+            "warmups": [asdict(r) for r in warmups],
+            "stops": stops,
+        }
+        Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n")
+    if failed:
+        total = sum(r.errors for r in failed)
+        print(f"\nFAILED: {total} request(s) failed", file=sys.stderr)
+        for r in failed:
+            for message in r.error_messages:
+                print(f"  {r.server} run {r.run} {r.scenario}: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
