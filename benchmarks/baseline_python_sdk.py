@@ -33,7 +33,9 @@ def build_app(json_response: bool):  # -> starlette.applications.Starlette
         return text
 
     # host=127.0.0.1: the SDK switches its DNS-rebinding protection on for loopback hosts, as mcp-trio does.
-    return server.streamable_http_app(streamable_http_path="/mcp", json_response=json_response, host="127.0.0.1")
+    return server.streamable_http_app(
+        streamable_http_path="/mcp", json_response=json_response, host="127.0.0.1"
+    )
 
 
 async def _wait_for_signal() -> None:
@@ -66,7 +68,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bind", default="127.0.0.1:0")
     parser.add_argument("--json-response", action="store_true")
-    parser.add_argument("--no-hypercorn-fix", action="store_true", help="do not apply mcp_trio's CLOSE_WAIT fix")
+    parser.add_argument(
+        "--no-hypercorn-fix", action="store_true", help="do not apply mcp_trio's CLOSE_WAIT fix"
+    )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")

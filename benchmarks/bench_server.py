@@ -76,7 +76,7 @@ T = TypeVar("T")
 
 
 class BenchError(Exception):
-    """A request that failed: wrong status, malformed answer, missing result, timeout or dropped connection."""
+    """A failed request: wrong status, malformed answer, missing result, timeout or dropped connection."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -266,7 +266,9 @@ def jsonrpc_messages(response: Response, what: str) -> list[Any]:
             decoded = json.loads(response.body)
             return decoded if isinstance(decoded, list) else [decoded]
     except ValueError as exc:
-        raise BenchError(f"{what}: undecodable JSON in the answer: {exc}; body {response.body[:200]!r}") from None
+        raise BenchError(
+            f"{what}: undecodable JSON in the answer: {exc}; body {response.body[:200]!r}"
+        ) from None
     raise BenchError(f"{what}: unexpected content-type {ctype!r}; body {response.body[:200]!r}")
 
 
@@ -357,7 +359,7 @@ async def step(what: str, limit: float, fn: Callable[..., Awaitable[T]], *args: 
         raise BenchError(f"{what}: no complete answer within {limit:g}s") from None
     except BenchError as exc:
         msg = str(exc)
-        raise BenchError(msg if msg.startswith(what.split(" ")[0]) else f"{what}: {msg}") from None
+        raise BenchError(msg if msg.startswith(what) else f"{what}: {msg}") from None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -504,12 +506,12 @@ async def measure(
     await teardown()
     for conn in conns:
         await conn.close()
-    sockets_after = await settle_sockets(ctx, sockets_before)
     try:
         sessions_after = await server_sessions(ctx)
     except BenchError as exc:
         rec.fail(exc)
         sessions_after = None
+    sockets_after = await settle_sockets(ctx, sockets_before)  # after the /stats connection, too
     latencies = sorted(rec.latencies)
     ops = len(latencies)
     seconds = t1 - t0
@@ -664,7 +666,9 @@ async def run_scenarios(ctx: Context, plan: Plan) -> tuple[list[ScenarioResult],
 # Server processes
 # --------------------------------------------------------------------------------------------------------
 
-PIN_AND_EXEC = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.execv(sys.argv[2], sys.argv[2:])"
+PIN_AND_EXEC = (
+    "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.execv(sys.argv[2], sys.argv[2:])"
+)
 
 
 @dataclass(frozen=True)
@@ -826,44 +830,68 @@ def summarize(results: list[ScenarioResult], servers: list[str]) -> list[dict[st
     return summary
 
 
+COLUMNS = (  # title, width, alignment
+    ("scenario", 12, "<"),
+    ("server", 11, "<"),
+    ("rate/s", 8, ">"),
+    ("(min-max)", 19, "<"),
+    ("p50 ms", 7, ">"),
+    ("p99 ms", 7, ">"),
+    ("cpu ms/op", 9, ">"),
+    ("srv cpu", 7, ">"),
+    ("cli cpu", 7, ">"),
+    ("sockets b>peak>a", 16, ">"),
+    ("rss MiB b>a", 12, ">"),
+    ("err", 4, ">"),
+)
+
+
+def table_line(cells: list[str]) -> str:
+    return " ".join(f"{cell:{align}{width}}" for cell, (_, width, align) in zip(cells, COLUMNS, strict=False))
+
+
 def render(summary: list[dict[str, Any]], unit: dict[str, str]) -> str:
-    head = (
-        f"{'scenario':<12} {'server':<11} {'rate/s':>8} {'(min-max)':<17} {'p50 ms':>7} {'p99 ms':>7} "
-        f"{'cpu ms/op':>9} {'srv cpu':>7} {'cli cpu':>7} {'sockets b>peak>a':>16} {'rss MiB b>a':>12} {'err':>4}"
-    )
+    head = table_line([title for title, _, _ in COLUMNS])
     out = [head, "-" * len(head)]
     for row in summary:
-        first = True
-        for server, s in row["servers"].items():
-            label = f"{row['scenario']}" if first else ""
-            first = False
-            spread = f"({fmt(s['rate_min'])}-{fmt(s['rate_max'])})"
-            sockets = (
-                f"{fmt(s['sockets_before_median'], 0)}>{fmt(s['sockets_peak_median'], 0)}"
-                f">{fmt(s['sockets_after_median'], 0)}"
-            )
-            rss = f"{fmt(s['rss_mib_before_median'])}>{fmt(s['rss_mib_after_median'])}"
+        for i, (server, s) in enumerate(row["servers"].items()):
             out.append(
-                f"{label:<12} {server:<11} {fmt(s['rate_median']):>8} {spread:<17} {fmt(s['p50_ms_median'], 2):>7} "
-                f"{fmt(s['p99_ms_median'], 2):>7} {fmt(s['server_cpu_ms_per_op_median'], 3):>9} "
-                f"{fmt(100 * s['server_cpu_util_median'], 0) + '%':>7} "
-                f"{fmt(100 * s['client_cpu_util_median'], 0) + '%':>7} {sockets:>16} {rss:>12} {s['errors']:>4}"
+                table_line(
+                    [
+                        row["scenario"] if i == 0 else "",
+                        server,
+                        fmt(s["rate_median"]),
+                        f"({fmt(s['rate_min'])}-{fmt(s['rate_max'])})",
+                        fmt(s["p50_ms_median"], 2),
+                        fmt(s["p99_ms_median"], 2),
+                        fmt(s["server_cpu_ms_per_op_median"], 3),
+                        fmt(100 * s["server_cpu_util_median"], 0) + "%",
+                        fmt(100 * s["client_cpu_util_median"], 0) + "%",
+                        f"{fmt(s['sockets_before_median'], 0)}>{fmt(s['sockets_peak_median'], 0)}"
+                        f">{fmt(s['sockets_after_median'], 0)}",
+                        f"{fmt(s['rss_mib_before_median'])}>{fmt(s['rss_mib_after_median'])}",
+                        str(s["errors"]),
+                    ]
+                ).rstrip()
             )
         ratios = row.get("ratio_ours_over_baseline")
         if ratios:
-            out.append(
-                f"{'':<12} {'ours/base':<11} {fmt(ratios['rate_median'], 2) + 'x':>8} {'':<17} "
-                f"{fmt(ratios['p50_ms_median'], 2) + 'x':>7} {fmt(ratios['p99_ms_median'], 2) + 'x':>7} "
-                f"{fmt(ratios['server_cpu_ms_per_op_median'], 2) + 'x':>9}"
-            )
+            keys = ("rate_median", "", "p50_ms_median", "p99_ms_median", "server_cpu_ms_per_op_median")
+            cells = ["", "ours/base"] + [fmt(ratios[k], 2) + "x" if k else "" for k in keys]
+            out.append(table_line(cells).rstrip())
     out.append("")
     out.append(
-        "rate: " + "; ".join(f"{k} in {v}" for k, v in unit.items()) + ". Medians over runs; (min-max) is the"
-        " spread of the rate."
+        "rate: "
+        + "; ".join(f"{k} in {v}" for k, v in unit.items())
+        + ". Medians over runs; (min-max) is the spread of the rate."
     )
     out.append(
         "cpu ms/op: server utime+stime per operation; srv cpu / cli cpu: CPU use of server and load generator"
         " (100% = one core)."
+    )
+    out.append(
+        "sockets: server's open sockets before > at the end of the timed part > after the client closed"
+        " and the server settled."
     )
     out.append(
         "ours/base: mcp-trio divided by python-sdk (rate > 1x: ours faster; latency and cpu/op < 1x: ours"
@@ -921,8 +949,8 @@ def main(argv: list[str] | None = None) -> int:
     print("versions: " + " ".join(f"{k}={v}" for k, v in versions().items()))
     print(
         f"plan: churn c={plan.churn_concurrency} <= {plan.churn_count} sessions / {plan.churn_seconds:g}s; "
-        f"calls c={','.join(map(str, plan.call_concurrency))} <= {plan.call_count} calls / {plan.call_seconds:g}s"
-        f" each; request timeout {plan.request_timeout:g}s",
+        f"calls c={','.join(map(str, plan.call_concurrency))} <= {plan.call_count} calls"
+        f" / {plan.call_seconds:g}s each; request timeout {plan.request_timeout:g}s",
         flush=True,
     )
 
@@ -936,7 +964,12 @@ def main(argv: list[str] | None = None) -> int:
                 assert server.target is not None
                 affinity = sorted(os.sched_getaffinity(server.pid))
                 ctx = Context(
-                    server.target, server.pid, spec.name, run, plan.request_timeout, plan.settle_seconds,
+                    server.target,
+                    server.pid,
+                    spec.name,
+                    run,
+                    plan.request_timeout,
+                    plan.settle_seconds,
                     spec.stats_path,
                 )
                 run_results, warmup = trio.run(run_scenarios, ctx, plan)
@@ -952,9 +985,12 @@ def main(argv: list[str] | None = None) -> int:
             results += run_results
             warmups.append(warmup)
             line = ", ".join(
-                f"{r.scenario} {r.rate:.1f}/s" + (f" ({r.errors} errors)" if r.errors else "") for r in run_results
+                f"{r.scenario} {r.rate:.1f}/s" + (f" ({r.errors} errors)" if r.errors else "")
+                for r in run_results
             )
-            stopped = "killed after SIGINT timeout" if server.killed else f"stopped in {server.stop_seconds:.1f}s"
+            stopped = (
+                "killed after SIGINT timeout" if server.killed else f"stopped in {server.stop_seconds:.1f}s"
+            )
             print(f"run {run} {spec.name:<10} cpus={affinity} {line}; {stopped}", flush=True)
 
     servers = [s.name for s in specs]
@@ -967,7 +1003,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results + warmups if r.errors]
     leaks = [r for r in results if r.server_sessions_after]
     for r in leaks:
-        print(f"note: {r.server} run {r.run} {r.scenario}: server still reports {r.server_sessions_after} sessions")
+        print(
+            f"note: {r.server} run {r.run} {r.scenario}: "
+            f"server still reports {r.server_sessions_after} sessions"
+        )
     for stop in stops:
         if stop["killed"]:
             print(f"note: {stop['server']} run {stop['run']} ignored SIGINT for 15s and was killed")

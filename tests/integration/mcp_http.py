@@ -25,6 +25,7 @@ from mcp_trio._protocol.sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
     "POST_HEADERS",
+    "STEP",
     "VERSION",
     "Baseline",
     "DemoServer",
@@ -32,7 +33,11 @@ __all__ = [
     "SSEResponse",
     "assert_back_to_baseline",
     "count_sockets",
+    "end_cleanly",
     "fetch_stats",
+    "flags",
+    "full_session",
+    "http_client",
     "serve_demo",
     "tcp_states",
     "wait_for",
@@ -45,6 +50,8 @@ STARTUP_DEADLINE = 10.0
 EXIT_MARGIN = 2.0
 """Seconds beyond the shutdown grace the server gets to exit after SIGINT."""
 POLL = 0.02
+STEP = 2.0
+"""Deadline of one step of one session (a request, or the end of a stream after DELETE)."""
 
 # The interpreter running the tests, so the server runs the same (editable) mcp_trio; the pid we get
 # is the server's own (a console-script shim would exec, but pyenv's is a shell script).
@@ -469,6 +476,12 @@ class MCPClient:
         result: dict[str, Any] = answer["result"]
         return result
 
+    async def echo(self, text: str) -> str:
+        """Call the demo's ``echo`` tool; return the text it echoed."""
+        result = await self.call_tool("echo", {"text": text})
+        echoed: str = result["content"][0]["text"]
+        return echoed
+
     async def start_tool_call(self, name: str, arguments: dict[str, Any]) -> SSEResponse:
         """Start a ``tools/call`` and return its open SSE stream (the caller reads and closes it)."""
         message = {
@@ -530,3 +543,34 @@ def flags(**options: object) -> Sequence[str]:
         if value is not True:
             out.append(str(value))
     return out
+
+
+# -- scenarios ---------------------------------------------------------------------------------
+
+
+async def full_session(http: httpx.AsyncClient, url: str, n: int) -> None:
+    """initialize, initialized, GET (kept open), tools/call, DELETE; the GET must then end cleanly."""
+    client = MCPClient(http, url)
+    with trio.fail_after(STEP):
+        await client.initialize()
+        await client.initialized()
+        get = await client.open_get()
+    try:
+        with trio.fail_after(STEP):
+            result = await client.call_tool("echo", {"text": f"hello {n}"})
+        assert result["content"][0]["text"] == f"hello {n}", result
+        with trio.fail_after(STEP):
+            await client.delete()
+        with trio.fail_after(STEP):
+            leftover = await get.rest()  # raises httpx.RemoteProtocolError if the body is cut
+        assert get.ended and leftover == [], leftover
+    finally:
+        await get.aclose()
+
+
+async def end_cleanly(stream: SSEResponse, within: float) -> list[str]:
+    """Read ``stream`` to its end within ``within`` seconds; return the data of the events on the way."""
+    with trio.fail_after(within):
+        events = await stream.rest()
+    assert stream.ended
+    return [event.data for event in events]

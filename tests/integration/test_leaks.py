@@ -14,17 +14,19 @@ from __future__ import annotations
 import signal
 import sys
 
-import httpx
 import pytest
 import trio
 from mcp_http import (
+    STEP,
     Baseline,
     DemoServer,
     MCPClient,
     SSEResponse,
     assert_back_to_baseline,
     count_sockets,
+    end_cleanly,
     fetch_stats,
+    full_session,
     http_client,
     wait_for,
 )
@@ -35,42 +37,14 @@ pytestmark = pytest.mark.skipif(
 
 SEQUENTIAL_SESSIONS = 200
 SESSIONS = 20
-STEP = 2.0
-"""Deadline of one step of one session (a request, or the end of a stream after DELETE)."""
 SHORT = 0.5
 """The short idle / init timeout the expiry tests run the server with."""
 
 
-async def full_session(http: httpx.AsyncClient, url: str, n: int) -> None:
-    """initialize, initialized, GET (kept open), tools/call, DELETE; the GET must then end cleanly."""
-    client = MCPClient(http, url)
-    with trio.fail_after(STEP):
-        await client.initialize()
-        await client.initialized()
-        get = await client.open_get()
-    try:
-        with trio.fail_after(STEP):
-            result = await client.call_tool("echo", {"text": f"hello {n}"})
-        assert result["content"][0]["text"] == f"hello {n}", result
-        with trio.fail_after(STEP):
-            await client.delete()
-        with trio.fail_after(STEP):
-            leftover = await get.rest()  # raises httpx.RemoteProtocolError if the body is cut
-        assert get.ended and leftover == [], leftover
-    finally:
-        await get.aclose()
-
-
-async def end_cleanly(stream: SSEResponse, within: float) -> list[str]:
-    """Read ``stream`` to its end within ``within`` seconds; return the data of the events on the way."""
-    with trio.fail_after(within):
-        events = await stream.rest()
-    assert stream.ended
-    return [event.data for event in events]
-
-
 @pytest.mark.deadline(60)
-async def test_sequential_sessions_leave_no_socket_or_task(demo_server: DemoServer, baseline: Baseline) -> None:
+async def test_sequential_sessions_leave_no_socket_or_task(
+    demo_server: DemoServer, baseline: Baseline
+) -> None:
     """kotlin-sdk #922: 200 sessions one after another, each with an open GET stream closed by DELETE."""
     peak = 0
     with trio.fail_after(45):
@@ -128,7 +102,7 @@ async def test_open_stream_holds_off_idle_expiry(demo_server: DemoServer, baseli
                 stats = await fetch_stats(demo_server)
                 assert stats["sessions"] == 1 and stats["connections"] == 1, stats
                 with trio.fail_after(STEP):
-                    assert (await client.call_tool("echo", {"text": "still here"}))["content"][0]["text"]
+                    assert await client.echo("still here") == "still here"
             finally:
                 await get.aclose()  # the client disconnects; no DELETE
             await wait_for(demo_server, lambda s: s["sessions"] == 0, within=SHORT + 3, what="idle expiry")
@@ -164,7 +138,7 @@ async def test_sessions_never_initialized_time_out(demo_server: DemoServer, base
                 with trio.fail_after(STEP):
                     assert await client.status_of("GET") == 404
             with trio.fail_after(STEP):
-                assert (await initialized.call_tool("echo", {"text": "ok"}))["content"][0]["text"] == "ok"
+                assert await initialized.echo("ok") == "ok"
                 await initialized.delete()
         await assert_back_to_baseline(demo_server, baseline)
 
@@ -211,7 +185,9 @@ async def test_shutdown_ends_every_open_stream_cleanly(demo_server: DemoServer) 
     print(f"\nshutdown: {len(ended)} streams ended within {max(ended):.3f} s, exit after {exit_time:.3f} s")
 
 
-async def test_client_disconnect_of_get_stream_is_noticed(demo_server: DemoServer, baseline: Baseline) -> None:
+async def test_client_disconnect_of_get_stream_is_noticed(
+    demo_server: DemoServer, baseline: Baseline
+) -> None:
     """go-sdk #1093 / hypercorn drops send() after a disconnect: the server must notice a client that
     closes its GET stream (the writer ends, the connection is no longer counted), and the session
     stays usable: a new GET works, and DELETE ends it."""
@@ -233,7 +209,7 @@ async def test_client_disconnect_of_get_stream_is_noticed(demo_server: DemoServe
                     again = await client.open_get()
                 try:
                     with trio.fail_after(STEP):
-                        assert (await client.call_tool("echo", {"text": str(n)}))["content"][0]["text"] == str(n)
+                        assert await client.echo(str(n)) == str(n)
                         await client.delete()
                     await end_cleanly(again, within=STEP)
                 finally:
@@ -260,8 +236,7 @@ async def test_second_get_replaces_the_first(demo_server: DemoServer, baseline: 
                         stats = await fetch_stats(demo_server)
                         assert stats["sessions"] == 1 and stats["connections"] == 1, stats
                         with trio.fail_after(STEP):
-                            result = await client.call_tool("echo", {"text": str(n)})
-                            assert result["content"][0]["text"] == str(n)
+                            assert await client.echo(str(n)) == str(n)
                             await client.delete()
                         assert await end_cleanly(second, within=STEP) == []
                     finally:
@@ -284,7 +259,7 @@ async def test_sessions_abandoned_without_delete_expire(demo_server: DemoServer,
                     await client.initialized()
                     get = await client.open_get()
                     try:
-                        assert (await client.call_tool("echo", {"text": str(n)}))["content"][0]["text"] == str(n)
+                        assert await client.echo(str(n)) == str(n)
                     finally:
                         await get.aclose()
         await wait_for(demo_server, lambda s: s["sessions"] == 0, within=SHORT + 3, what="idle expiry")

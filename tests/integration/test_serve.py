@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from mcp_trio import (
     serve,
 )
 
+CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
 POST = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 INIT = {
     "jsonrpc": "2.0",
@@ -108,21 +110,15 @@ async def test_cli_serve_module_attr_and_sigterm(tmp_path: Path) -> None:
         )
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from mcp_trio._cli import main; main()",
-            "serve",
-            "my_mcp_server:server",
-            "--bind",
-            "127.0.0.1:0",
-        ],
+    start = functools.partial(
+        subprocess.Popen,
+        [*CLI, "serve", "my_mcp_server:server", "--bind", "127.0.0.1:0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
         text=True,
     )
+    proc = await trio.to_thread.run_sync(start)
     try:
         line = await trio.to_thread.run_sync(proc.stdout.readline)
         assert line.startswith("mcp-trio: serving on http://127.0.0.1:"), line
