@@ -12,8 +12,11 @@ checking it is back there (an idle keep-alive connection is a server socket too)
 from __future__ import annotations
 
 import signal
+import socket
+import struct
 import sys
 
+import h11
 import pytest
 import trio
 from mcp_http import (
@@ -37,6 +40,7 @@ pytestmark = pytest.mark.skipif(
 
 SEQUENTIAL_SESSIONS = 200
 SESSIONS = 20
+RESETS = 50
 SHORT = 0.5
 """The short idle / init timeout the expiry tests run the server with."""
 
@@ -264,3 +268,50 @@ async def test_sessions_abandoned_without_delete_expire(demo_server: DemoServer,
                         await get.aclose()
         await wait_for(demo_server, lambda s: s["sessions"] == 0, within=SHORT + 3, what="idle expiry")
         await assert_back_to_baseline(demo_server, baseline)
+
+
+async def request_then_reset(port: int, target: str, headers: list[tuple[str, str]]) -> int:
+    """One HTTP/1.1 request on a new connection; read the response head, then close the socket with
+    SO_LINGER 0, so the kernel resets the connection (RST) at once.  That is what a client that closes
+    a response it has not read (``async with httpx.AsyncClient().stream(...) as r: r.status_code``)
+    ends up doing: closing a socket with unread bytes in its buffer resets the connection."""
+    client = h11.Connection(h11.CLIENT)
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        request = h11.Request(method="GET", target=target, headers=[("host", f"127.0.0.1:{port}"), *headers])
+        await stream.send_all(client.send(request) + client.send(h11.EndOfMessage()))
+        while True:
+            event = client.next_event()
+            if event is h11.NEED_DATA:
+                client.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Response):
+                return event.status_code
+    finally:
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await stream.aclose()
+
+
+async def test_client_reset_during_a_response_is_released(
+    demo_server: DemoServer, baseline: Baseline
+) -> None:
+    """A client that resets its connection (RST) while the server is finishing a short response must
+    not leave the connection behind.
+
+    Fails under hypercorn 0.18 even with ``hypercorn_patch`` (seen: 20-35 of 50 such connections left
+    for 5 s).  The reset ends hypercorn's read loop with BrokenResourceError, so h11 is never fed the
+    EOF and still thinks the client is DONE with its request; when the app's task then closes the
+    stream, ``H11Protocol._maybe_recycle`` sees DONE/DONE, starts a new cycle and sends
+    ``Updated(idle=True)``, which re-arms the keep-alive timer on the dead socket after the patched
+    ``_read_data`` already stopped it.  The socket (state CLOSE, so absent from /proc/net/tcp) and the
+    connection's tasks stay until ``keep_alive_timeout`` (5 s).  The same reset once the connection
+    is idle is released at once (the close-wait fix covers that case).
+    """
+    headers = [
+        ("accept", "text/event-stream"),
+        ("mcp-session-id", "no-such-session"),
+        ("mcp-protocol-version", "2025-11-25"),
+    ]
+    with trio.fail_after(15):
+        for _ in range(RESETS):
+            assert await request_then_reset(demo_server.port, "/mcp", headers) == 404
+        await assert_back_to_baseline(demo_server, baseline, within=1.0)

@@ -46,7 +46,7 @@ malformed request after a keep-alive response), and when the peer resets the con
 The fix
 -------
 
-One line at the end of ``TCPServer._read_data``: once the read loop is over and the protocol has
+First, one line at the end of ``TCPServer._read_data``: once the read loop is over and the protocol has
 been told ``Closed()``, stop the idle timer::
 
          await self.protocol.handle(Closed())
@@ -74,9 +74,17 @@ line; it is the patch we would propose upstream. Why it is correct and changes n
   re-arm. If the read loop is cancelled (hard shutdown deadline) the new line is not reached, and
   the nursery is being cancelled anyway, like before.
 
-Residual edge case, unchanged from upstream: if a protocol reports ``Updated(idle=True)`` *after*
-the read loop ended (an h2 stream finishing just as the peer closes), the timer is re-armed and the
-connection lingers until ``keep_alive_timeout``, as it always did.
+The same bug has a second door, closed by a second small change: a protocol may report
+``Updated(idle=True)`` *after* the read loop ended. That happens when the client resets the
+connection (RST) while a response is being finished: the read loop ends with
+``BrokenResourceError``, so h11 never sees the EOF and still believes the client finished its request;
+when the app's task then closes the stream, ``H11Protocol._maybe_recycle`` sees DONE/DONE, starts a
+new cycle and sends ``Updated(idle=True)``, which re-arms the timer on a dead socket (h2 can do the same
+when a stream finishes just as the peer closes). So ``TCPServer.protocol_send`` is wrapped: an
+``Updated(idle=True)`` arriving once the read loop has ended closes the connection at once
+(``_initiate_server_close``, exactly what the timer would have done ``keep_alive_timeout`` later)
+instead of re-arming the timer. Nothing can ever be read from such a connection again, so "idle" can
+only mean "finished".
 
 Scope and safety
 ----------------
@@ -106,7 +114,7 @@ import threading
 from math import inf
 
 import trio
-from hypercorn.events import Closed, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 
 __all__ = ["apply_hypercorn_close_wait_fix", "hypercorn_close_wait_fix_applied"]
@@ -155,7 +163,22 @@ async def _read_data(self: TCPServer) -> None:
     # No more bytes can be read, so the keep-alive idle timer has nothing left to time out. Left
     # running, it keeps the connection's task group, and so the socket, open until
     # keep_alive_timeout expires.
+    self._mcp_trio_read_ended = True  # type: ignore[attr-defined]
     await self.idle_task.stop()
+
+
+_upstream_protocol_send = TCPServer.protocol_send
+
+
+async def _protocol_send(self: TCPServer, event: Event) -> None:
+    """``TCPServer.protocol_send``, but a connection that turns idle after its read loop ended is closed
+    now instead of re-arming the keep-alive timer (see "a second door" in the module docstring)."""
+    if isinstance(event, Updated) and event.idle and getattr(self, "_mcp_trio_read_ended", False):
+        await self.idle_task.stop()
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+        return
+    await _upstream_protocol_send(self, event)
 
 
 def _installed_hypercorn_has_the_bug() -> bool:
@@ -190,9 +213,13 @@ def apply_hypercorn_close_wait_fix() -> bool:
         if not _installed_hypercorn_has_the_bug():
             return False
         setattr(TCPServer, "_read_data", _read_data)  # noqa: B010
+        setattr(TCPServer, "protocol_send", _protocol_send)  # noqa: B010
         return True
 
 
 def hypercorn_close_wait_fix_applied() -> bool:
     """True if hypercorn's trio worker runs with the fix in this process."""
-    return TCPServer.__dict__.get("_read_data") is _read_data
+    return (
+        TCPServer.__dict__.get("_read_data") is _read_data
+        and TCPServer.__dict__.get("protocol_send") is _protocol_send
+    )
