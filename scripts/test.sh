@@ -22,4 +22,4 @@ echo "== pytest"
 python3 -m coverage erase
 python3 -m coverage run -m pytest -q -p no:cacheprovider "$@"
 python3 -m coverage combine -q
-python3 -m coverage report --fail-under=85 --skip-covered | tail -n 15
+python3 -m coverage report --fail-under=90 --skip-covered | tail -n 15
