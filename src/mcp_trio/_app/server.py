@@ -1,4 +1,4 @@
-"""The MCP server object users register tools on, and the request dispatcher behind it."""
+"""The MCP server object users register tools, resources and prompts on, and its request dispatcher."""
 
 from __future__ import annotations
 
@@ -11,23 +11,30 @@ import mcp_types.methods as mtm
 import pydantic
 
 from .._exceptions import RPCError
-from .._protocol import versions
+from .._protocol import jsonrpc, versions
 from .context import LOG_LEVELS, Context, Peer
+from .prompts import PromptFn, PromptSpec
+from .resources import ResourceFn, ResourceSpec
 from .tools import ToolFn, ToolSpec, to_call_tool_result
 
-__all__ = ["MCPServer"]
+__all__ = ["RESOURCE_NOT_FOUND", "MCPServer"]
 
 logger = logging.getLogger("mcp_trio")
 
+RESOURCE_NOT_FOUND = -32002
+"""The spec's error code for ``resources/read`` of an unknown URI."""
+
 Handler = Callable[[Context, Any], Awaitable[dict[str, Any]]]
-F = TypeVar("F", bound=ToolFn)
+CompletionFn = Callable[..., Awaitable[Any]]
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
 class MCPServer:
-    """An MCP server: a name, a version, and what it offers (tools, for now).
+    """An MCP server: a name, a version, and what it offers (tools, resources, prompts, completion).
 
-    Request handlers are async functions run in the owning session's nursery (or, for 2026-era
-    requests, in the request's scope); a cancelled request cancels its handler.
+    Handlers are ``async`` functions (blocking work goes through ``trio.to_thread.run_sync``). Each runs
+    as a task in the nursery of the session that asked (or, for 2026-era requests, in the request's
+    scope), so ``notifications/cancelled``, the end of the session and server shutdown cancel it.
     """
 
     def __init__(self, name: str, version: str = "0.1.0", *, instructions: str | None = None) -> None:
@@ -35,10 +42,23 @@ class MCPServer:
         self.version = version
         self.instructions = instructions
         self._tools: dict[str, ToolSpec] = {}
+        self._resources: dict[str, ResourceSpec] = {}
+        self._templates: dict[str, ResourceSpec] = {}
+        self._prompts: dict[str, PromptSpec] = {}
+        self._completion: CompletionFn | None = None
+        self._peers: set[Peer] = set()
         self._handlers: dict[str, Handler] = {
             "ping": self._ping,
             "tools/list": self._list_tools,
             "tools/call": self._call_tool,
+            "resources/list": self._list_resources,
+            "resources/templates/list": self._list_templates,
+            "resources/read": self._read_resource,
+            "resources/subscribe": self._subscribe,
+            "resources/unsubscribe": self._unsubscribe,
+            "prompts/list": self._list_prompts,
+            "prompts/get": self._get_prompt,
+            "completion/complete": self._complete,
             "logging/setLevel": self._set_level,
         }
 
@@ -54,34 +74,137 @@ class MCPServer:
         output_schema: dict[str, Any] | None = None,
         annotations: mt.ToolAnnotations | None = None,
     ) -> Callable[[F], F]:
-        """Decorator that registers an async function as a tool (see :meth:`add_tool`)."""
-
-        def register(fn: F) -> F:
-            self.add_tool(
-                fn,
-                name=name,
-                title=title,
-                description=description,
-                input_schema=input_schema,
-                output_schema=output_schema,
-                annotations=annotations,
-            )
-            return fn
-
-        return register
+        """Decorator: register an async function as a tool.  Its input schema comes from its type
+        hints unless ``input_schema`` is given; a parameter annotated :class:`Context` gets the context."""
+        options = {
+            "name": name,
+            "title": title,
+            "description": description,
+            "input_schema": input_schema,
+            "output_schema": output_schema,
+            "annotations": annotations,
+        }
+        return self._decorator(lambda fn: self.add_tool(fn, **options))
 
     def add_tool(self, fn: ToolFn, **options: Any) -> None:
-        """Register ``fn`` as a tool; its input schema comes from its type hints unless given."""
         spec = ToolSpec.build(fn, **options)
         self._tools[spec.definition.name] = spec
+
+    def resource(
+        self,
+        uri: str,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+        size: int | None = None,
+        annotations: dict[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator: register an async function as the resource at ``uri``.  A URI with ``{name}``
+        parts is a template; the function takes those parts as arguments.  Return ``str`` (text),
+        ``bytes`` (a blob) or contents models."""
+        options = {
+            "name": name,
+            "title": title,
+            "description": description,
+            "mime_type": mime_type,
+            "size": size,
+            "annotations": annotations,
+        }
+        return self._decorator(lambda fn: self.add_resource(uri, fn, **options))
+
+    def add_resource(self, uri: str, fn: ResourceFn, **options: Any) -> None:
+        spec = ResourceSpec.build(uri, fn, **options)
+        (self._templates if spec.is_template else self._resources)[uri] = spec
+
+    def prompt(
+        self,
+        name: str | None = None,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        argument_descriptions: dict[str, str] | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator: register an async function as a prompt; its parameters are the arguments.
+        Return a string (one user message), content blocks, ``PromptMessage``s, or ``GetPromptResult``."""
+        options = {
+            "name": name,
+            "title": title,
+            "description": description,
+            "argument_descriptions": argument_descriptions,
+        }
+        return self._decorator(lambda fn: self.add_prompt(fn, **options))
+
+    def add_prompt(self, fn: PromptFn, **options: Any) -> None:
+        spec = PromptSpec.build(fn, **options)
+        self._prompts[spec.name] = spec
+
+    def completion(self) -> Callable[[F], F]:
+        """Decorator: the ``completion/complete`` handler, called as ``fn(ref, argument, context)`` with
+        the request's ``ref`` (prompt or resource reference), ``argument`` (``name``/``value``) and
+        ``context`` (or None).  Return a list of strings or a ``Completion``."""
+
+        def register(fn: CompletionFn) -> None:
+            self._completion = fn
+
+        return self._decorator(register)
+
+    @staticmethod
+    def _decorator(register: Callable[[Any], None]) -> Callable[[F], F]:
+        def decorate(fn: F) -> F:
+            register(fn)
+            return fn
+
+        return decorate
+
+    # -- notifications to connected clients -----------------------------------------------------
+
+    def attach(self, peer: Peer) -> None:
+        """A session (peer) starts listening for this server's notifications."""
+        self._peers.add(peer)
+
+    def detach(self, peer: Peer) -> None:
+        self._peers.discard(peer)
+
+    async def _broadcast(self, method: str, params: dict[str, Any] | None, uri: str | None = None) -> None:
+        message = jsonrpc.notification(method, params)
+        for peer in list(self._peers):
+            if uri is None or uri in peer.subscriptions:
+                await peer.send_message(message)
+
+    async def notify_tools_changed(self) -> None:
+        """Send ``notifications/tools/list_changed`` to every connected session."""
+        await self._broadcast("notifications/tools/list_changed", None)
+
+    async def notify_resources_changed(self) -> None:
+        await self._broadcast("notifications/resources/list_changed", None)
+
+    async def notify_prompts_changed(self) -> None:
+        await self._broadcast("notifications/prompts/list_changed", None)
+
+    async def notify_resource_updated(self, uri: str) -> None:
+        """Send ``notifications/resources/updated`` to the sessions subscribed to ``uri``."""
+        await self._broadcast("notifications/resources/updated", {"uri": uri}, uri=uri)
 
     # -- protocol ---------------------------------------------------------------------------
 
     def capabilities(self) -> dict[str, Any]:
-        return {"tools": {"listChanged": False}, "logging": {}}
+        caps: dict[str, Any] = {"logging": {}}
+        if self._tools:
+            caps["tools"] = {"listChanged": True}
+        if self._resources or self._templates:
+            caps["resources"] = {"subscribe": True, "listChanged": True}
+        if self._prompts:
+            caps["prompts"] = {"listChanged": True}
+        if self._completion is not None:
+            caps["completions"] = {}
+        return caps
 
-    def initialize_result(self, params: dict[str, Any] | None) -> tuple[versions.Revision, dict[str, Any]]:
-        """Validate ``initialize`` params and answer them: the negotiated revision and the result."""
+    def initialize(
+        self, params: dict[str, Any] | None
+    ) -> tuple[versions.Revision, mt.InitializeRequestParams, dict[str, Any]]:
+        """Validate ``initialize`` params and answer them: the negotiated revision, the params, the result."""
         try:
             request = mt.InitializeRequestParams.model_validate(params or {})
         except pydantic.ValidationError as exc:
@@ -94,10 +217,7 @@ class MCPServer:
         }
         if self.instructions is not None:
             result["instructions"] = self.instructions
-        return revision, result
-
-    def knows(self, method: str) -> bool:
-        return method in self._handlers
+        return revision, request, result
 
     async def handle_request(
         self, ctx: Context, method: str, params: dict[str, Any] | None
@@ -108,9 +228,9 @@ class MCPServer:
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {method}")
         try:
             request = mtm.parse_client_request(method, ctx.protocol_version, params)
+        except pydantic.ValidationError as exc:
+            raise RPCError(mt.INVALID_PARAMS, f"Invalid params: {_first_error(exc)}") from exc
         except (KeyError, ValueError) as exc:
-            if isinstance(exc, pydantic.ValidationError):
-                raise RPCError(mt.INVALID_PARAMS, f"Invalid params: {_first_error(exc)}") from exc
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {method}") from exc
         result = await handler(ctx, request.params)
         return mtm.serialize_server_result(method, ctx.protocol_version, result)
@@ -135,8 +255,58 @@ class MCPServer:
             return _tool_error(f"Invalid arguments for tool {params.name}: {_first_error(exc)}")
         except Exception as exc:
             logger.info("tool %s raised %r", params.name, exc)
-            return _tool_error(f"{type(exc).__name__}: {exc}")
+            return _tool_error(str(exc) or type(exc).__name__)
         return to_call_tool_result(value)
+
+    async def _list_resources(self, ctx: Context, params: Any) -> dict[str, Any]:
+        return {"resources": [spec.wire() for spec in self._resources.values()]}
+
+    async def _list_templates(self, ctx: Context, params: Any) -> dict[str, Any]:
+        return {"resourceTemplates": [spec.wire() for spec in self._templates.values()]}
+
+    async def _read_resource(self, ctx: Context, params: mt.ReadResourceRequestParams) -> dict[str, Any]:
+        uri = str(params.uri)
+        spec = self._resources.get(uri)
+        if spec is not None:
+            return await spec.read(ctx, uri, {})
+        for template in self._templates.values():
+            variables = template.match(uri)
+            if variables is not None:
+                return await template.read(ctx, uri, variables)
+        raise RPCError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+
+    async def _subscribe(self, ctx: Context, params: mt.SubscribeRequestParams) -> dict[str, Any]:
+        ctx.peer.subscriptions.add(str(params.uri))
+        return {}
+
+    async def _unsubscribe(self, ctx: Context, params: mt.UnsubscribeRequestParams) -> dict[str, Any]:
+        ctx.peer.subscriptions.discard(str(params.uri))
+        return {}
+
+    async def _list_prompts(self, ctx: Context, params: Any) -> dict[str, Any]:
+        return {"prompts": [spec.wire() for spec in self._prompts.values()]}
+
+    async def _get_prompt(self, ctx: Context, params: mt.GetPromptRequestParams) -> dict[str, Any]:
+        spec = self._prompts.get(params.name)
+        if spec is None:
+            raise RPCError(mt.INVALID_PARAMS, f"Unknown prompt: {params.name}")
+        return await spec.get(ctx, params.arguments or {})
+
+    async def _complete(self, ctx: Context, params: mt.CompleteRequestParams) -> dict[str, Any]:
+        values: Any = []
+        if self._completion is not None:
+            ref = params.ref.model_dump(by_alias=True, exclude_none=True, mode="json")
+            argument = params.argument.model_dump(by_alias=True, exclude_none=True, mode="json")
+            context = (
+                params.context.model_dump(by_alias=True, exclude_none=True, mode="json")
+                if params.context
+                else None
+            )
+            values = await self._completion(ref, argument, context)
+        if isinstance(values, mt.Completion):
+            return {"completion": values.model_dump(by_alias=True, exclude_none=True, mode="json")}
+        values = list(values)[:100]
+        return {"completion": {"values": values, "total": len(values), "hasMore": False}}
 
     async def _set_level(self, ctx: Context, params: mt.SetLevelRequestParams) -> dict[str, Any]:
         ctx.peer.log_level = params.level if params.level in LOG_LEVELS else None
@@ -151,7 +321,3 @@ def _first_error(exc: pydantic.ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}" if where else str(err["msg"])
-
-
-def peer_for(session_id: str | None, revision: versions.Revision, send: Any) -> Peer:
-    return Peer(session_id=session_id, protocol_version=revision.name, send=send)

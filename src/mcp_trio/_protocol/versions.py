@@ -28,14 +28,34 @@ class Revision:
     """SSE streams start with an event that carries only an id, and ``retry`` is sent (2025-11-25)."""
     requires_protocol_header: bool
     """Clients send ``MCP-Protocol-Version`` on every request after initialize (2025-06-18 on)."""
+    elicitation_modes: bool
+    """``elicitation/create`` carries ``mode`` (form or URL) (2025-11-25)."""
 
 
 REVISIONS: dict[str, Revision] = {
     r.name: r
     for r in (
-        Revision("2025-03-26", batches=True, priming_event=False, requires_protocol_header=False),
-        Revision("2025-06-18", batches=False, priming_event=False, requires_protocol_header=True),
-        Revision("2025-11-25", batches=False, priming_event=True, requires_protocol_header=True),
+        Revision(
+            "2025-03-26",
+            batches=True,
+            priming_event=False,
+            requires_protocol_header=False,
+            elicitation_modes=False,
+        ),
+        Revision(
+            "2025-06-18",
+            batches=False,
+            priming_event=False,
+            requires_protocol_header=True,
+            elicitation_modes=False,
+        ),
+        Revision(
+            "2025-11-25",
+            batches=False,
+            priming_event=True,
+            requires_protocol_header=True,
+            elicitation_modes=True,
+        ),
     )
 }
 

@@ -176,13 +176,17 @@ class MCPApp:
 
     async def _initialize(self, request: mt.JSONRPCRequest, receive: Receive, send: Send) -> None:
         try:
-            revision, result = self.server.initialize_result(request.params)
+            revision, params, result = self.server.initialize(request.params)
         except RPCError as exc:
             raise RemoteProtocolError(exc.message, code=exc.code, request_id=request.id) from exc
         try:
             session = await self.manager.create(revision)
         except SessionError as exc:
             raise http.server_busy() from exc
+        session.client_info = params.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
+        session.client_capabilities = params.capabilities.model_dump(
+            by_alias=True, exclude_none=True, mode="json"
+        )
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
             exchange = Exchange(_with_session_header(send, session.id))

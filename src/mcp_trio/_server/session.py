@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as mt
 import trio
 
-from .._app.context import Context, Peer
+from .._app.context import Context
 from .._exceptions import RPCError
 from .._protocol import jsonrpc, sse
 from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
@@ -41,6 +41,16 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 GET_STREAM = 0
 
 
+class _Reply:
+    """Where the client's answer to one server-to-client request lands."""
+
+    __slots__ = ("arrived", "message")
+
+    def __init__(self) -> None:
+        self.arrived = trio.Event()
+        self.message: mt.JSONRPCResponse | mt.JSONRPCError | None = None
+
+
 class Session:
     """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`."""
 
@@ -53,7 +63,14 @@ class Session:
         self._manager = manager
         self._config = manager.config
         self._store: EventStore | None = manager.event_store
-        self.peer = Peer(session_id=session_id, protocol_version=revision.name, send=self.send_message)
+        self.session_id: str | None = session_id
+        self.protocol_version = revision.name
+        self.log_level: mt.LoggingLevel | None = None
+        self.client_info: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.subscriptions: set[str] = set()
+        self._outgoing: dict[mt.RequestId, _Reply] = {}
+        self._next_outgoing_id = 0
         self._streams: dict[int, Stream] = {GET_STREAM: Stream(GET_STREAM)}
         self._next_stream_id = 1
         self._request_streams: dict[mt.RequestId, Stream] = {}
@@ -72,6 +89,7 @@ class Session:
             with self._cancel_scope:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
+                    self._manager.server.attach(self)
                     task_status.started()
                     await self._watch_expiry()
                     self.closing = True  # before the nursery can close: no new task is offered to it
@@ -80,6 +98,7 @@ class Session:
             logger.exception("session %s failed; closing it", self.id)
         finally:
             self.closing = True
+            self._manager.server.detach(self)
             self.state = transition(self.state, SessionEvent.CLOSE)
             for stream in self._streams.values():
                 stream.detach_current()
@@ -142,8 +161,43 @@ class Session:
                 scope.cancel()
 
     def receive_response(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> None:
-        """A client's answer to a server-to-client request.  (No such requests are sent yet.)"""
-        logger.debug("session %s: response %r has no waiting request", self.id, message.id)
+        """A client's answer to a server-to-client request: wakes the handler waiting for it."""
+        reply = self._outgoing.get(message.id) if message.id is not None else None
+        if reply is None:
+            logger.debug("session %s: response %r has no waiting request", self.id, message.id)
+            return
+        reply.message = message
+        reply.arrived.set()
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
+    ) -> dict[str, Any]:
+        """Send a server-to-client request (on the related request's stream) and wait for the answer."""
+        self._next_outgoing_id += 1
+        request_id = self._next_outgoing_id
+        reply = self._outgoing[request_id] = _Reply()
+        try:
+            await self.send_message(jsonrpc.request(request_id, method, params), related)
+            await reply.arrived.wait()
+        except trio.Cancelled:
+            if not self.closing:  # tell the client we no longer wait for it
+                cancelled = jsonrpc.notification("notifications/cancelled", {"requestId": request_id})
+                self._route(cancelled, related)
+            raise
+        finally:
+            del self._outgoing[request_id]
+        message = reply.message
+        if isinstance(message, mt.JSONRPCError):
+            raise RPCError(message.error.code, message.error.message, message.error.data)
+        assert isinstance(message, mt.JSONRPCResponse)
+        return message.result
+
+    def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
+        """Cut the live connection of a stream (the request's, or the GET stream); the stream goes on
+        in the event store and the client resumes it with ``Last-Event-ID``."""
+        stream = self._request_streams.get(related) if related is not None else self._streams[GET_STREAM]
+        if stream is not None and not stream.json_mode:
+            stream.detach_current()
 
     def open_post_stream(self, requests: tuple[mt.JSONRPCRequest, ...], *, batch: bool) -> Stream:
         stream = Stream(self._next_stream_id, json_mode=self._config.json_response, batch=batch)
@@ -160,7 +214,7 @@ class Session:
     async def _run_request(self, request: mt.JSONRPCRequest) -> None:
         params = request.params
         meta = params.get("_meta") if params else None
-        ctx = Context(request.id, request.method, self.peer, meta if isinstance(meta, dict) else {})
+        ctx = Context(request.id, request.method, self, meta if isinstance(meta, dict) else {})
         with trio.CancelScope() as scope:
             self._inflight[request.id] = scope
             try:
