@@ -23,7 +23,7 @@ from .._protocol import jsonrpc, sse
 from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
 from .._protocol.versions import Revision
 from .eventstore import EventStore, StoredEvent
-from .streams import END, Exchange, Outgoing, Stream
+from .streams import CUT, END, Exchange, Outgoing, Stream
 
 if TYPE_CHECKING:
     from .manager import SessionManager
@@ -196,8 +196,8 @@ class Session:
         """Cut the live connection of a stream (the request's, or the GET stream); the stream goes on
         in the event store and the client resumes it with ``Last-Event-ID``."""
         stream = self._request_streams.get(related) if related is not None else self._streams[GET_STREAM]
-        if stream is not None and not stream.json_mode:
-            stream.detach_current()
+        if stream is not None and not stream.json_mode and self._store is not None:
+            stream.push(CUT)  # without a store the client could not resume: then this does nothing
 
     def open_post_stream(self, requests: tuple[mt.JSONRPCRequest, ...], *, batch: bool) -> Stream:
         stream = Stream(self._next_stream_id, json_mode=self._config.json_response, batch=batch)
@@ -339,7 +339,7 @@ class Session:
                     item = await receive.receive()
                 except (trio.EndOfChannel, trio.ClosedResourceError):
                     return  # replaced by a newer connection, or cut for falling behind
-                if item is END:
+                if item is END or item is CUT:
                     return
                 if item.seq > last:
                     event_id = make_event_id(stream.id, item.seq) if with_ids else None

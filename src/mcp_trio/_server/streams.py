@@ -16,7 +16,7 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-__all__ = ["END", "Exchange", "Outgoing", "Stream"]
+__all__ = ["CUT", "END", "Exchange", "Outgoing", "Stream"]
 
 logger = logging.getLogger("mcp_trio")
 
@@ -33,6 +33,9 @@ class Outgoing:
 
 END = Outgoing(-1, b"")
 """Queued after a stream's last message: the writer ends the HTTP response."""
+
+CUT = Outgoing(-2, b"")
+"""Queued to end the current connection (once what is queued before it is sent) but not the stream."""
 
 
 class Exchange:
