@@ -16,6 +16,10 @@ if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
     fi
 fi
 
+# Node 22 + the official TypeScript SDK client (interop tests) and the MCP conformance suite.
+bash scripts/install-node-deps.sh
+bash scripts/conformance.sh install
+
 echo "== ruff"; python3 -m ruff check src tests benchmarks
 echo "== mypy"; python3 -m mypy
 echo "== pytest"

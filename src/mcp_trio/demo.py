@@ -1,17 +1,147 @@
-"""The demo server behind ``mcp-trio demo``: a few tools that show what a handler can do."""
+"""The demo server behind ``mcp-trio demo``: an "everything" server.
+
+It is the example to read first (each feature of the server API once), and it implements every
+fixture the official MCP conformance suite expects of a server (the ``test_*`` tools, the ``test://``
+resources and the ``test_*`` prompts), so CI can run the suite against it.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import mcp_types as mt
 import trio
 
 from . import Context, MCPServer
 
 __all__ = ["build_demo_server"]
 
+# A 1x1 PNG and a minimal WAV, base64.
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
+
+JSON_SCHEMA_2020_12 = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "$anchor": "addressDef",
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {
+        "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
+    "additionalProperties": False,
+}
+
+SEP1034_DEFAULTS = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "User name", "default": "John Doe"},
+        "age": {"type": "integer", "description": "User age", "default": 30},
+        "score": {"type": "number", "description": "User score", "default": 95.5},
+        "status": {
+            "type": "string",
+            "description": "User status",
+            "enum": ["active", "inactive", "pending"],
+            "default": "active",
+        },
+        "verified": {"type": "boolean", "description": "Verification status", "default": True},
+    },
+    "required": [],
+}
+
+
+def _titled(*pairs: tuple[str, str]) -> list[dict[str, str]]:
+    return [{"const": value, "title": title} for value, title in pairs]
+
+
+SEP1330_ENUMS = {
+    "type": "object",
+    "properties": {
+        "untitledSingle": {
+            "type": "string",
+            "description": "Select one option",
+            "enum": ["option1", "option2", "option3"],
+        },
+        "titledSingle": {
+            "type": "string",
+            "description": "Select one option with titles",
+            "oneOf": _titled(
+                ("value1", "First Option"), ("value2", "Second Option"), ("value3", "Third Option")
+            ),
+        },
+        "legacyEnum": {
+            "type": "string",
+            "description": "Select one option (legacy)",
+            "enum": ["opt1", "opt2", "opt3"],
+            "enumNames": ["Option One", "Option Two", "Option Three"],
+        },
+        "untitledMulti": {
+            "type": "array",
+            "description": "Select multiple options",
+            "minItems": 1,
+            "maxItems": 3,
+            "items": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        },
+        "titledMulti": {
+            "type": "array",
+            "description": "Select multiple options with titles",
+            "minItems": 1,
+            "maxItems": 3,
+            "items": {
+                "anyOf": _titled(
+                    ("value1", "First Choice"), ("value2", "Second Choice"), ("value3", "Third Choice")
+                )
+            },
+        },
+    },
+    "required": [],
+}
+
+
+def _text(text: str) -> mt.TextContent:
+    return mt.TextContent(type="text", text=text)
+
+
+def _image() -> mt.ImageContent:
+    return mt.ImageContent(type="image", data=PNG, mime_type="image/png")
+
+
+def _embedded(uri: str, mime_type: str, text: str) -> mt.EmbeddedResource:
+    contents = mt.TextResourceContents(uri=uri, mime_type=mime_type, text=text)
+    return mt.EmbeddedResource(type="resource", resource=contents)
+
 
 def build_demo_server() -> MCPServer:
-    server = MCPServer("mcp-trio-demo", "0.1.0", instructions="A demo server of mcp_trio.")
+    server = MCPServer("mcp-trio-demo", "0.1.0", instructions="The demo server of mcp_trio.")
+    _add_basic_tools(server)
+    _add_content_tools(server)
+    _add_client_request_tools(server)
+    _add_resources(server)
+    _add_prompts(server)
 
+    @server.completion()
+    async def complete(ref: dict[str, Any], argument: dict[str, Any], context: Any) -> list[str]:
+        """Complete argument values from a small word list."""
+        words = ("alpha", "beta", "gamma", "test", "testing", "trio")
+        return [word for word in words if word.startswith(argument.get("value", ""))]
+
+    return server
+
+
+def _add_basic_tools(server: MCPServer) -> None:
     @server.tool(description="Echo the given text back.")
     async def echo(text: str) -> str:
         return text
@@ -33,4 +163,158 @@ def build_demo_server() -> MCPServer:
         await trio.sleep(seconds)
         return f"slept {seconds}s"
 
-    return server
+    @server.tool(description="Log three messages while working.")
+    async def test_tool_with_logging(ctx: Context) -> str:
+        steps = ("Tool execution started", "Tool processing data", "Tool execution completed")
+        for n, message in enumerate(steps):
+            if n:
+                await trio.sleep(0.05)
+            await ctx.info(message)
+        return "Tool with logging executed successfully"
+
+    @server.tool(description="Report progress 0, 50 and 100 of 100.")
+    async def test_tool_with_progress(ctx: Context) -> str:
+        for n, progress in enumerate((0, 50, 100)):
+            if n:
+                await trio.sleep(0.05)
+            await ctx.report_progress(progress, 100, f"Completed step {progress} of 100")
+        return f"Progress test completed (token {ctx.progress_token!r})"
+
+    @server.tool(description="Always fails: returns a tool error result.")
+    async def test_error_handling() -> mt.CallToolResult:
+        message = _text("This tool intentionally returns an error for testing")
+        return mt.CallToolResult(content=[message], is_error=True)
+
+    @server.tool(description="Closes its SSE connection mid-call; the client resumes it with Last-Event-ID.")
+    async def test_reconnection(ctx: Context) -> str:
+        ctx.close_sse_stream()
+        await trio.sleep(0.1)
+        return (
+            "Reconnection test completed successfully. If you received this, the client properly "
+            "reconnected after stream closure."
+        )
+
+    @server.tool(description="Tool with JSON Schema 2020-12 features", input_schema=JSON_SCHEMA_2020_12)
+    async def json_schema_2020_12_tool(**arguments: Any) -> str:
+        return f"JSON Schema 2020-12 tool called with: {json.dumps(arguments)}"
+
+
+def _add_content_tools(server: MCPServer) -> None:
+    @server.tool(description="Returns simple text.")
+    async def test_simple_text() -> str:
+        return "This is a simple text response for testing."
+
+    @server.tool(description="Returns an image.")
+    async def test_image_content() -> mt.ImageContent:
+        return _image()
+
+    @server.tool(description="Returns audio.")
+    async def test_audio_content() -> mt.AudioContent:
+        return mt.AudioContent(type="audio", data=WAV, mime_type="audio/wav")
+
+    @server.tool(description="Returns an embedded resource.")
+    async def test_embedded_resource() -> mt.EmbeddedResource:
+        return _embedded("test://embedded-resource", "text/plain", "This is an embedded resource content.")
+
+    @server.tool(description="Returns text, an image and a resource.")
+    async def test_multiple_content_types() -> list[Any]:
+        data = '{"test":"data","value":123}'
+        resource = _embedded("test://mixed-content-resource", "application/json", data)
+        return [_text("Multiple content types test:"), _image(), resource]
+
+
+def _add_client_request_tools(server: MCPServer) -> None:
+    @server.tool(description="Asks the client's model (sampling) and returns its answer.")
+    async def test_sampling(ctx: Context, prompt: str) -> str:
+        result = await ctx.sample(prompt, max_tokens=100)
+        text = result.content.text if isinstance(result.content, mt.TextContent) else str(result.content)
+        return f"LLM response: {text}"
+
+    @server.tool(description="Asks the user for a username and an email (elicitation).")
+    async def test_elicitation(ctx: Context, message: str) -> str:
+        schema = {
+            "type": "object",
+            "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"},
+            },
+            "required": ["username", "email"],
+        }
+        result = await ctx.elicit(message, schema)
+        return f"User response: action={result.action}, content={json.dumps(result.content)}"
+
+    @server.tool(description="Elicitation with default values of every primitive type (SEP-1034).")
+    async def test_elicitation_sep1034_defaults(ctx: Context) -> str:
+        result = await ctx.elicit("Please review and update the form fields with defaults", SEP1034_DEFAULTS)
+        return f"Elicitation completed: action={result.action}, content={json.dumps(result.content)}"
+
+    @server.tool(description="Elicitation with every enum shape (SEP-1330).")
+    async def test_elicitation_sep1330_enums(ctx: Context) -> str:
+        result = await ctx.elicit("Please select options from the enum fields", SEP1330_ENUMS)
+        return f"Elicitation completed: action={result.action}, content={json.dumps(result.content)}"
+
+
+def _add_resources(server: MCPServer) -> None:
+    @server.resource(
+        "test://static-text",
+        name="static-text",
+        title="Static Text Resource",
+        description="A static text resource for testing",
+        mime_type="text/plain",
+    )
+    async def static_text() -> str:
+        return "This is the content of the static text resource."
+
+    @server.resource(
+        "test://static-binary",
+        name="static-binary",
+        description="A static binary resource (image) for testing",
+        mime_type="image/png",
+    )
+    async def static_binary() -> mt.BlobResourceContents:
+        return mt.BlobResourceContents(uri="test://static-binary", mime_type="image/png", blob=PNG)
+
+    @server.resource(
+        "test://watched-resource",
+        name="watched-resource",
+        description="A resource clients can subscribe to",
+        mime_type="text/plain",
+    )
+    async def watched() -> str:
+        return "Watched resource content"
+
+    @server.resource(
+        "test://template/{id}/data",
+        name="template",
+        description="Data for any id",
+        mime_type="application/json",
+    )
+    async def template(id: str) -> str:
+        return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
+
+
+def _add_prompts(server: MCPServer) -> None:
+    @server.prompt(description="A simple prompt without arguments")
+    async def test_simple_prompt() -> str:
+        return "This is a simple prompt for testing."
+
+    @server.prompt(
+        description="A prompt with required arguments",
+        argument_descriptions={"arg1": "First test argument", "arg2": "Second test argument"},
+    )
+    async def test_prompt_with_arguments(arg1: str, arg2: str) -> str:
+        return f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
+
+    @server.prompt(
+        description="A prompt that includes an embedded resource",
+        argument_descriptions={"resourceUri": "URI of the resource to embed"},
+    )
+    async def test_prompt_with_embedded_resource(resourceUri: str) -> list[Any]:  # the argument's wire name
+        return [
+            _embedded(resourceUri, "text/plain", "Embedded resource content for testing."),
+            "Please process the embedded resource above.",
+        ]
+
+    @server.prompt(description="A prompt that includes image content")
+    async def test_prompt_with_image() -> list[Any]:
+        return [_image(), "Please analyze the image above."]
