@@ -232,7 +232,7 @@ async def test_client_error_answer_reaches_the_handler(client: Client) -> None:
 async def test_capabilities_are_checked(client: Client) -> None:
     await client.initialize()  # no client capabilities
     result = (await client.request(2, "tools/call", {"name": "ask", "arguments": {"question": "?"}}))["error"]
-    assert result["code"] == -32600 and "sampling" in result["message"]
+    assert result["code"] == -32021 and result["data"] == {"requiredCapabilities": {"sampling": {}}}
 
 
 async def test_cancelled_handler_waiting_for_the_client_tells_the_client(client: Client, app: MCPApp) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import mcp_types as mt
 
-from .._exceptions import RPCError
 from .._protocol import jsonrpc, versions
+from .inputs import InputRequest, missing_capability
 
 __all__ = ["LOG_LEVELS", "Context", "Peer"]
 
@@ -46,6 +47,12 @@ class Peer(Protocol):
         """Send a server-to-client request and wait for its result (:class:`RPCError` for an error)."""
         ...
 
+    async def ask(
+        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
+    ) -> dict[str, Any]:
+        """Get the client's raw answers to input requests (``{"method", "params"}`` by key)."""
+        ...
+
     def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
         """End the current HTTP connection of a stream without ending the stream (SSE polling)."""
         ...
@@ -63,6 +70,7 @@ class Context:
     method: str
     peer: Peer
     meta: dict[str, Any] = field(default_factory=dict)
+    _asked: int = 0
 
     @property
     def session_id(self) -> str | None:
@@ -97,7 +105,11 @@ class Context:
     async def log(self, level: mt.LoggingLevel, data: Any, *, logger: str | None = None) -> None:
         """Send ``notifications/message`` unless the client set a higher level with ``logging/setLevel``."""
         threshold = self.peer.log_level
-        if threshold is not None and LOG_LEVELS.index(level) < LOG_LEVELS.index(threshold):
+        if threshold is None:
+            revision = versions.revision(self.protocol_version)
+            if revision is not None and revision.logs_need_opt_in:
+                return  # 2026 era: no log notifications unless the request named a level
+        elif LOG_LEVELS.index(level) < LOG_LEVELS.index(threshold):
             return
         params: dict[str, Any] = {"level": level, "data": data}
         if logger is not None:
@@ -116,62 +128,78 @@ class Context:
     async def error(self, data: Any, *, logger: str | None = None) -> None:
         await self.log("error", data, logger=logger)
 
-    # -- server-to-client requests ------------------------------------------------------------
+    # -- input from the client: sampling, elicitation, roots ------------------------------------
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Send a request to the client, related to this request (it travels on this request's
-        stream), and wait for its result.  Raises :class:`RPCError` if the client answers an error."""
+        """Send any request to the client (2025-era sessions only), related to this request, and wait
+        for its result.  Raises :class:`RPCError` if the client answers an error."""
         return await self.peer.request(method, params, self.request_id)
 
-    def _require(self, capability: str, what: str) -> None:
-        if capability not in self.peer.client_capabilities:
-            raise RPCError(mt.INVALID_REQUEST, f"the client does not support {what}")
+    async def ask(self, requests: Mapping[str, InputRequest]) -> dict[str, Any]:
+        """Ask the client for several inputs at once; returns each answer (as its result model) by key.
+
+        2025 era: the requests go to the client concurrently on this request's stream.  2026 era: the
+        missing ones are returned to the client in one ``InputRequiredResult``; the client retries and
+        this handler runs again, finding them (handlers must therefore be safe to run again up to the
+        point where they ask).  Raises -32021 if the client did not declare the capability."""
+        for request in requests.values():
+            if request.capability not in self.peer.client_capabilities:
+                raise missing_capability(request.capability)
+        revision = versions.revision(self.protocol_version)
+        wire = {key: request.wire(revision) for key, request in requests.items()}
+        answers = await self.peer.ask(wire, self.request_id)
+        return {key: request.parse(key, answers[key]) for key, request in requests.items()}
+
+    def _key(self, kind: str, key: str | None) -> str:
+        if key is not None:
+            return key
+        self._asked += 1
+        return f"{kind}-{self._asked}"
 
     async def sample(
         self,
         messages: list[mt.SamplingMessage | dict[str, Any]] | str,
         *,
         max_tokens: int = 1000,
-        **options: Any,
+        key: str | None = None,
+        **params: Any,
     ) -> mt.CreateMessageResult:
         """``sampling/createMessage``: ask the client's LLM.  A string is one user text message;
-        ``options`` are further params by their wire names (``systemPrompt``, ``modelPreferences`` ...)."""
-        self._require("sampling", "sampling")
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": {"type": "text", "text": messages}}]
-        wire = [_dump(m) for m in messages]
-        result = await self.request(
-            "sampling/createMessage", {"messages": wire, "maxTokens": max_tokens, **options}
-        )
-        return mt.CreateMessageResult.model_validate(result)
+        ``params`` are further params by their wire names (``systemPrompt``, ``modelPreferences`` ...).
+        ``key`` names the input request in 2026-era results (default: a counter)."""
+        key = self._key("sampling", key)
+        answer: mt.CreateMessageResult = (
+            await self.ask({key: InputRequest.sampling(messages, max_tokens=max_tokens, **params)})
+        )[key]
+        return answer
 
-    async def elicit(self, message: str, requested_schema: dict[str, Any]) -> mt.ElicitResult:
+    async def elicit(
+        self, message: str, requested_schema: dict[str, Any], *, key: str | None = None
+    ) -> mt.ElicitResult:
         """``elicitation/create`` in form mode: ask the user for values matching ``requested_schema``."""
-        self._require("elicitation", "elicitation")
-        params = {"mode": "form", "message": message, "requestedSchema": requested_schema}
-        revision = versions.revision(self.protocol_version)
-        if revision is not None and not revision.elicitation_modes:
-            del params["mode"]
-        return mt.ElicitResult.model_validate(await self.request("elicitation/create", params))
+        key = self._key("elicitation", key)
+        answer: mt.ElicitResult = (
+            await self.ask({key: InputRequest.elicitation(message, requested_schema)})
+        )[key]
+        return answer
 
-    async def elicit_url(self, message: str, url: str, elicitation_id: str) -> mt.ElicitResult:
-        """``elicitation/create`` in URL mode (2025-11-25): send the user to ``url``."""
-        self._require("elicitation", "elicitation")
-        params = {"mode": "url", "message": message, "url": url, "elicitationId": elicitation_id}
-        return mt.ElicitResult.model_validate(await self.request("elicitation/create", params))
+    async def elicit_url(
+        self, message: str, url: str, elicitation_id: str | None = None, *, key: str | None = None
+    ) -> mt.ElicitResult:
+        """``elicitation/create`` in URL mode: send the user to ``url``."""
+        key = self._key("elicitation", key)
+        answer: mt.ElicitResult = (
+            await self.ask({key: InputRequest.elicitation_url(message, url, elicitation_id)})
+        )[key]
+        return answer
 
-    async def list_roots(self) -> mt.ListRootsResult:
+    async def list_roots(self, *, key: str | None = None) -> mt.ListRootsResult:
         """``roots/list``: the client's roots."""
-        self._require("roots", "roots")
-        return mt.ListRootsResult.model_validate(await self.request("roots/list"))
+        key = self._key("roots", key)
+        answer: mt.ListRootsResult = (await self.ask({key: InputRequest.roots()}))[key]
+        return answer
 
     def close_sse_stream(self) -> None:
         """Close this request's SSE connection now, without ending its stream: the client reconnects
         with ``Last-Event-ID`` (after the ``retry`` delay) and gets the rest (SSE polling, 2025-11-25)."""
         self.peer.close_sse_stream(self.request_id)
-
-
-def _dump(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(by_alias=True, exclude_none=True, mode="json")
-    return value

@@ -49,14 +49,21 @@ class RequestFacts:
     session_id: str | None = None
     protocol_version: str | None = None
     last_event_id: str | None = None
+    mcp_method: str | None = None
+    mcp_name: str | None = None
+    mcp_params: tuple[tuple[str, str], ...] = ()
+    """``Mcp-Param-{Name}`` headers as ``(name lower-case, raw value)``."""
 
     @classmethod
     def from_headers(cls, method: str, headers: Iterable[tuple[bytes, bytes]]) -> RequestFacts:
         """Build facts from ASGI-style ``(name, value)`` byte pairs; repeated headers keep the first."""
         found: dict[bytes, str] = {}
+        params: list[tuple[str, str]] = []
         for name, value in headers:
             if name in _WANTED and name not in found:
                 found[name] = value.decode("latin-1").strip()
+            elif name.startswith(b"mcp-param-"):
+                params.append((name[10:].decode("latin-1"), value.decode("latin-1").strip()))
         length = found.get(b"content-length")
         return cls(
             method=method,
@@ -68,6 +75,9 @@ class RequestFacts:
             session_id=found.get(b"mcp-session-id"),
             protocol_version=found.get(b"mcp-protocol-version"),
             last_event_id=found.get(b"last-event-id"),
+            mcp_method=found.get(b"mcp-method"),
+            mcp_name=found.get(b"mcp-name"),
+            mcp_params=tuple(params),
         )
 
 
@@ -81,6 +91,8 @@ _WANTED = frozenset(
         b"mcp-session-id",
         b"mcp-protocol-version",
         b"last-event-id",
+        b"mcp-method",
+        b"mcp-name",
     }
 )
 
@@ -214,12 +226,12 @@ def check_protocol_version(facts: RequestFacts) -> versions.Revision:
     if facts.protocol_version is None:
         return versions.DEFAULT_HEADER_REVISION
     found = versions.revision(facts.protocol_version)
-    if found is None:
-        supported = ", ".join(versions.REVISIONS)
+    if found is None or found.stateless:
+        supported = ", ".join(r.name for r in versions.LEGACY)
         raise RemoteProtocolError(
             f"Bad Request: unsupported MCP-Protocol-Version {facts.protocol_version!r}"
             f" (supported: {supported})",
-            data={"supported": list(versions.REVISIONS)},
+            data={"supported": [r.name for r in versions.LEGACY]},
         )
     return found
 

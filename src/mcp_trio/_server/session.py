@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -191,6 +191,24 @@ class Session:
             raise RPCError(message.error.code, message.error.message, message.error.data)
         assert isinstance(message, mt.JSONRPCResponse)
         return message.result
+
+    async def ask(
+        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
+    ) -> dict[str, Any]:
+        """Input requests of a handler: sent as server-to-client requests, concurrently."""
+        answers: dict[str, Any] = {}
+
+        async def one(key: str, wire: dict[str, Any]) -> None:
+            answers[key] = await self.request(wire["method"], wire["params"], related)
+
+        if len(requests) == 1:
+            ((key, wire),) = requests.items()
+            await one(key, wire)
+        else:
+            async with trio.open_nursery() as nursery:  # owned by the handler's task, in this session
+                for key, wire in requests.items():
+                    nursery.start_soon(one, key, wire)
+        return answers
 
     def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
         """Cut the live connection of a stream (the request's, or the GET stream); the stream goes on

@@ -1,0 +1,224 @@
+"""Rules of the modern (2026-07-28) era that need no I/O: request-metadata headers, ``x-mcp-header``
+parameters, and tamper-evident ``requestState`` for input-required results."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as mt
+
+from .._exceptions import RemoteProtocolError
+from . import versions
+from .http import RequestFacts
+
+__all__ = [
+    "NAMED_METHODS",
+    "RequestState",
+    "check_headers",
+    "decode_header_value",
+    "header_parameters",
+    "meta_version",
+    "unsupported_version",
+]
+
+NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+"""Methods that need ``Mcp-Name``, and the param it mirrors."""
+
+_SENTINEL = re.compile(r"^=\?base64\?([A-Za-z0-9+/=]*)\?=$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def header_mismatch(message: str, request_id: mt.RequestId | None = None) -> RemoteProtocolError:
+    return RemoteProtocolError(f"Header mismatch: {message}", code=mt.HEADER_MISMATCH, request_id=request_id)
+
+
+def unsupported_version(requested: str, request_id: mt.RequestId | None = None) -> RemoteProtocolError:
+    return RemoteProtocolError(
+        "Unsupported protocol version",
+        code=mt.UNSUPPORTED_PROTOCOL_VERSION,
+        request_id=request_id,
+        data={"supported": versions.supported_versions(), "requested": requested},
+    )
+
+
+def meta_version(params: Mapping[str, Any] | None) -> object:
+    """The ``io.modelcontextprotocol/protocolVersion`` of a request's ``_meta`` (None if absent)."""
+    meta = params.get("_meta") if params else None
+    return meta.get(versions.PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+
+
+def decode_header_value(value: str) -> str:
+    """A header value as sent: plain visible ASCII, or the ``=?base64?...?=`` form of UTF-8 text."""
+    found = _SENTINEL.match(value)
+    if found is None:
+        if not all(0x20 <= ord(c) <= 0x7E or c == "\t" for c in value):
+            raise ValueError("invalid characters")
+        return value
+    try:
+        return base64.b64decode(found.group(1), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError("invalid base64 value") from exc
+
+
+def header_parameters(input_schema: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``x-mcp-header`` annotations of a tool's input schema: lower-case header name -> property path.
+
+    Only properties reachable through ``properties`` keys count (as the spec requires)."""
+    found: dict[str, tuple[str, ...]] = {}
+    stack: list[tuple[Mapping[str, Any], tuple[str, ...]]] = [(input_schema, ())]
+    while stack:
+        schema, path = stack.pop()
+        properties = schema.get("properties")
+        if not isinstance(properties, Mapping):
+            continue
+        for key, sub in properties.items():
+            if not isinstance(sub, Mapping):
+                continue
+            name = sub.get("x-mcp-header")
+            if isinstance(name, str) and _TOKEN.match(name):
+                found[name.lower()] = (*path, key)
+            stack.append((sub, (*path, key)))
+    return found
+
+
+def _value_at(arguments: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(arguments, Mapping) or key not in arguments:
+            return None
+        arguments = arguments[key]
+    return arguments
+
+
+def _same(header: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return header == ("true" if value else "false")
+    if isinstance(value, (int, float)):
+        try:
+            number = float(header)
+        except ValueError:
+            return False
+        return math.isfinite(number) and number == value
+    return isinstance(value, str) and header == value
+
+
+def check_headers(
+    facts: RequestFacts,
+    request_id: mt.RequestId | None,
+    method: str,
+    params: Mapping[str, Any] | None,
+    header_params: Mapping[str, tuple[str, ...]] | None = None,
+) -> versions.Revision:
+    """Validate a modern request's metadata headers against its body; return its revision.
+
+    -32020 (HeaderMismatch) for a missing, malformed or mismatched ``MCP-Protocol-Version``,
+    ``Mcp-Method``, ``Mcp-Name`` or ``Mcp-Param-*``; -32022 for a version we do not serve.
+    """
+    body_version = meta_version(params)
+    if facts.protocol_version is None:
+        raise header_mismatch("MCP-Protocol-Version header is required", request_id)
+    if body_version is not None and body_version != facts.protocol_version:
+        raise header_mismatch(
+            f"MCP-Protocol-Version header {facts.protocol_version!r} does not match _meta {body_version!r}",
+            request_id,
+        )
+    found = versions.revision(facts.protocol_version)
+    if found is None or not found.stateless:
+        raise unsupported_version(facts.protocol_version, request_id)
+    if body_version is None:
+        raise header_mismatch(f"_meta must carry {versions.PROTOCOL_VERSION_META_KEY}", request_id)
+    if facts.mcp_method is None:
+        raise header_mismatch("Mcp-Method header is required", request_id)
+    if facts.mcp_method != method:
+        raise header_mismatch(
+            f"Mcp-Method header {facts.mcp_method!r} does not match body {method!r}", request_id
+        )
+    _check_name(facts, request_id, method, params)
+    if header_params:
+        _check_params(facts, request_id, (params or {}).get("arguments"), header_params)
+    return found
+
+
+def _check_name(
+    facts: RequestFacts, request_id: mt.RequestId | None, method: str, params: Mapping[str, Any] | None
+) -> None:
+    field = NAMED_METHODS.get(method)
+    if field is None:
+        return
+    if facts.mcp_name is None:
+        raise header_mismatch("Mcp-Name header is required", request_id)
+    try:
+        name = decode_header_value(facts.mcp_name)
+    except ValueError as exc:
+        raise header_mismatch(f"Mcp-Name header: {exc}", request_id) from exc
+    body = (params or {}).get(field)
+    if name != body:
+        raise header_mismatch(
+            f"Mcp-Name header value {name!r} does not match body value {body!r}", request_id
+        )
+
+
+def _check_params(
+    facts: RequestFacts,
+    request_id: mt.RequestId | None,
+    arguments: Any,
+    header_params: Mapping[str, tuple[str, ...]],
+) -> None:
+    sent = dict(facts.mcp_params)
+    for name, path in header_params.items():
+        value = _value_at(arguments, path)
+        raw = sent.get(name)
+        if value is None:
+            continue
+        if raw is None:
+            raise header_mismatch(f"Mcp-Param-{name} header is required", request_id)
+        try:
+            decoded = decode_header_value(raw)
+        except ValueError as exc:
+            raise header_mismatch(f"Mcp-Param-{name} header: {exc}", request_id) from exc
+        if not _same(decoded, value):
+            raise header_mismatch(
+                f"Mcp-Param-{name} header value {decoded!r} does not match body value {value!r}", request_id
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestState:
+    """Tamper-evident ``requestState``: the input responses collected so far, bound to one request
+    (method and name) and an expiry, signed with HMAC-SHA256 under the server's secret."""
+
+    secret: bytes
+
+    def seal(self, binding: str, responses: Mapping[str, Any], expires_at: float) -> str:
+        payload = json.dumps({"b": binding, "e": int(expires_at), "r": responses}, separators=(",", ":"))
+        body = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+        return f"{body}.{self._sign(body)}"
+
+    def open(self, state: str, binding: str, now: float) -> dict[str, Any]:
+        """The responses sealed in ``state``; ValueError if it was altered, expired, or is for another
+        request."""
+        body, dot, signature = state.partition(".")
+        if not dot or not hmac.compare_digest(signature, self._sign(body)):
+            raise ValueError("requestState failed verification")
+        try:
+            payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        except (ValueError, binascii.Error) as exc:  # pragma: no cover - signed by us, so well-formed
+            raise ValueError("requestState is malformed") from exc
+        if payload.get("b") != binding:
+            raise ValueError("requestState belongs to another request")
+        if payload.get("e", 0) < now:
+            raise ValueError("requestState has expired")
+        responses = payload.get("r")
+        return responses if isinstance(responses, dict) else {}
+
+    def _sign(self, body: str) -> str:
+        digest = hmac.new(self.secret, body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
