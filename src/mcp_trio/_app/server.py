@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import mcp_types as mt
 import mcp_types.methods as mtm
@@ -37,10 +37,22 @@ class MCPServer:
     scope), so ``notifications/cancelled``, the end of the session and server shutdown cancel it.
     """
 
-    def __init__(self, name: str, version: str = "0.1.0", *, instructions: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        version: str = "0.1.0",
+        *,
+        instructions: str | None = None,
+        cache_ttl_ms: int = 0,
+        cache_scope: Literal["public", "private"] = "private",
+    ) -> None:
         self.name = name
         self.version = version
         self.instructions = instructions
+        self.cache_ttl_ms = cache_ttl_ms
+        """``ttlMs`` of list and read results (2026 era): how long clients may cache them."""
+        self.cache_scope = cache_scope
+        """``cacheScope`` of list and read results (2026 era): may shared intermediaries cache them."""
         self._tools: dict[str, ToolSpec] = {}
         self._resources: dict[str, ResourceSpec] = {}
         self._templates: dict[str, ResourceSpec] = {}
@@ -60,6 +72,7 @@ class MCPServer:
             "prompts/get": self._get_prompt,
             "completion/complete": self._complete,
             "logging/setLevel": self._set_level,
+            "server/discover": self._discover,
         }
 
     # -- registration -------------------------------------------------------------------------
@@ -233,12 +246,56 @@ class MCPServer:
         except (KeyError, ValueError) as exc:
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {method}") from exc
         result = await handler(ctx, request.params)
+        revision = versions.revision(ctx.protocol_version)
+        if revision is not None and revision.result_metadata:
+            self._add_result_metadata(method, result)
         return mtm.serialize_server_result(method, ctx.protocol_version, result)
+
+    def knows(self, method: str, revision: versions.Revision) -> bool:
+        """Whether ``method`` is served in ``revision`` (unknown ones get -32601)."""
+        return (method in self._handlers or method == "subscriptions/listen") and (
+            (method, revision.name) in mtm.CLIENT_REQUESTS
+        )
+
+    def tool_header_params(self, name: object) -> dict[str, tuple[str, ...]] | None:
+        """The ``x-mcp-header`` parameters of a tool (header name -> argument path), if any."""
+        spec = self._tools.get(name) if isinstance(name, str) else None
+        return spec.header_params if spec is not None else None
+
+    def result_meta(self) -> dict[str, Any]:
+        """The ``_meta`` of every 2026-era result: who answered."""
+        return {mt.SERVER_INFO_META_KEY: {"name": self.name, "version": self.version}}
+
+    def _add_result_metadata(self, method: str, result: dict[str, Any]) -> None:
+        result.setdefault("resultType", "complete")
+        if method in mtm.CACHEABLE_METHODS:
+            result.setdefault("ttlMs", self.cache_ttl_ms)
+            result.setdefault("cacheScope", self.cache_scope)
+        result["_meta"] = {**(result.get("_meta") or {}), **self.result_meta()}
+
+    def subscription_filter(self, wanted: mt.SubscriptionFilter) -> mt.SubscriptionFilter:
+        """The part of a ``subscriptions/listen`` filter this server honours (what it can send)."""
+        has_resources = bool(self._resources or self._templates)
+        return mt.SubscriptionFilter(
+            tools_list_changed=(wanted.tools_list_changed and bool(self._tools)) or None,
+            prompts_list_changed=(wanted.prompts_list_changed and bool(self._prompts)) or None,
+            resources_list_changed=(wanted.resources_list_changed and has_resources) or None,
+            resource_subscriptions=(wanted.resource_subscriptions if has_resources else None) or None,
+        )
 
     # -- handlers ---------------------------------------------------------------------------
 
     async def _ping(self, ctx: Context, params: Any) -> dict[str, Any]:
         return {}
+
+    async def _discover(self, ctx: Context, params: Any) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "supportedVersions": versions.supported_versions(),
+            "capabilities": self.capabilities(),
+        }
+        if self.instructions is not None:
+            result["instructions"] = self.instructions
+        return result
 
     async def _list_tools(self, ctx: Context, params: Any) -> dict[str, Any]:
         return {"tools": [spec.wire() for spec in self._tools.values()]}
@@ -273,7 +330,9 @@ class MCPServer:
             variables = template.match(uri)
             if variables is not None:
                 return await template.read(ctx, uri, variables)
-        raise RPCError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+        revision = versions.revision(ctx.protocol_version)
+        code = revision.resource_not_found_code if revision is not None else RESOURCE_NOT_FOUND
+        raise RPCError(code, "Resource not found", {"uri": uri})
 
     async def _subscribe(self, ctx: Context, params: mt.SubscribeRequestParams) -> dict[str, Any]:
         ctx.peer.subscriptions.add(str(params.uri))

@@ -11,6 +11,7 @@ from typing import Any, get_type_hints
 import mcp_types as mt
 import pydantic
 
+from .._protocol.modern import header_parameters
 from .context import Context
 
 __all__ = ["ToolSpec", "to_call_tool_result"]
@@ -27,6 +28,8 @@ class ToolSpec:
     arguments: type[pydantic.BaseModel] | None
     """Validates arguments when the schema came from type hints; None for an explicit schema."""
     context_param: str | None
+    header_params: dict[str, tuple[str, ...]]
+    """``x-mcp-header`` annotations of the input schema: header name (lower-case) -> argument path."""
 
     @classmethod
     def build(
@@ -58,7 +61,13 @@ class ToolSpec:
             output_schema=output_schema,
             annotations=annotations,
         )
-        return cls(definition=definition, fn=fn, arguments=model, context_param=context_param)
+        return cls(
+            definition=definition,
+            fn=fn,
+            arguments=model,
+            context_param=context_param,
+            header_params=header_parameters(input_schema),
+        )
 
     def wire(self) -> dict[str, Any]:
         return self.definition.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -24,6 +24,7 @@ __all__ = [
     "NAMED_METHODS",
     "RequestState",
     "check_headers",
+    "check_meta",
     "decode_header_value",
     "header_parameters",
     "meta_version",
@@ -122,10 +123,11 @@ def check_headers(
     -32020 (HeaderMismatch) for a missing, malformed or mismatched ``MCP-Protocol-Version``,
     ``Mcp-Method``, ``Mcp-Name`` or ``Mcp-Param-*``; -32022 for a version we do not serve.
     """
-    body_version = meta_version(params)
     if facts.protocol_version is None:
         raise header_mismatch("MCP-Protocol-Version header is required", request_id)
-    if body_version is not None and body_version != facts.protocol_version:
+    check_meta(request_id, params)
+    body_version = meta_version(params)
+    if body_version != facts.protocol_version:
         raise header_mismatch(
             f"MCP-Protocol-Version header {facts.protocol_version!r} does not match _meta {body_version!r}",
             request_id,
@@ -133,8 +135,6 @@ def check_headers(
     found = versions.revision(facts.protocol_version)
     if found is None or not found.stateless:
         raise unsupported_version(facts.protocol_version, request_id)
-    if body_version is None:
-        raise header_mismatch(f"_meta must carry {versions.PROTOCOL_VERSION_META_KEY}", request_id)
     if facts.mcp_method is None:
         raise header_mismatch("Mcp-Method header is required", request_id)
     if facts.mcp_method != method:
@@ -145,6 +145,33 @@ def check_headers(
     if header_params:
         _check_params(facts, request_id, (params or {}).get("arguments"), header_params)
     return found
+
+
+def check_meta(request_id: mt.RequestId | None, params: Mapping[str, Any] | None) -> None:
+    """A modern request's ``_meta`` must name its protocol version and the client's capabilities
+    (-32602, HTTP 400, otherwise)."""
+    meta = params.get("_meta") if params else None
+    if not isinstance(meta, dict):
+        raise RemoteProtocolError(
+            "Invalid params: _meta is required", code=mt.INVALID_PARAMS, request_id=request_id
+        )
+    for key in (versions.PROTOCOL_VERSION_META_KEY, mt.CLIENT_CAPABILITIES_META_KEY):
+        if key not in meta:
+            raise RemoteProtocolError(
+                f"Invalid params: _meta lacks {key}", code=mt.INVALID_PARAMS, request_id=request_id
+            )
+    if not isinstance(meta[versions.PROTOCOL_VERSION_META_KEY], str):
+        raise RemoteProtocolError(
+            "Invalid params: the protocol version must be a string",
+            code=mt.INVALID_PARAMS,
+            request_id=request_id,
+        )
+    if not isinstance(meta[mt.CLIENT_CAPABILITIES_META_KEY], dict):
+        raise RemoteProtocolError(
+            "Invalid params: clientCapabilities must be an object",
+            code=mt.INVALID_PARAMS,
+            request_id=request_id,
+        )
 
 
 def _check_name(

@@ -93,14 +93,13 @@ def negotiate(requested: str) -> Revision:
     return found if found is not None and not found.stateless else LATEST
 
 
-def select_era(*, header_version: str | None, meta_version: object, initialize: bool) -> bool:
+def select_era(*, header_version: str | None, meta_version: object) -> bool:
     """Whether one HTTP request is served by the modern (stateless) rules.
 
-    An ``initialize`` opens the legacy era; a request whose ``_meta`` names a protocol version, or
-    whose ``MCP-Protocol-Version`` header names a modern revision, is modern; the rest is legacy.
+    A request whose ``_meta`` names a protocol version, or whose ``MCP-Protocol-Version`` header names
+    a modern revision, is modern (an ``initialize`` among them gets the modern answer to a removed
+    method: 404); any other ``initialize`` opens a legacy session; the rest is legacy too.
     """
-    if initialize:
-        return False
     if meta_version is not None:
         return True
     found = REVISIONS.get(header_version) if header_version is not None else None

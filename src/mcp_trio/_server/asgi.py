@@ -18,11 +18,13 @@ import trio
 
 from .._app.server import MCPServer
 from .._exceptions import RemoteProtocolError, RPCError, SessionError
-from .._protocol import http, jsonrpc
+from .._protocol import http, jsonrpc, versions
+from .._protocol import modern as modern_rules
 from .._protocol.session import parse_event_id
 from .config import ServerConfig
 from .manager import SessionManager
 from .session import Session
+from .stateless import ModernEndpoint
 from .streams import Exchange, Stream
 
 __all__ = ["MCPApp"]
@@ -46,6 +48,7 @@ class MCPApp:
         self.server = server
         self.config = config or ServerConfig()
         self.manager = SessionManager(server, self.config)
+        self.modern = ModernEndpoint(server, self.config)
         extra_hosts = self.config.allowed_hosts or frozenset()
         extra_origins = self.config.allowed_origins or frozenset()
         loopback = http.OriginPolicy.loopback()
@@ -73,11 +76,15 @@ class MCPApp:
                 nursery.cancel_scope.cancel()
 
     async def aclose(self) -> None:
-        """Close every session (each open stream ends cleanly) within ``config.shutdown_grace``."""
-        await self.manager.aclose()
+        """Close every session and subscription (each open stream ends cleanly) within
+        ``config.shutdown_grace``."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.modern.aclose)
+            nursery.start_soon(self.manager.aclose)
 
     def statistics(self) -> dict[str, Any]:
         stats = self.manager.statistics()
+        stats.update(self.modern.statistics())
         store = self.manager.event_store
         if store is not None and hasattr(store, "statistics"):
             stats["event_store"] = store.statistics()
@@ -143,15 +150,30 @@ class MCPApp:
 
     async def _post(self, facts: http.RequestFacts, receive: Receive, send: Send) -> None:
         http.check_post(facts, max_body_size=self.config.max_body_size, json_only=False)
-        http.check_protocol_version(facts)
         body = await _read_body(receive, self.config.max_body_size)
         incoming = jsonrpc.parse_body(body, allow_batch=True)
         initialize = [m for m in incoming.requests if m.method == "initialize"]
+        first = incoming.messages[0]
+        params = first.params if isinstance(first, (mt.JSONRPCRequest, mt.JSONRPCNotification)) else None
+        modern = versions.select_era(
+            header_version=facts.protocol_version,
+            meta_version=modern_rules.meta_version(params),
+            initialize=bool(initialize),
+        )
+        if modern:
+            await self._post_modern(facts, incoming, receive, send)
+            return
+        http.check_protocol_version(facts)
         if initialize:
             if incoming.batch:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
             await self._initialize(initialize[0], receive, send)
             return
+        await self._post_legacy(facts, incoming, receive, send)
+
+    async def _post_legacy(
+        self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: Send
+    ) -> None:
         session = self._session(facts)
         if incoming.batch and not session.revision.batches:
             raise RemoteProtocolError(
@@ -173,6 +195,36 @@ class MCPApp:
             for request in requests:
                 session.start_request(request)
             await _wait(exchange, receive)
+
+    async def _post_modern(
+        self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: Send
+    ) -> None:
+        """A 2026-era POST: one request (or notification), validated against its headers."""
+        (message,) = incoming.messages if not incoming.batch else (None,)
+        if message is None:
+            raise RemoteProtocolError("Invalid Request: JSON-RPC batches are not supported in 2026-07-28")
+        if isinstance(message, mt.JSONRPCNotification):
+            await _respond(send, 202, b"", content_type=None)
+            return
+        if not isinstance(message, mt.JSONRPCRequest):
+            raise RemoteProtocolError("Invalid Request: clients do not send responses in 2026-07-28")
+        header_params = self._header_params(message)
+        revision = modern_rules.check_headers(
+            facts, message.id, message.method, message.params, header_params
+        )
+        if not self.server.knows(message.method, revision):
+            raise RemoteProtocolError(
+                f"Method not found: {message.method}",
+                http_status=404,
+                code=mt.METHOD_NOT_FOUND,
+                request_id=message.id,
+            )
+        await self.modern.handle(message, revision, receive, send)
+
+    def _header_params(self, message: mt.JSONRPCRequest) -> dict[str, tuple[str, ...]] | None:
+        if message.method != "tools/call" or not message.params:
+            return None
+        return self.server.tool_header_params(message.params.get("name"))
 
     async def _initialize(self, request: mt.JSONRPCRequest, receive: Receive, send: Send) -> None:
         try:
@@ -204,6 +256,7 @@ class MCPApp:
     # -- GET and DELETE -----------------------------------------------------------------------
 
     async def _get(self, facts: http.RequestFacts, receive: Receive, send: Send) -> None:
+        _refuse_modern(facts)
         http.check_get(facts)
         session = self._session(facts)
         http.check_protocol_version(facts)
@@ -218,10 +271,22 @@ class MCPApp:
             await _wait(exchange, receive)
 
     async def _delete(self, facts: http.RequestFacts, send: Send) -> None:
+        _refuse_modern(facts)
         session = self._session(facts)
         http.check_protocol_version(facts)
         await session.aclose()
         await _respond(send, 200, b"", content_type=None)
+
+
+def _refuse_modern(facts: http.RequestFacts) -> None:
+    """GET and DELETE do not exist in the modern era: 405 (the legacy era keeps them)."""
+    found = versions.revision(facts.protocol_version) if facts.protocol_version else None
+    if found is not None and found.stateless:
+        raise RemoteProtocolError(
+            f"Method Not Allowed: {facts.method} in {found.name}",
+            http_status=405,
+            headers=(("allow", "POST"),),
+        )
 
 
 async def _wait(exchange: Exchange, receive: Receive) -> None:

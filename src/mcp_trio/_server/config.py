@@ -42,5 +42,10 @@ class ServerConfig:
     """Extra ``Origin`` values (``scheme://host[:port]``, ``scheme://host:*``) besides loopback origins."""
     event_store_factory: Callable[[], EventStore | None] = field(default=InMemoryEventStore)
     """Makes the app's event store; return None to switch resumability off."""
+    request_state_secret: bytes | None = None
+    """HMAC key that seals ``requestState`` of input-required results (2026 era).  None: a random key
+    per app, so a retry must reach the same process; give every replica the same secret otherwise."""
+    request_state_ttl: float = 600.0
+    """How long a ``requestState`` stays valid."""
     stats_path: str | None = None
     """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests)."""

@@ -1,0 +1,365 @@
+"""The modern (2026-07-28) era: every POST is a self-contained request owned by its ASGI request task.
+
+The handler runs inside a nursery of the request task, next to a sibling that watches ``receive()``
+for ``http.disconnect``: a disconnect cancels the handler (JSON and SSE answers alike) and nothing is
+sent afterwards.  Nothing of a request outlives it.  ``subscriptions/listen`` streams are the one
+long-lived kind; each is registered with the server while open and ends gracefully at shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import mcp_types as mt
+import mcp_types.methods as mtm
+import trio
+
+from .._app.context import LOG_LEVELS, Context
+from .._app.inputs import InputRequired
+from .._app.server import MCPServer
+from .._exceptions import RemoteProtocolError, RPCError
+from .._protocol import jsonrpc, sse, versions
+from .._protocol.modern import RequestState
+from .config import ServerConfig
+
+__all__ = ["ModernEndpoint"]
+
+logger = logging.getLogger("mcp_trio")
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+JSON_HEADERS = [(b"content-type", b"application/json")]
+HTTP_STATUS = {mt.METHOD_NOT_FOUND: 404, -32021: 400}
+"""JSON-RPC errors of a modern request that the HTTP status reflects (others are answered with 200)."""
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+_FILTERS = {
+    "notifications/tools/list_changed": "toolsListChanged",
+    "notifications/prompts/list_changed": "promptsListChanged",
+    "notifications/resources/list_changed": "resourcesListChanged",
+}
+
+
+class Responder:
+    """One HTTP answer whose kind is decided late: the first notification makes it an SSE stream; a
+    final message with no notification before it is sent as one JSON body (with a fitting status)."""
+
+    __slots__ = ("_json_only", "_send", "gone", "streaming")
+
+    def __init__(self, send: Send, *, json_only: bool) -> None:
+        self._send = send
+        self._json_only = json_only
+        self.streaming = False
+        self.gone = False
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        if self.gone or self._json_only:
+            return  # nobody listens, or a JSON answer cannot carry notifications
+        if not self.streaming:
+            self.streaming = True
+            await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await self._event(message)
+
+    async def _event(self, message: dict[str, Any]) -> None:
+        data = sse.encode_event(jsonrpc.encode(message).decode())
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def finish(self, message: dict[str, Any], status: int = 200) -> None:
+        if self.gone:
+            return
+        if self.streaming:
+            await self._event(message)
+            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        await self._send({"type": "http.response.start", "status": status, "headers": JSON_HEADERS})
+        await self._send({"type": "http.response.body", "body": jsonrpc.encode(message), "more_body": False})
+
+
+class RequestPeer:
+    """The peer of one modern request: what the client declared in ``_meta``, where the request's
+    notifications go, and the input responses it brought (for ``Context.ask``)."""
+
+    session_id: str | None = None
+
+    def __init__(self, revision: versions.Revision, meta: Mapping[str, Any], responder: Responder) -> None:
+        self.protocol_version = revision.name
+        level = meta.get(mt.LOG_LEVEL_META_KEY)
+        self.log_level: mt.LoggingLevel | None = level if level in LOG_LEVELS else None
+        info = meta.get(mt.CLIENT_INFO_META_KEY)
+        caps = meta.get(mt.CLIENT_CAPABILITIES_META_KEY)
+        self.client_info: dict[str, Any] = info if isinstance(info, dict) else {}
+        self.client_capabilities: dict[str, Any] = caps if isinstance(caps, dict) else {}
+        self.subscriptions: set[str] = set()
+        self.known: dict[str, Any] = {}
+        self.used: dict[str, Any] = {}
+        self._responder = responder
+
+    async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
+        await self._responder.notify(message)
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
+    ) -> dict[str, Any]:
+        raise RPCError(
+            mt.INTERNAL_ERROR,
+            f"{method}: a 2026-07-28 server cannot send requests to the client; use Context.ask",
+        )
+
+    async def ask(
+        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
+    ) -> dict[str, Any]:
+        missing = {key: wire for key, wire in requests.items() if key not in self.known}
+        if missing:
+            raise InputRequired(missing)
+        answers = {key: self.known[key] for key in requests}
+        self.used.update(answers)
+        return answers
+
+    def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
+        """No resumable streams in the modern era: nothing to do."""
+
+
+class Listener:
+    """An open ``subscriptions/listen`` stream, registered with the server as a peer."""
+
+    session_id: str | None = None
+    log_level: mt.LoggingLevel | None = None
+
+    def __init__(self, request_id: mt.RequestId, wanted: mt.SubscriptionFilter, buffer: int) -> None:
+        self.request_id = request_id
+        self.protocol_version = versions.LATEST_MODERN.name
+        self.client_info: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.wanted = wanted
+        self.subscriptions = set(wanted.resource_subscriptions or ())
+        self._send, self.receive = trio.open_memory_channel[dict[str, Any] | None](buffer)
+
+    def _wants(self, message: Mapping[str, Any]) -> bool:
+        method = message.get("method", "")
+        if method == "notifications/resources/updated":
+            return (message.get("params") or {}).get("uri") in self.subscriptions
+        flag = _FILTERS.get(method)
+        return flag is not None and bool(getattr(self.wanted, _snake(flag)))
+
+    def tag(self, message: dict[str, Any]) -> dict[str, Any]:
+        params = dict(message.get("params") or {})
+        params["_meta"] = {**params.get("_meta", {}), SUBSCRIPTION_ID_KEY: self.request_id}
+        return {**message, "params": params}
+
+    async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
+        if self._wants(message):
+            self.push(self.tag(message))
+
+    def push(self, item: dict[str, Any] | None) -> None:
+        try:
+            self._send.send_nowait(item)
+        except trio.WouldBlock:  # a reader this far behind is cut; it re-subscribes
+            logger.warning("subscription %r fell behind; closing it", self.request_id)
+            self._send.close()
+        except trio.ClosedResourceError:
+            pass
+
+    def close(self) -> None:
+        """End gracefully: the stream gets its completion result, then ends."""
+        self.push(None)
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
+    ) -> dict[str, Any]:  # pragma: no cover - never a handler's peer
+        raise RPCError(mt.INTERNAL_ERROR, "a subscription cannot send requests")
+
+    async def ask(
+        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
+    ) -> dict[str, Any]:  # pragma: no cover - never a handler's peer
+        raise RPCError(mt.INTERNAL_ERROR, "a subscription cannot ask for input")
+
+    def close_sse_stream(self, related: mt.RequestId | None = None) -> None:  # pragma: no cover
+        pass
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+class ModernEndpoint:
+    """Serves modern requests for one app."""
+
+    def __init__(self, server: MCPServer, config: ServerConfig) -> None:
+        self.server = server
+        self.config = config
+        self.state = RequestState(config.request_state_secret or secrets.token_bytes(32))
+        self.listeners: set[Listener] = set()
+        self.inflight = 0
+        self._listeners_done = trio.Event()
+        self._closing = False
+
+    async def handle(
+        self, request: mt.JSONRPCRequest, revision: versions.Revision, receive: Receive, send: Send
+    ) -> None:
+        """Answer one modern request; a client disconnect cancels it and nothing is sent after."""
+        responder = Responder(send, json_only=self.config.json_response)
+        listener = self._listener(request) if request.method == "subscriptions/listen" else None
+        self.inflight += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, responder)
+                if listener is not None:
+                    await self._listen(listener, send)
+                else:
+                    message, status = await self._answer(request, revision, responder)
+                    await responder.finish(message, status)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.inflight -= 1
+
+    async def _answer(
+        self, request: mt.JSONRPCRequest, revision: versions.Revision, responder: Responder
+    ) -> tuple[dict[str, Any], int]:
+        params = request.params or {}
+        meta = params.get("_meta")
+        peer = RequestPeer(revision, meta if isinstance(meta, dict) else {}, responder)
+        ctx = Context(request.id, request.method, peer, meta if isinstance(meta, dict) else {})
+        try:
+            peer.known = self._answers_brought(request.method, params)
+            result = await self.server.handle_request(ctx, request.method, params)
+        except RPCError as exc:
+            error = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
+            return error, HTTP_STATUS.get(exc.code, 200)
+        except InputRequired as needed:
+            return self._input_required(request, needed, peer), 200
+        except Exception:
+            logger.exception("handler of %s failed", request.method)
+            return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error"), 500
+        return jsonrpc.response(request.id, result), 200
+
+    def _binding(self, method: str, params: Mapping[str, Any]) -> str:
+        return f"{method}\n{params.get('name') or params.get('uri') or ''}"
+
+    def _answers_brought(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Input responses of a retry: those sealed in ``requestState`` plus the new ``inputResponses``."""
+        known: dict[str, Any] = {}
+        state = params.get("requestState")
+        if state is not None:
+            if not isinstance(state, str):
+                raise RPCError(mt.INVALID_PARAMS, "requestState must be a string")
+            try:
+                known = self.state.open(state, self._binding(method, params), trio.current_time())
+            except ValueError as exc:
+                raise RPCError(mt.INVALID_PARAMS, f"Invalid requestState: {exc}") from exc
+        responses = params.get("inputResponses")
+        if isinstance(responses, dict):
+            known.update(responses)
+        return known
+
+    def _input_required(
+        self, request: mt.JSONRPCRequest, needed: InputRequired, peer: RequestPeer
+    ) -> dict[str, Any]:
+        if request.method not in mtm.INPUT_REQUIRED_METHODS:
+            return jsonrpc.error_envelope(
+                request.id, mt.INTERNAL_ERROR, f"{request.method} cannot ask the client for input"
+            )
+        params = request.params or {}
+        expires = trio.current_time() + self.config.request_state_ttl
+        result = {
+            "resultType": "input_required",
+            "inputRequests": needed.requests,
+            "requestState": self.state.seal(self._binding(request.method, params), peer.used, expires),
+            "_meta": self.server.result_meta(),
+        }
+        return jsonrpc.response(request.id, result)
+
+    # -- subscriptions/listen -----------------------------------------------------------------
+
+    def _listener(self, request: mt.JSONRPCRequest) -> Listener:
+        """Validate a ``subscriptions/listen`` request (before anything is started for it)."""
+        try:
+            params = mt.SubscriptionsListenRequestParams.model_validate(request.params or {})
+        except ValueError as exc:
+            raise RemoteProtocolError(
+                "Invalid params: subscriptions/listen needs a notifications filter",
+                code=mt.INVALID_PARAMS,
+                request_id=request.id,
+            ) from exc
+        if self._closing:
+            raise RemoteProtocolError(
+                "Service Unavailable: shutting down",
+                http_status=503,
+                code=mt.INTERNAL_ERROR,
+                request_id=request.id,
+            )
+        accepted = self.server.subscription_filter(params.notifications)
+        return Listener(request.id, accepted, self.config.stream_buffer)
+
+    async def _listen(self, listener: Listener, send: Send) -> None:
+        self.listeners.add(listener)
+        self.server.attach(listener)
+        try:
+            await self._pump_listener(listener, send)
+        finally:
+            self.server.detach(listener)
+            self.listeners.discard(listener)
+            if not self.listeners:
+                self._listeners_done.set()
+
+    async def _pump_listener(self, listener: Listener, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        filter_wire = listener.wanted.model_dump(by_alias=True, exclude_none=True, mode="json")
+        ack = listener.tag(
+            jsonrpc.notification("notifications/subscriptions/acknowledged", {"notifications": filter_wire})
+        )
+        await _body(send, sse.encode_event(jsonrpc.encode(ack).decode()))
+        while True:
+            with trio.move_on_after(self.config.keepalive_interval) as idle:
+                try:
+                    item = await listener.receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    break  # cut for falling behind: end without the completion result
+                if item is None:
+                    done = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listener.request_id}}
+                    await _body(
+                        send,
+                        sse.encode_event(
+                            jsonrpc.encode(jsonrpc.response(listener.request_id, done)).decode()
+                        ),
+                    )
+                    break
+                await _body(send, sse.encode_event(jsonrpc.encode(item).decode()))
+            if idle.cancelled_caught:
+                await _body(send, sse.encode_comment("keep-alive"))
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def aclose(self) -> None:
+        """Shutdown: every open listen stream gets its completion result and ends (within the grace)."""
+        self._closing = True
+        if not self.listeners:
+            return
+        self._listeners_done = trio.Event()
+        for listener in list(self.listeners):
+            listener.close()
+        with trio.move_on_after(self.config.shutdown_grace):
+            await self._listeners_done.wait()
+
+    def statistics(self) -> dict[str, int]:
+        return {"modern_inflight": self.inflight, "listeners": len(self.listeners)}
+
+
+async def _body(send: Send, data: bytes) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def _watch_disconnect(receive: Receive, scope: trio.CancelScope, responder: Responder) -> None:
+    """The sibling of every modern request: a client disconnect cancels the request's scope."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            responder.gone = True
+            scope.cancel()
+            return
