@@ -158,7 +158,6 @@ class MCPApp:
         modern = versions.select_era(
             header_version=facts.protocol_version,
             meta_version=modern_rules.meta_version(params),
-            initialize=bool(initialize),
         )
         if modern:
             await self._post_modern(facts, incoming, receive, send)
