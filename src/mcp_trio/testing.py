@@ -17,7 +17,7 @@ import trio
 from ._protocol.sse import ServerSentEvent, SSEDecoder
 from ._server.asgi import MCPApp
 
-__all__ = ["ASGIClient", "Response", "open_asgi_client"]
+__all__ = ["ASGIClient", "NoResponse", "Response", "open_asgi_client"]
 
 
 @dataclass(eq=False)
@@ -70,6 +70,10 @@ class Response:
         await trio.lowlevel.checkpoint()
 
 
+class NoResponse(Exception):
+    """The app ended the exchange without starting a response (as after a client disconnect)."""
+
+
 class ASGIClient:
     def __init__(self, app: MCPApp, nursery: trio.Nursery, *, server: tuple[str, int]) -> None:
         self._app = app
@@ -77,13 +81,23 @@ class ASGIClient:
         self._server = server
 
     async def request(
-        self, method: str, path: str = "/mcp", *, headers: Mapping[str, str] | None = None, body: bytes = b""
+        self,
+        method: str,
+        path: str = "/mcp",
+        *,
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
+        disconnect: trio.Event | None = None,
     ) -> Response:
-        """Send a request; returns once the response head arrived (the body streams afterwards)."""
+        """Send a request; returns once the response head arrived (the body streams afterwards).
+
+        Setting ``disconnect`` (or ``Response.aclose()``) disconnects the client; if that happens before
+        the head arrived, :class:`NoResponse` is raised once the app has returned."""
         head: trio.MemorySendChannel[tuple[int, dict[str, str]]]
         head, head_rx = trio.open_memory_channel[tuple[int, dict[str, str]]](1)
         chunks_tx, chunks_rx = trio.open_memory_channel[bytes](1000)
-        disconnect = trio.Event()
+        if disconnect is None:
+            disconnect = trio.Event()
         all_headers = {"host": f"{self._server[0]}:{self._server[1]}", **(headers or {})}
         scope = {
             "type": "http",
@@ -126,10 +140,14 @@ class ASGIClient:
                 await self._app(scope, receive, send)
             finally:
                 await chunks_tx.aclose()
+                head.close()
                 disconnect.set()
 
         self._nursery.start_soon(run_app)
-        status, hdrs = await head_rx.receive()
+        try:
+            status, hdrs = await head_rx.receive()
+        except trio.EndOfChannel:
+            raise NoResponse(f"{method} {path}: the app returned without a response") from None
         return Response(status, hdrs, chunks_rx, disconnect)
 
 

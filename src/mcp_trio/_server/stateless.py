@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -200,6 +201,8 @@ class ModernEndpoint:
         self.inflight = 0
         self._listeners_done = trio.Event()
         self._closing = False
+        self.clock: Callable[[], float] = time.time
+        """Wall-clock seconds for ``requestState`` expiry (replicas sharing a secret share this clock)."""
 
     async def handle(
         self, request: mt.JSONRPCRequest, revision: versions.Revision, receive: Receive, send: Send
@@ -251,7 +254,7 @@ class ModernEndpoint:
             if not isinstance(state, str):
                 raise RPCError(mt.INVALID_PARAMS, "requestState must be a string")
             try:
-                known = self.state.open(state, self._binding(method, params), trio.current_time())
+                known = self.state.open(state, self._binding(method, params), self.clock())
             except ValueError as exc:
                 raise RPCError(mt.INVALID_PARAMS, f"Invalid requestState: {exc}") from exc
         responses = params.get("inputResponses")
@@ -267,7 +270,7 @@ class ModernEndpoint:
                 request.id, mt.INTERNAL_ERROR, f"{request.method} cannot ask the client for input"
             )
         params = request.params or {}
-        expires = trio.current_time() + self.config.request_state_ttl
+        expires = self.clock() + self.config.request_state_ttl
         result = {
             "resultType": "input_required",
             "inputRequests": needed.requests,
