@@ -1,6 +1,7 @@
 """mcp_trio: the Model Context Protocol over Streamable HTTP, with Trio's structured concurrency."""
 
 from ._app.context import Context
+from ._app.inputs import InputRequest
 from ._app.server import MCPServer
 from ._exceptions import (
     LocalProtocolError,
@@ -22,6 +23,7 @@ __all__ = [
     "Context",
     "EventStore",
     "InMemoryEventStore",
+    "InputRequest",
     "LocalProtocolError",
     "MCPApp",
     "MCPServer",

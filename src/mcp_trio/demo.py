@@ -13,7 +13,7 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-from . import Context, MCPServer
+from . import Context, InputRequest, MCPServer, RPCError
 
 __all__ = ["build_demo_server"]
 
@@ -126,9 +126,11 @@ def _embedded(uri: str, mime_type: str, text: str) -> mt.EmbeddedResource:
 
 def build_demo_server() -> MCPServer:
     server = MCPServer("mcp-trio-demo", "0.1.0", instructions="The demo server of mcp_trio.")
-    _add_basic_tools(server)
     _add_content_tools(server)
+    _add_basic_tools(server)
     _add_client_request_tools(server)
+    _add_input_required_tools(server)
+    _add_modern_tools(server)
     _add_resources(server)
     _add_prompts(server)
 
@@ -254,6 +256,131 @@ def _add_client_request_tools(server: MCPServer) -> None:
         return f"Elicitation completed: action={result.action}, content={json.dumps(result.content)}"
 
 
+def _form(message: str, field: str, kind: str = "string") -> InputRequest:
+    schema = {"type": "object", "properties": {field: {"type": kind}}, "required": [field]}
+    return InputRequest.elicitation(message, schema)
+
+
+def _add_input_required_tools(server: MCPServer) -> None:
+    """Handlers that ask the client for input.  The same code serves both eras: in a 2025 session each
+    ``ctx.ask`` is a server-to-client request; in a 2026 request it becomes an input-required result
+    and the handler runs again when the client retries with the answers."""
+
+    @server.tool(description="Asks the user's name (elicitation), then greets them.")
+    async def test_input_required_result_elicitation(ctx: Context) -> str:
+        answer = (await ctx.ask({"user_name": _form("What is your name?", "name")}))["user_name"]
+        return f"Hello, {(answer.content or {}).get('name', 'stranger')}!"
+
+    @server.tool(description="Asks the client's model a question (sampling).")
+    async def test_input_required_result_sampling(ctx: Context) -> str:
+        question = InputRequest.sampling("What is the capital of France?", max_tokens=100)
+        answer = (await ctx.ask({"capital_question": question}))["capital_question"]
+        return f"The model answered: {_text_of(answer)}"
+
+    @server.tool(description="Asks the client for its roots.")
+    async def test_input_required_result_list_roots(ctx: Context) -> str:
+        roots = (await ctx.ask({"client_roots": InputRequest.roots()}))["client_roots"]
+        return "Roots: " + ", ".join(str(root.uri) for root in roots.roots)
+
+    @server.tool(description="Asks for a confirmation; the answer travels with a sealed requestState.")
+    async def test_input_required_result_request_state(ctx: Context) -> str:
+        answer = (await ctx.ask({"confirm": _form("Please confirm", "ok", "boolean")}))["confirm"]
+        return f"state-ok: confirmed={(answer.content or {}).get('ok')}"
+
+    @server.tool(description="Asks for a confirmation (the conformance suite tampers with the state).")
+    async def test_input_required_result_tampered_state(ctx: Context) -> str:
+        answer = (await ctx.ask({"confirm": _form("Please confirm", "ok", "boolean")}))["confirm"]
+        return f"confirmed={(answer.content or {}).get('ok')}"
+
+    @server.tool(description="Asks for three inputs at once: elicitation, sampling and roots.")
+    async def test_input_required_result_multiple_inputs(ctx: Context) -> str:
+        answers = await ctx.ask(
+            {
+                "user_name": _form("What is your name?", "name"),
+                "greeting": InputRequest.sampling("Generate a greeting", max_tokens=50),
+                "client_roots": InputRequest.roots(),
+            }
+        )
+        name = (answers["user_name"].content or {}).get("name")
+        return f"{_text_of(answers['greeting'])} {name} ({len(answers['client_roots'].roots)} roots)"
+
+    @server.tool(description="Asks two questions, one round after the other.")
+    async def test_input_required_result_multi_round(ctx: Context) -> str:
+        name = (await ctx.ask({"step1": _form("Step 1: What is your name?", "name")}))["step1"]
+        color = (await ctx.ask({"step2": _form("Step 2: What is your favorite color?", "color")}))["step2"]
+        return f"{(name.content or {}).get('name')} likes {(color.content or {}).get('color')}"
+
+    @server.tool(description="Asks only for the inputs the client declared it can give.")
+    async def test_input_required_result_capabilities(ctx: Context) -> str:
+        wanted: dict[str, InputRequest] = {}
+        if "elicitation" in ctx.peer.client_capabilities:
+            wanted["user_name"] = _form("What is your name?", "name")
+        if "sampling" in ctx.peer.client_capabilities:
+            wanted["greeting"] = InputRequest.sampling("Generate a greeting", max_tokens=50)
+        if not wanted:
+            raise RPCError(
+                -32021, "Missing required client capability", {"requiredCapabilities": {"sampling": {}}}
+            )
+        answers = await ctx.ask(wanted)
+        return f"received {sorted(answers)}"
+
+
+def _text_of(result: mt.CreateMessageResult) -> str:
+    return result.content.text if isinstance(result.content, mt.TextContent) else str(result.content)
+
+
+def _add_modern_tools(server: MCPServer) -> None:
+    """Fixtures of the 2026-07-28 scenarios of the conformance suite."""
+
+    @server.tool(description="Needs the client's sampling capability.")
+    async def test_missing_capability(ctx: Context) -> str:
+        answer = await ctx.sample("Say something", max_tokens=20, key="sample")
+        return _text_of(answer)
+
+    @server.tool(description="Asks the user a question (an input request, never a request on the stream).")
+    async def test_streaming_elicitation(ctx: Context) -> str:
+        answer = (await ctx.ask({"answer": _form("Please answer", "answer")}))["answer"]
+        return f"answered: {(answer.content or {}).get('answer')}"
+
+    @server.tool(description="Logs at info level (2026: only when the request names a log level).")
+    async def test_logging_tool(ctx: Context) -> str:
+        await ctx.info("Logging tool started")
+        await ctx.info("Logging tool finished")
+        return "Logging tool executed"
+
+    @server.tool(description="Tells subscribed clients that the tool list changed.")
+    async def test_trigger_tool_change() -> str:
+        await server.notify_tools_changed()
+        return "tools/list_changed sent"
+
+    @server.tool(description="Tells subscribed clients that the prompt list changed.")
+    async def test_trigger_prompt_change() -> str:
+        await server.notify_prompts_changed()
+        return "prompts/list_changed sent"
+
+    @server.tool(
+        description="Echoes parameters mirrored into Mcp-Param-* headers",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "region": {
+                    "type": "string",
+                    "description": "Mirrored as Mcp-Param-Region",
+                    "x-mcp-header": "Region",
+                },
+                "priority": {
+                    "type": "integer",
+                    "description": "Mirrored as Mcp-Param-Priority",
+                    "x-mcp-header": "Priority",
+                },
+            },
+            "required": ["region", "priority"],
+        },
+    )
+    async def test_custom_headers(region: str, priority: int) -> str:
+        return f"region={region} priority={priority}"
+
+
 def _add_resources(server: MCPServer) -> None:
     @server.resource(
         "test://static-text",
@@ -318,3 +445,9 @@ def _add_prompts(server: MCPServer) -> None:
     @server.prompt(description="A prompt that includes image content")
     async def test_prompt_with_image() -> list[Any]:
         return [_image(), "Please analyze the image above."]
+
+    @server.prompt(description="A prompt that first asks the user for context")
+    async def test_input_required_result_prompt(ctx: Context) -> str:
+        answer = await ctx.ask({"user_context": _form("What context should the prompt use?", "context")})
+        context = (answer["user_context"].content or {}).get("context")
+        return f"Use this context: {context}"

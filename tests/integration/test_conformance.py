@@ -1,8 +1,9 @@
 """The official MCP conformance suite, server mode, against one running ``mcp-trio demo``.
 
-Both pinned versions run (scripts/conformance.sh): 0.1.16 with ``--suite all`` (32 scenarios, pending
-ones included) and 0.2.0-alpha.12 with ``--suite all --spec-version 2025-11-25`` (33 scenarios).
-No expected-failures list: every check must pass and no warning may appear.
+Three runs against the same server process (scripts/conformance.sh): 0.1.16 with ``--suite all`` (32
+scenarios, pending ones included), 0.2.0-alpha.12 with ``--suite all --spec-version 2025-11-25`` (33)
+and 0.2.0-alpha.12 with ``--suite all --spec-version 2026-07-28`` (40).  No expected-failures list:
+every check must pass and no warning may appear.
 """
 
 from __future__ import annotations
@@ -23,35 +24,39 @@ SUMMARY = re.compile(
     r"conformance (?P<version>\S+): (?P<clean>\d+)/(?P<total>\d+) scenarios clean; "
     r"checks ok=(?P<ok>\d+) failed=(?P<failed>\d+) warnings=(?P<warnings>\d+)"
 )
-EXPECTED_SCENARIOS = {"0.1.16": 32, "0.2.0-alpha.12": 33}
+RUNS = [
+    ([], {"0.1.16": 32, "0.2.0-alpha.12": 33}),
+    (["--version", "0.2.0-alpha.12", "--spec-version", "2026-07-28"], {"0.2.0-alpha.12": 40}),
+]
 
 
 def suite_installed() -> bool:
     return (ROOT / ".conformance" / "node22").is_dir() and shutil.which("npm") is not None
 
 
-@pytest.mark.deadline(240)
-async def test_conformance_suite_both_versions(demo_server: DemoServer) -> None:
+@pytest.mark.deadline(300)
+async def test_conformance_suite_both_eras_one_server(demo_server: DemoServer) -> None:
     if not suite_installed():
         if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
             pytest.fail("the conformance suite is not installed (scripts/conformance.sh install)")
         pytest.skip("the conformance suite is not installed: run scripts/conformance.sh install")
-    result = await trio.run_process(
-        ["bash", str(SCRIPT), "server", demo_server.url],
-        capture_stdout=True,
-        stderr=subprocess.STDOUT,
-        check=False,
-    )
-    output = result.stdout.decode(errors="replace")
-    summaries = {m["version"]: m for m in SUMMARY.finditer(output)}
-    tail = output[-4000:]
-    assert set(summaries) == set(EXPECTED_SCENARIOS), tail
-    for version, found in summaries.items():
-        assert int(found["total"]) == EXPECTED_SCENARIOS[version], (version, tail)
-        assert found["clean"] == found["total"], (version, tail)
-        assert found["failed"] == "0" and found["warnings"] == "0", (version, tail)
-        assert int(found["ok"]) > 0
-    assert result.returncode == 0, tail
+    for extra, expected in RUNS:
+        result = await trio.run_process(
+            ["bash", str(SCRIPT), "server", demo_server.url, *extra],
+            capture_stdout=True,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+        output = result.stdout.decode(errors="replace")
+        summaries = {m["version"]: m for m in SUMMARY.finditer(output)}
+        tail = output[-4000:]
+        assert set(summaries) == set(expected), tail
+        for version, found in summaries.items():
+            assert int(found["total"]) == expected[version], (version, tail)
+            assert found["clean"] == found["total"], (version, tail)
+            assert found["failed"] == "0" and found["warnings"] == "0", (version, tail)
+            assert int(found["ok"]) > 0
+        assert result.returncode == 0, tail
     # the server is healthy afterwards: no stream left open, no handler left running
     with trio.fail_after(5):
         while True:

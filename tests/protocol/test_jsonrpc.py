@@ -111,10 +111,6 @@ def test_invalid_request_keeps_the_id_when_it_can() -> None:
 
 
 def test_error_envelope_omits_null_data() -> None:
-    assert jsonrpc.error_envelope(None, -1, "m") == {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {"code": -1, "message": "m"},
-    }
+    assert jsonrpc.error_envelope(None, -1, "m") == {"jsonrpc": "2.0", "error": {"code": -1, "message": "m"}}
     assert jsonrpc.error_envelope(1, -1, "m", {"x": 1})["error"]["data"] == {"x": 1}
     assert jsonrpc.notification("n", None) == {"jsonrpc": "2.0", "method": "n"}

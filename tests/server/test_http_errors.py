@@ -92,7 +92,7 @@ async def test_body_over_limit_is_413(client: Client, app: MCPApp) -> None:
 async def test_malformed_json_is_400_parse_error(client: Client, app: MCPApp, body: bytes) -> None:
     response = await client.asgi.request("POST", headers=POST_HEADERS, body=body)
     body_json = await assert_rejected(client, response, 400, code=-32700)
-    assert body_json["id"] is None
+    assert "id" not in body_json
     await assert_nothing_left(app)
 
 
