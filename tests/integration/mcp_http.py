@@ -306,6 +306,8 @@ async def assert_back_to_baseline(
             and stats["inflight"] == 0
             and stats["pending_responses"] == 0
             and stats["session_tasks"] == 0
+            and stats.get("modern_inflight", 0) == 0
+            and stats.get("listeners", 0) == 0
             and stats["process_tasks"] == baseline.process_tasks
         )
 
