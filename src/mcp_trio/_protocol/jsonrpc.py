@@ -106,9 +106,13 @@ def notification(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
 def error_envelope(
     request_id: mt.RequestId | None, code: int, message: str, data: Any = None
 ) -> dict[str, Any]:
+    """An error response; without a known request id it has no ``id`` member (as the MCP specs ask of
+    HTTP error bodies, and the 2026-07-28 schema requires)."""
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
+    if request_id is None:
+        return {"jsonrpc": "2.0", "error": error}
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
