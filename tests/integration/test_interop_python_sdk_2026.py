@@ -360,6 +360,12 @@ async def test_auto_mode_discovers_2026_and_walks_the_features() -> None:
                 assert client.session.initialize_result is None
                 assert client.session.discover_result.supported_versions[0] == MODERN
                 assert set(client.session.discover_result.supported_versions) >= {MODERN, "2025-11-25"}
+                discover = client.session.discover_result
+                assert (discover.result_type, discover.ttl_ms, discover.cache_scope) == (
+                    "complete",
+                    0,
+                    "private",
+                )
                 assert client.server_info is not None
                 assert (client.server_info.name, client.server_info.version) == (SERVER_NAME, SERVER_VERSION)
                 assert client.instructions == "a 2026 interop test server"
