@@ -3,6 +3,8 @@
 from ._app.context import Context
 from ._app.inputs import InputRequest
 from ._app.server import MCPServer
+from ._client.http import SessionExpired, TransportError
+from ._client.session import ClientSession, open_client_session
 from ._exceptions import (
     LocalProtocolError,
     MCPTrioError,
@@ -20,6 +22,7 @@ from ._server.serve import hypercorn_config, serve
 __version__ = "0.1.0"
 
 __all__ = [
+    "ClientSession",
     "Context",
     "EventStore",
     "InMemoryEventStore",
@@ -33,9 +36,12 @@ __all__ = [
     "RemoteProtocolError",
     "ServerConfig",
     "SessionError",
+    "SessionExpired",
     "StoredEvent",
+    "TransportError",
     "apply_hypercorn_close_wait_fix",
     "hypercorn_close_wait_fix_applied",
     "hypercorn_config",
+    "open_client_session",
     "serve",
 ]

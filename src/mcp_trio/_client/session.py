@@ -1,0 +1,362 @@
+"""The MCP client: :func:`open_client_session`, an async context manager that owns a nursery."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Literal, TypeVar
+
+import httpx
+import mcp_types as mt
+import pydantic
+import trio
+
+from .._exceptions import RPCError
+from .._protocol import modern as modern_rules
+from .._protocol import versions
+from .http import HTTPTransport, SessionExpired, TransportError, _ErrorAnswer, modern_headers
+
+__all__ = ["ClientSession", "open_client_session"]
+
+logger = logging.getLogger("mcp_trio.client")
+
+Mode = Literal["auto", "legacy", "modern"]
+SamplingHandler = Callable[[mt.CreateMessageRequestParams], Awaitable[mt.CreateMessageResult]]
+ElicitationHandler = Callable[[mt.ElicitRequestParams], Awaitable[mt.ElicitResult]]
+RootsHandler = Callable[[], Awaitable[mt.ListRootsResult]]
+NotificationHandler = Callable[[dict[str, Any]], Awaitable[None]]
+ProgressHandler = Callable[[float, float | None, str | None], Awaitable[None]]
+M = TypeVar("M", bound=pydantic.BaseModel)
+MAX_INPUT_ROUNDS = 10
+
+
+class ClientSession:
+    """A conversation with one MCP server, in the era the server speaks (see :func:`open_client_session`)."""
+
+    def __init__(
+        self,
+        transport: HTTPTransport,
+        nursery: trio.Nursery,
+        *,
+        client_info: dict[str, Any],
+        sampling: SamplingHandler | None,
+        elicitation: ElicitationHandler | None,
+        roots: RootsHandler | None,
+        on_notification: NotificationHandler | None,
+        log_level: mt.LoggingLevel | None,
+    ) -> None:
+        self._transport = transport
+        self._nursery = nursery
+        self._ids = itertools.count(1)
+        self.client_info = client_info
+        self._sampling = sampling
+        self._elicitation = elicitation
+        self._roots = roots
+        self._on_notification = on_notification
+        self._progress: dict[Any, ProgressHandler] = {}
+        self.log_level = log_level
+        self.modern = False
+        self.protocol_version: str | None = None
+        self.server_info: dict[str, Any] = {}
+        self.server_capabilities: dict[str, Any] = {}
+        self.instructions: str | None = None
+        self._header_params: dict[str, dict[str, tuple[str, ...]]] = {}
+
+    # -- handshake ----------------------------------------------------------------------------
+
+    def capabilities(self) -> dict[str, Any]:
+        caps: dict[str, Any] = {}
+        if self._sampling is not None:
+            caps["sampling"] = {}
+        if self._elicitation is not None:
+            caps["elicitation"] = {"form": {}, "url": {}}
+        if self._roots is not None:
+            caps["roots"] = {}
+        return caps
+
+    async def _initialize(self, version: str) -> None:
+        params = {
+            "protocolVersion": version,
+            "capabilities": self.capabilities(),
+            "clientInfo": self.client_info,
+        }
+        result = await self.request("initialize", params)
+        negotiated = result.get("protocolVersion")
+        found = versions.revision(negotiated) if isinstance(negotiated, str) else None
+        if found is None or found.stateless:
+            raise TransportError(f"the server answered initialize with unsupported version {negotiated!r}")
+        self.protocol_version = self._transport.protocol_version = found.name
+        self.server_info = result.get("serverInfo") or {}
+        self.server_capabilities = result.get("capabilities") or {}
+        self.instructions = result.get("instructions")
+        await self.notify("notifications/initialized")
+
+    async def _discover(self) -> bool:
+        """Try the modern era: True if the server answers ``server/discover`` as a modern server."""
+        self.modern = True
+        self.protocol_version = self._transport.protocol_version = versions.LATEST_MODERN.name
+        try:
+            result = await self.request("server/discover")
+        except (TransportError, RPCError) as exc:
+            if isinstance(exc, RPCError) and exc.code == mt.UNSUPPORTED_PROTOCOL_VERSION:
+                raise
+            self.modern = False
+            self.protocol_version = self._transport.protocol_version = None
+            logger.info("server/discover failed (%r): falling back to initialize", exc)
+            return False
+        self.server_info = (result.get("_meta") or {}).get(mt.SERVER_INFO_META_KEY) or {}
+        self.server_capabilities = result.get("capabilities") or {}
+        self.instructions = result.get("instructions")
+        return True
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def _meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            versions.PROTOCOL_VERSION_META_KEY: self.protocol_version,
+            mt.CLIENT_INFO_META_KEY: self.client_info,
+            mt.CLIENT_CAPABILITIES_META_KEY: self.capabilities(),
+        }
+        if self.log_level is not None:
+            meta[mt.LOG_LEVEL_META_KEY] = self.log_level
+        return meta
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None = None, *, progress: ProgressHandler | None = None
+    ) -> dict[str, Any]:
+        """Send a request; return its result (raises :class:`RPCError` for an error answer).
+
+        Cancelling the caller cancels the request: the POST is abandoned (which is the cancellation of
+        a 2026-era request) and a 2025-era session also gets ``notifications/cancelled``."""
+        params = dict(params or {})
+        if self.modern:
+            params["_meta"] = {**self._meta(), **params.get("_meta", {})}
+        for _round in range(MAX_INPUT_ROUNDS):
+            result = await self._request_once(method, params, progress)
+            if result.get("resultType") != "input_required":
+                return result
+            params = await self._answer_inputs(params, result)
+        raise TransportError(f"{method}: the server still wanted input after {MAX_INPUT_ROUNDS} rounds")
+
+    async def _request_once(
+        self, method: str, params: dict[str, Any], progress: ProgressHandler | None
+    ) -> dict[str, Any]:
+        request_id = next(self._ids)
+        if progress is not None:
+            params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": request_id}}
+            self._progress[request_id] = progress
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params or self.modern:
+            message["params"] = params
+        extra = (
+            modern_headers(message, self._header_params.get(params.get("name", ""))) if self.modern else None
+        )
+        try:
+            answer = await self._transport.post(message, self._dispatch, extra_headers=extra)
+        except _ErrorAnswer as exc:
+            answer = exc.body
+        except trio.Cancelled:
+            if not self.modern and method != "initialize":
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await self.notify("notifications/cancelled", {"requestId": request_id})
+            raise
+        finally:
+            self._progress.pop(request_id, None)
+        assert answer is not None
+        if "error" in answer:
+            error = answer["error"]
+            raise RPCError(error.get("code", mt.INTERNAL_ERROR), error.get("message", ""), error.get("data"))
+        result: dict[str, Any] = answer.get("result") or {}
+        return result
+
+    async def _answer_inputs(self, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        """Answer the input requests of an input-required result, for the retry."""
+        answers: dict[str, Any] = {}
+
+        async def answer(key: str, request: dict[str, Any]) -> None:
+            answers[key] = await self._serve(request.get("method", ""), request.get("params") or {})
+
+        async with trio.open_nursery() as nursery:
+            for key, request in (result.get("inputRequests") or {}).items():
+                nursery.start_soon(answer, key, request)
+        retry = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+        retry["inputResponses"] = answers
+        if "requestState" in result:
+            retry["requestState"] = result["requestState"]
+        return retry
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self._transport.post(message, self._dispatch)
+
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        """A message from the server that is not the awaited response."""
+        if "method" in message and "id" in message:
+            self._nursery.start_soon(self._answer_server_request, message)
+            return
+        if message.get("method") == "notifications/progress":
+            params = message.get("params") or {}
+            handler = self._progress.get(params.get("progressToken"))
+            if handler is not None:
+                await handler(params.get("progress", 0), params.get("total"), params.get("message"))
+        if self._on_notification is not None and "method" in message:
+            await self._on_notification(message)
+
+    async def _answer_server_request(self, message: dict[str, Any]) -> None:
+        try:
+            result = await self._serve(message["method"], message.get("params") or {})
+            reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+        except RPCError as exc:
+            error = {"code": exc.code, "message": exc.message}
+            reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+        try:
+            await self._transport.post(reply, self._dispatch)
+        except (TransportError, httpx.HTTPError) as exc:
+            logger.info("could not answer the server's %s: %r", message["method"], exc)
+
+    async def _serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Run the handler of a server-to-client request (or input request)."""
+        result: pydantic.BaseModel
+        if method == "ping":
+            return {}
+        if method == "sampling/createMessage" and self._sampling is not None:
+            result = await self._sampling(mt.CreateMessageRequestParams.model_validate(params))
+        elif method == "elicitation/create" and self._elicitation is not None:
+            result = await self._elicitation(
+                pydantic.TypeAdapter(mt.ElicitRequestParams).validate_python(params)
+            )
+        elif method == "roots/list" and self._roots is not None:
+            result = await self._roots()
+        else:
+            raise RPCError(mt.METHOD_NOT_FOUND, f"the client does not handle {method}")
+        dumped: dict[str, Any] = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return dumped
+
+    # -- the API ------------------------------------------------------------------------------
+
+    async def _typed(self, model: type[M], method: str, params: dict[str, Any] | None = None, **kw: Any) -> M:
+        return model.model_validate(await self.request(method, params, **kw))
+
+    async def ping(self) -> None:
+        await self.request("ping")
+
+    async def list_tools(self, cursor: str | None = None) -> mt.ListToolsResult:
+        result = await self._typed(mt.ListToolsResult, "tools/list", {"cursor": cursor} if cursor else None)
+        for tool in result.tools:
+            self._header_params[tool.name] = modern_rules.header_parameters(tool.input_schema)
+        return result
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *, progress: ProgressHandler | None = None
+    ) -> mt.CallToolResult:
+        params = {"name": name, "arguments": arguments or {}}
+        return await self._typed(mt.CallToolResult, "tools/call", params, progress=progress)
+
+    async def list_resources(self, cursor: str | None = None) -> mt.ListResourcesResult:
+        return await self._typed(
+            mt.ListResourcesResult, "resources/list", {"cursor": cursor} if cursor else None
+        )
+
+    async def list_resource_templates(self) -> mt.ListResourceTemplatesResult:
+        return await self._typed(mt.ListResourceTemplatesResult, "resources/templates/list")
+
+    async def read_resource(self, uri: str) -> mt.ReadResourceResult:
+        return await self._typed(mt.ReadResourceResult, "resources/read", {"uri": uri})
+
+    async def subscribe_resource(self, uri: str) -> None:
+        await self.request("resources/subscribe", {"uri": uri})
+
+    async def unsubscribe_resource(self, uri: str) -> None:
+        await self.request("resources/unsubscribe", {"uri": uri})
+
+    async def list_prompts(self, cursor: str | None = None) -> mt.ListPromptsResult:
+        return await self._typed(mt.ListPromptsResult, "prompts/list", {"cursor": cursor} if cursor else None)
+
+    async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> mt.GetPromptResult:
+        params: dict[str, Any] = {"name": name}
+        if arguments:
+            params["arguments"] = dict(arguments)
+        return await self._typed(mt.GetPromptResult, "prompts/get", params)
+
+    async def complete(
+        self, ref: dict[str, Any], argument: dict[str, str], context: dict[str, Any] | None = None
+    ) -> mt.CompleteResult:
+        params: dict[str, Any] = {"ref": ref, "argument": argument}
+        if context is not None:
+            params["context"] = context
+        return await self._typed(mt.CompleteResult, "completion/complete", params)
+
+    async def set_logging_level(self, level: mt.LoggingLevel) -> None:
+        """2025 era: ``logging/setLevel``; 2026 era: the level travels in every request's ``_meta``."""
+        self.log_level = level
+        if not self.modern:
+            await self.request("logging/setLevel", {"level": level})
+
+
+@asynccontextmanager
+async def open_client_session(
+    url: str,
+    *,
+    mode: Mode = "auto",
+    http: httpx.AsyncClient | None = None,
+    client_info: dict[str, Any] | None = None,
+    sampling: SamplingHandler | None = None,
+    elicitation: ElicitationHandler | None = None,
+    roots: RootsHandler | None = None,
+    on_notification: NotificationHandler | None = None,
+    log_level: mt.LoggingLevel | None = None,
+    legacy_version: str = versions.LATEST.name,
+    get_stream: bool = True,
+    delete_grace: float = 2.0,
+) -> AsyncIterator[ClientSession]:
+    """Open a session with the MCP server at ``url``; it ends when the block does.
+
+    ``mode="auto"`` tries the 2026-07-28 era (``server/discover``) and falls back to ``initialize``;
+    ``"modern"`` and ``"legacy"`` choose.  A 2025-era session opens the standalone GET stream (a 405 or a
+    failure there never harms requests) and sends DELETE on exit, bounded by ``delete_grace`` seconds.
+    Requests still running when the block ends are cancelled.  The session owns a nursery: handlers of
+    server-to-client requests and the GET stream run in it.
+    """
+    own_http = http is None
+    client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
+    try:
+        async with trio.open_nursery() as nursery:
+            transport = HTTPTransport(client, url)
+            session = ClientSession(
+                transport,
+                nursery,
+                client_info=client_info or {"name": "mcp-trio", "version": "0.1.0"},
+                sampling=sampling,
+                elicitation=elicitation,
+                roots=roots,
+                on_notification=on_notification,
+                log_level=log_level,
+            )
+            if mode == "modern" or (mode == "auto" and await session._discover()):
+                session.modern = True
+                session.protocol_version = transport.protocol_version = versions.LATEST_MODERN.name
+            else:
+                await session._initialize(legacy_version)
+                if get_stream:
+                    await nursery.start(transport.listen_get, session._dispatch)
+            try:
+                yield session
+            finally:
+                nursery.cancel_scope.cancel()
+                if not session.modern:
+                    with trio.CancelScope(shield=True), trio.move_on_after(delete_grace):
+                        try:
+                            await transport.delete()
+                        except httpx.HTTPError as exc:
+                            logger.info("DELETE failed: %r", exc)
+    finally:
+        if own_http:
+            with trio.CancelScope(shield=True):
+                await client.aclose()
+
+
+__all__ += ["SessionExpired", "TransportError"]
