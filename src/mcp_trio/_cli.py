@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import trio
 
 from ._app.server import MCPServer
+from ._cli_client import add_client_commands, run_client_command
 from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
 from ._server.serve import hypercorn_config, serve, wait_for_signal
@@ -61,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument(
                 f"--{option.replace('_', '-')}", type=kind, default=None, metavar=kind.__name__.upper()
             )
+    add_client_commands(sub)
     return parser
 
 
@@ -83,6 +85,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.command in ("tools", "call"):
+        raise SystemExit(run_client_command(args))
     config = config_from_args(args)
     if args.command == "demo":
         from .demo import build_demo_server

@@ -10,18 +10,15 @@ the server must be back to zero sessions.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
 import mcp_types as mt
 import pytest
 import trio
+from interop_server import SERVER_NAME, SERVER_VERSION, build_server, serving, wait_until
 from mcp.client import ClientRequestContext, ClientSession
 from mcp.client.streamable_http import streamable_http_client
-
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve
 
 # The SDK's transport leaves httpx2 SSE readers unexhausted: it returns out of `async for sse in
 # EventSource(response)` as soon as a POST's response has arrived (and its GET stream is cancelled on exit),
@@ -41,84 +38,6 @@ pytestmark = [
 ]
 
 DEADLINE = 20.0
-SERVER_NAME = "interop"
-SERVER_VERSION = "1.2.3"
-
-
-def build_server() -> MCPServer:
-    server = MCPServer(SERVER_NAME, SERVER_VERSION, instructions="an interop test server")
-
-    @server.tool(description="Add two integers")
-    async def add(a: int, b: int) -> str:
-        return str(a + b)
-
-    @server.tool(description="Count to n, logging and reporting progress on the way")
-    async def count(ctx: Context, n: int) -> str:
-        for i in range(1, n + 1):
-            await ctx.info(f"step {i} of {n}", logger="count")
-            await ctx.report_progress(i, n, f"step {i}")
-        return f"counted to {n}"
-
-    @server.tool(description="Ask the client's model a question")
-    async def ask_model(ctx: Context, question: str) -> str:
-        result = await ctx.sample(question, max_tokens=64, systemPrompt="be brief")
-        content = result.content
-        assert isinstance(content, mt.TextContent), content
-        return f"{result.model}: {content.text}"
-
-    @server.tool(description="Ask the user for their name")
-    async def ask_name(ctx: Context) -> str:
-        schema = {
-            "type": "object",
-            "properties": {"name": {"type": "string", "description": "your name"}},
-            "required": ["name"],
-        }
-        result = await ctx.elicit("What is your name?", schema)
-        name = (result.content or {}).get("name")
-        return f"{result.action}: {name}"
-
-    @server.resource("test://readme", name="readme", mime_type="text/plain", description="A text file")
-    async def readme() -> str:
-        return "hello from mcp_trio"
-
-    @server.resource("test://users/{user_id}/profile", name="profile", mime_type="application/json")
-    async def profile(user_id: str) -> str:
-        return f'{{"user": "{user_id}"}}'
-
-    @server.prompt(description="Greet someone", argument_descriptions={"name": "who to greet"})
-    async def greet(name: str) -> str:
-        return f"Please greet {name} warmly."
-
-    return server
-
-
-@asynccontextmanager
-async def running_server() -> AsyncIterator[tuple[MCPApp, str]]:
-    """An mcp_trio server on 127.0.0.1:0 for the duration of the block; stopped (and joined) after."""
-    app = MCPApp(build_server(), ServerConfig(shutdown_grace=2))
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-
-        async def run(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
-            )
-
-        urls: list[str] = await nursery.start(run)
-        try:
-            yield app, urls[0] + "/mcp"
-        finally:
-            stop.set()
-
-
-async def wait_until(predicate: Callable[[], bool], within: float = 5.0, what: str = "") -> None:
-    """Poll ``predicate`` until it holds; fail after ``within`` seconds."""
-    with trio.move_on_after(within):
-        while True:
-            if predicate():
-                return
-            await trio.sleep(0.01)
-    raise AssertionError(f"{what or 'condition'} not met within {within} s")
 
 
 async def test_python_sdk_client_full_session() -> None:
@@ -156,7 +75,7 @@ async def test_python_sdk_client_full_session() -> None:
         http_log.append((response.request.method, response.status_code))
 
     with trio.fail_after(DEADLINE):
-        async with running_server() as (app, url):
+        async with serving(build_server()) as (app, url):
             async with (
                 httpx2.AsyncClient(timeout=10, event_hooks={"response": [record]}) as http,
                 streamable_http_client(url, http_client=http) as (read_stream, write_stream),

@@ -48,13 +48,14 @@ import httpx2
 import mcp_types as mt
 import pytest
 import trio
+from interop_server import add_basic_resources, add_basic_tools, add_greet_prompt, serving, wait_until
 from mcp import Client
 from mcp.client import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourceUpdated, SubscriptionLost, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve
+from mcp_trio import Context, MCPApp, MCPServer
 from mcp_trio.demo import build_demo_server
 
 # Same client-side clean-up as in test_interop_python_sdk.py: the SDK's transport leaves httpx2 SSE
@@ -104,17 +105,7 @@ class Probe:
 
 def build_server(probe: Probe, **options: Any) -> MCPServer:
     server = MCPServer(SERVER_NAME, SERVER_VERSION, instructions="a 2026 interop test server", **options)
-
-    @server.tool(description="Add two integers")
-    async def add(a: int, b: int) -> str:
-        return str(a + b)
-
-    @server.tool(description="Count to n, logging and reporting progress on the way")
-    async def count(ctx: Context, n: int) -> str:
-        for i in range(1, n + 1):
-            await ctx.info(f"step {i} of {n}", logger="count")
-            await ctx.report_progress(i, n, f"step {i}")
-        return f"counted to {n}"
+    add_basic_tools(server)
 
     @server.tool(description="Ask the client's model a question (sampling)")
     async def ask_model(ctx: Context, question: str) -> str:
@@ -154,13 +145,7 @@ def build_server(probe: Probe, **options: Any) -> MCPServer:
         await server.notify_tools_changed()
         return "sent"
 
-    @server.resource("test://readme", name="readme", mime_type="text/plain", description="A text file")
-    async def readme() -> str:
-        return "hello from mcp_trio"
-
-    @server.resource("test://users/{user_id}/profile", name="profile", mime_type="application/json")
-    async def profile(user_id: str) -> str:
-        return f'{{"user": "{user_id}"}}'
+    add_basic_resources(server)
 
     @server.resource("test://secret", name="secret", mime_type="text/plain")
     async def secret(ctx: Context) -> str:
@@ -168,10 +153,7 @@ def build_server(probe: Probe, **options: Any) -> MCPServer:
         answer = await ctx.elicit("Password?", schema, key="password")
         return f"the secret behind {(answer.content or {}).get('password')}"
 
-    @server.prompt(description="Greet someone", argument_descriptions={"name": "who to greet"})
-    async def greet(name: str) -> str:
-        return f"Please greet {name} warmly."
-
+    add_greet_prompt(server)
     return server
 
 
@@ -184,32 +166,11 @@ class Running:
 
 @asynccontextmanager
 async def running_server(server: MCPServer) -> AsyncIterator[Running]:
-    """``server`` on 127.0.0.1:0 for the duration of the block; stopped (and joined) after."""
-    app = MCPApp(server, ServerConfig(shutdown_grace=2))
+    """``server`` on 127.0.0.1:0 for the duration of the block; stopped (and joined) after, or when
+    ``stop`` is set."""
     stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-
-        async def run(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
-            )
-
-        urls: list[str] = await nursery.start(run)
-        assert all(url.startswith("http://127.0.0.1:") for url in urls), urls
-        try:
-            yield Running(app, urls[0] + "/mcp", stop)
-        finally:
-            stop.set()
-
-
-async def wait_until(predicate: Callable[[], bool], within: float = 5.0, what: str = "") -> None:
-    """Poll ``predicate`` until it holds; fail after ``within`` seconds."""
-    with trio.move_on_after(within):
-        while True:
-            if predicate():
-                return
-            await trio.sleep(0.01)
-    raise AssertionError(f"{what or 'condition'} not met within {within} s")
+    async with serving(server, stop) as (app, url):
+        yield Running(app, url, stop)
 
 
 async def assert_server_idle(app: MCPApp) -> None:

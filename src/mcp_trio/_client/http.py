@@ -100,7 +100,10 @@ class HTTPTransport:
         request = self.http.build_request(
             "POST", self.url, content=body, headers=self._headers(extra_headers)
         )
-        response = await self.http.send(request, stream=True)
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise TransportError(f"POST {self.url} failed: {exc}") from exc
         try:
             if "mcp-session-id" in response.headers and message.get("method") == "initialize":
                 self.session_id = response.headers["mcp-session-id"]
@@ -113,8 +116,11 @@ class HTTPTransport:
                 return await self._read_sse(response, expect, on_message)
             data = json.loads(await response.aread())
             return await self._take_json(data, expect, on_message)
+        except (httpx.HTTPError, ValueError) as exc:
+            raise TransportError(f"the answer from {self.url} broke off or was not JSON: {exc}") from exc
         finally:
-            await response.aclose()
+            with trio.CancelScope(shield=True):
+                await response.aclose()
 
     async def _raise_for(self, response: httpx.Response) -> None:
         text = (await response.aread()).decode(errors="replace")
@@ -161,10 +167,14 @@ class HTTPTransport:
 
     async def _resume(self, decoder: SSEDecoder, expect: Any, on_message: OnMessage) -> dict[str, Any] | None:
         headers = self._headers({"accept": "text/event-stream", "last-event-id": decoder.last_event_id})
-        async with self.http.stream("GET", self.url, headers=headers) as response:
-            if response.status_code >= 400:
-                await self._raise_for(response)
-            return await self._pump(response.aiter_bytes(), decoder, expect, on_message)
+        try:
+            async with self.http.stream("GET", self.url, headers=headers) as response:
+                if response.status_code >= 400:
+                    await self._raise_for(response)
+                return await self._pump(response.aiter_bytes(), decoder, expect, on_message)
+        except httpx.HTTPError as exc:
+            logger.info("resuming the stream failed: %r", exc)
+            return None
 
     async def _pump(
         self, chunks: AsyncIterator[bytes], decoder: SSEDecoder, expect: Any, on_message: OnMessage
@@ -207,7 +217,10 @@ class HTTPTransport:
     async def delete(self) -> None:
         if self.session_id is None:
             return
-        response = await self.http.delete(self.url, headers=self._headers())
+        try:
+            response = await self.http.delete(self.url, headers=self._headers())
+        except httpx.HTTPError as exc:
+            raise TransportError(f"DELETE {self.url} failed: {exc}") from exc
         if response.status_code not in (200, 202, 204, 404, 405):
             logger.info("DELETE answered %s", response.status_code)
 

@@ -213,6 +213,13 @@ class ClientSession:
         except RPCError as exc:
             error = {"code": exc.code, "message": exc.message}
             reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+        except Exception as exc:  # a handler of ours failed: the server gets an error, the session lives on
+            logger.exception("handler of the server's %s failed", message.get("method"))
+            reply = {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": mt.INTERNAL_ERROR, "message": str(exc)},
+            }
         try:
             await self._transport.post(reply, self._dispatch)
         except (TransportError, httpx.HTTPError) as exc:
@@ -323,6 +330,7 @@ async def open_client_session(
     """
     own_http = http is None
     client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
+    body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             transport = HTTPTransport(client, url)
@@ -345,18 +353,26 @@ async def open_client_session(
                     await nursery.start(transport.listen_get, session._dispatch)
             try:
                 yield session
+            except BaseException as exc:  # re-raised below as it is, not wrapped in an ExceptionGroup
+                body_error = exc
             finally:
                 nursery.cancel_scope.cancel()
                 if not session.modern:
                     with trio.CancelScope(shield=True), trio.move_on_after(delete_grace):
                         try:
                             await transport.delete()
-                        except httpx.HTTPError as exc:
+                        except (httpx.HTTPError, TransportError) as exc:
                             logger.info("DELETE failed: %r", exc)
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and body_error is None:  # a failure while opening the session
+            raise group.exceptions[0] from None
+        raise
     finally:
         if own_http:
             with trio.CancelScope(shield=True):
                 await client.aclose()
+    if body_error is not None:
+        raise body_error
 
 
 __all__ += ["SessionExpired", "TransportError"]
