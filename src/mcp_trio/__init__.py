@@ -4,7 +4,7 @@ from ._app.context import Context
 from ._app.inputs import InputRequest
 from ._app.server import MCPServer
 from ._client.http import SessionExpired, TransportError
-from ._client.session import ClientSession, open_client_session
+from ._client.session import ClientSession, open_client_session, open_stdio_client
 from ._exceptions import (
     LocalProtocolError,
     MCPTrioError,
@@ -18,6 +18,7 @@ from ._server.config import ServerConfig
 from ._server.eventstore import EventStore, InMemoryEventStore, StoredEvent
 from ._server.hypercorn_patch import apply_hypercorn_close_wait_fix, hypercorn_close_wait_fix_applied
 from ._server.serve import hypercorn_config, serve
+from ._stdio import serve_stdio
 
 __version__ = "0.1.0"
 
@@ -43,5 +44,7 @@ __all__ = [
     "hypercorn_close_wait_fix_applied",
     "hypercorn_config",
     "open_client_session",
+    "open_stdio_client",
     "serve",
+    "serve_stdio",
 ]

@@ -16,6 +16,7 @@ from ._cli_client import add_client_commands, run_client_command
 from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
 from ._server.serve import hypercorn_config, serve, wait_for_signal
+from ._stdio import serve_stdio
 
 __all__ = ["main"]
 
@@ -55,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "serve":
             cmd.add_argument("target", metavar="MODULE:ATTR")
         cmd.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000)")
+        cmd.add_argument("--stdio", action="store_true", help="speak MCP over stdin/stdout instead of HTTP")
         cmd.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
         cmd.add_argument("--stats-path", default=None, help="serve statistics() as JSON on this path")
         cmd.add_argument("--log-level", default="WARNING")
@@ -95,4 +97,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         sys.path.insert(0, "")
         app = load_app(args.target, config)
+    if args.stdio:
+        # stdout carries only MCP messages (logging.basicConfig writes to stderr)
+        trio.run(functools.partial(serve_stdio, app.server, config=config))
+        return
     trio.run(run_server, app, args.bind)

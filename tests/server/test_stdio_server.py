@@ -369,7 +369,7 @@ async def test_eof_ends_the_server_and_cancels_handlers() -> None:
 
     client_stdin, server_stdin = trio.testing.memory_stream_one_way_pair()
     server_stdout, client_stdout = trio.testing.memory_stream_one_way_pair()
-    connection = StdioConnection(server, server_stdin, server_stdout)
+    connection = StdioConnection(server, server_stdin, server_stdout, config=ServerConfig(shutdown_grace=0.2))
     client = StdioClient(client_stdin, client_stdout)
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import httpx
@@ -17,8 +18,9 @@ from .._exceptions import RPCError
 from .._protocol import modern as modern_rules
 from .._protocol import versions
 from .http import HTTPTransport, SessionExpired, TransportError, _ErrorAnswer, modern_headers
+from .stdio import StdioTransport, start_process
 
-__all__ = ["ClientSession", "open_client_session"]
+__all__ = ["ClientSession", "open_client_session", "open_stdio_client"]
 
 logger = logging.getLogger("mcp_trio.client")
 
@@ -30,6 +32,7 @@ NotificationHandler = Callable[[dict[str, Any]], Awaitable[None]]
 ProgressHandler = Callable[[float, float | None, str | None], Awaitable[None]]
 M = TypeVar("M", bound=pydantic.BaseModel)
 MAX_INPUT_ROUNDS = 10
+Transport = HTTPTransport | StdioTransport
 
 
 class ClientSession:
@@ -37,7 +40,7 @@ class ClientSession:
 
     def __init__(
         self,
-        transport: HTTPTransport,
+        transport: Transport,
         nursery: trio.Nursery,
         *,
         client_info: dict[str, Any],
@@ -158,7 +161,9 @@ class ClientSession:
         except _ErrorAnswer as exc:
             answer = exc.body
         except trio.Cancelled:
-            if not self.modern and method != "initialize":
+            # HTTP 2026: abandoning the POST is the cancellation; elsewhere the server is told
+            stdio = isinstance(self._transport, StdioTransport)
+            if (stdio or not self.modern) and method != "initialize":
                 with trio.CancelScope(shield=True), trio.move_on_after(1):
                     await self.notify("notifications/cancelled", {"requestId": request_id})
             raise
@@ -330,20 +335,94 @@ async def open_client_session(
     """
     own_http = http is None
     client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
+    transport = HTTPTransport(client, url)
+
+    async def finish(session: ClientSession) -> None:
+        if not session.modern:
+            with trio.CancelScope(shield=True), trio.move_on_after(delete_grace):
+                try:
+                    await transport.delete()
+                except TransportError as exc:
+                    logger.info("DELETE failed: %r", exc)
+
+    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, log_level)
+    try:
+        async with _run_session(transport, handlers, mode, legacy_version, get_stream, finish) as session:
+            yield session
+    finally:
+        if own_http:
+            with trio.CancelScope(shield=True):
+                await client.aclose()
+
+
+@asynccontextmanager
+async def open_stdio_client(
+    command: Sequence[str],
+    *,
+    mode: Mode = "auto",
+    env: Mapping[str, str] | None = None,
+    client_info: dict[str, Any] | None = None,
+    sampling: SamplingHandler | None = None,
+    elicitation: ElicitationHandler | None = None,
+    roots: RootsHandler | None = None,
+    on_notification: NotificationHandler | None = None,
+    log_level: mt.LoggingLevel | None = None,
+    legacy_version: str = versions.LATEST.name,
+    terminate_grace: float = 2.0,
+) -> AsyncIterator[ClientSession]:
+    """Start ``command`` as an MCP server speaking stdio and open a session with it.
+
+    On exit the child's stdin is closed; a child still running ``terminate_grace`` seconds later gets
+    SIGTERM, then SIGKILL after as long again.  The child is always reaped."""
+    process = await start_process(command, env)
+    transport = StdioTransport(process)
+
+    async def finish(session: ClientSession) -> None:
+        await transport.aclose(terminate_grace)
+
+    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, log_level)
+    try:
+        async with _run_session(transport, handlers, mode, legacy_version, False, finish) as session:
+            yield session
+    finally:
+        await transport.aclose(terminate_grace)
+
+
+@dataclass(frozen=True)
+class _Handlers:
+    client_info: dict[str, Any] | None
+    sampling: SamplingHandler | None
+    elicitation: ElicitationHandler | None
+    roots: RootsHandler | None
+    on_notification: NotificationHandler | None
+    log_level: mt.LoggingLevel | None
+
+
+@asynccontextmanager
+async def _run_session(
+    transport: Transport,
+    handlers: _Handlers,
+    mode: Mode,
+    legacy_version: str,
+    get_stream: bool,
+    finish: Callable[[ClientSession], Awaitable[None]],
+) -> AsyncIterator[ClientSession]:
+    """The life of a session over any transport, in its own nursery."""
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            transport = HTTPTransport(client, url)
             session = ClientSession(
                 transport,
                 nursery,
-                client_info=client_info or {"name": "mcp-trio", "version": "0.1.0"},
-                sampling=sampling,
-                elicitation=elicitation,
-                roots=roots,
-                on_notification=on_notification,
-                log_level=log_level,
+                client_info=handlers.client_info or {"name": "mcp-trio", "version": "0.1.0"},
+                sampling=handlers.sampling,
+                elicitation=handlers.elicitation,
+                roots=handlers.roots,
+                on_notification=handlers.on_notification,
+                log_level=handlers.log_level,
             )
+            if isinstance(transport, StdioTransport):
+                await nursery.start(transport.read_loop, session._dispatch)
             if mode == "modern" or (mode == "auto" and await session._discover()):
                 session.modern = True
                 session.protocol_version = transport.protocol_version = versions.LATEST_MODERN.name
@@ -357,20 +436,11 @@ async def open_client_session(
                 body_error = exc
             finally:
                 nursery.cancel_scope.cancel()
-                if not session.modern:
-                    with trio.CancelScope(shield=True), trio.move_on_after(delete_grace):
-                        try:
-                            await transport.delete()
-                        except (httpx.HTTPError, TransportError) as exc:
-                            logger.info("DELETE failed: %r", exc)
+                await finish(session)
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1 and body_error is None:  # a failure while opening the session
             raise group.exceptions[0] from None
         raise
-    finally:
-        if own_http:
-            with trio.CancelScope(shield=True):
-                await client.aclose()
     if body_error is not None:
         raise body_error
 

@@ -3,8 +3,9 @@
 One :class:`StdioConnection` serves the whole life of the process.  It owns one Trio nursery: the
 single writer task (the only code that writes to stdout, so lines never interleave) and every handler
 task run there.  The reader is the task that called :meth:`StdioConnection.run`; end of file on stdin
-is the client's way to end the server: in-flight handlers are cancelled (and answer nothing), what is
-already queued for stdout is flushed (within ``shutdown_grace``), and :func:`serve_stdio` returns.
+is the client's way to end the server: in-flight handlers get ``shutdown_grace`` to finish, the rest
+are cancelled (and answer nothing), what is queued for stdout is flushed, and :func:`serve_stdio`
+returns.
 A broken stdout (the client stopped reading for good) ends the server too.
 
 Both eras are served on the same connection, chosen per message as over HTTP:
@@ -166,11 +167,14 @@ class StdioConnection:
                 nursery.cancel_scope.cancel()
 
     async def _shutdown(self) -> None:
-        """End of input: cancel every handler, then flush what is queued for stdout."""
+        """End of input: requests already read get ``shutdown_grace`` to finish (so a script piped in
+        gets its answers), then the rest are cancelled; what is queued for stdout is flushed."""
+        grace = self.config.shutdown_grace
+        with trio.move_on_after(grace):
+            await self._idle.wait()
         self.closing = True
         for call in list(self._inflight.values()):
             call.cancel()
-        grace = self.config.shutdown_grace
         with trio.move_on_after(grace):
             await self._idle.wait()
         self._queue_send.close()  # the writer sends what is queued, then ends
