@@ -7,7 +7,6 @@ import base64
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -23,6 +22,7 @@ logger = logging.getLogger("mcp_trio.client")
 
 OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
 ACCEPT = "application/json, text/event-stream"
+DRAIN_SECONDS = 1.0
 
 
 class TransportError(MCPTrioError):
@@ -110,7 +110,7 @@ class HTTPTransport:
             if response.status_code == 202:
                 return None
             if response.status_code >= 400:
-                await self._raise_for(response)
+                await self._raise_for(response, expect)
             kind = response.headers.get("content-type", "")
             if kind.startswith("text/event-stream"):
                 return await self._read_sse(response, expect, on_message)
@@ -122,13 +122,13 @@ class HTTPTransport:
             with trio.CancelScope(shield=True):
                 await response.aclose()
 
-    async def _raise_for(self, response: httpx.Response) -> None:
+    async def _raise_for(self, response: httpx.Response, expect: Any = None) -> None:
         text = (await response.aread()).decode(errors="replace")
         try:
             body = json.loads(text)
         except ValueError:
             body = text
-        if isinstance(body, dict) and "error" in body and "id" in body and body["id"] is not None:
+        if isinstance(body, dict) and "error" in body and expect is not None and body.get("id") == expect:
             raise _ErrorAnswer(body)
         if response.status_code == 404 and self.session_id is not None:
             raise SessionExpired(f"the server does not know session {self.session_id}", status=404, body=body)
@@ -140,6 +140,8 @@ class HTTPTransport:
 
     async def _take_json(self, data: Any, expect: Any, on_message: OnMessage) -> dict[str, Any] | None:
         messages = data if isinstance(data, list) else [data]
+        if not all(isinstance(message, dict) for message in messages):
+            raise TransportError("the JSON answer is not a JSON-RPC message")
         answer = None
         for message in messages:
             if expect is not None and message.get("id") == expect and "method" not in message:
@@ -179,16 +181,29 @@ class HTTPTransport:
     async def _pump(
         self, chunks: AsyncIterator[bytes], decoder: SSEDecoder, expect: Any, on_message: OnMessage
     ) -> dict[str, Any] | None:
-        async with _aclosing(chunks) as stream:
-            async for chunk in stream:
+        """Read SSE events until ``expect``'s response (returned) or the end of the body (None)."""
+        exhausted = False
+        try:
+            while True:
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    exhausted = True
+                    return None
                 for event in decoder.feed(chunk):
                     message = _message_of(event)
                     if message is None:
                         continue
                     if expect is not None and message.get("id") == expect and "method" not in message:
+                        # the response ends its stream: read to the end so the connection is reused
+                        # (python-sdk #1274), but do not wait long for a server that keeps it open
+                        with trio.move_on_after(DRAIN_SECONDS):
+                            exhausted = await _drain(chunks)
                         return message
                     await on_message(message)
-        return None
+        finally:
+            if not exhausted:
+                await _unwind(chunks)
 
     async def listen_get(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
         """The 2025-era standalone GET stream, resumed with ``Last-Event-ID`` after drops.  A 405 (or any
@@ -244,12 +259,22 @@ def _message_of(event: ServerSentEvent) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
-@asynccontextmanager
-async def _aclosing(chunks: AsyncIterator[bytes]) -> AsyncIterator[AsyncIterator[bytes]]:
-    try:
-        yield chunks
-    finally:
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            with trio.CancelScope(shield=True):
-                await aclose()
+async def _drain(chunks: AsyncIterator[bytes]) -> bool:
+    """Read a body to its end; True once it ended."""
+    while True:
+        try:
+            await chunks.__anext__()
+        except StopAsyncIteration:
+            return True
+
+
+async def _unwind(chunks: AsyncIterator[bytes]) -> None:
+    """Give up on a body.  ``aclose()`` on httpx's outer generator would leave its inner ones to the
+    garbage collector (a ResourceWarning each, encode/httpx#3686); a read in a cancelled scope unwinds
+    the whole chain instead, and httpcore drops the connection on the way."""
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await _drain(chunks)
+        except httpx.HTTPError:
+            pass

@@ -66,6 +66,12 @@ class ClientSession:
         self.server_capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
         self._header_params: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._running: set[trio.CancelScope] = set()
+
+    def _cancel_running(self) -> None:
+        """The session ends: requests still waiting (in any task) fail promptly."""
+        for scope in self._running:
+            scope.cancel()
 
     # -- handshake ----------------------------------------------------------------------------
 
@@ -156,10 +162,16 @@ class ClientSession:
         extra = (
             modern_headers(message, self._header_params.get(params.get("name", ""))) if self.modern else None
         )
+        answer = None
         try:
-            answer = await self._transport.post(message, self._dispatch, extra_headers=extra)
-        except _ErrorAnswer as exc:
-            answer = exc.body
+            with trio.CancelScope() as scope:  # cancelled if the session ends first
+                self._running.add(scope)
+                try:
+                    answer = await self._transport.post(message, self._dispatch, extra_headers=extra)
+                except _ErrorAnswer as exc:
+                    answer = exc.body
+                finally:
+                    self._running.discard(scope)
         except trio.Cancelled:
             # HTTP 2026: abandoning the POST is the cancellation; elsewhere the server is told
             stdio = isinstance(self._transport, StdioTransport)
@@ -169,7 +181,8 @@ class ClientSession:
             raise
         finally:
             self._progress.pop(request_id, None)
-        assert answer is not None
+        if answer is None:
+            raise TransportError(f"{method}: the session ended before the answer arrived")
         if "error" in answer:
             error = answer["error"]
             raise RPCError(error.get("code", mt.INTERNAL_ERROR), error.get("message", ""), error.get("data"))
@@ -266,6 +279,12 @@ class ClientSession:
         self, name: str, arguments: dict[str, Any] | None = None, *, progress: ProgressHandler | None = None
     ) -> mt.CallToolResult:
         params = {"name": name, "arguments": arguments or {}}
+        try:
+            return await self._typed(mt.CallToolResult, "tools/call", params, progress=progress)
+        except RPCError as exc:
+            if exc.code != mt.HEADER_MISMATCH or not self.modern or name in self._header_params:
+                raise
+        await self.list_tools()  # learn which arguments travel in Mcp-Param-* headers, then try again
         return await self._typed(mt.CallToolResult, "tools/call", params, progress=progress)
 
     async def list_resources(self, cursor: str | None = None) -> mt.ListResourcesResult:
@@ -435,6 +454,7 @@ async def _run_session(
             except BaseException as exc:  # re-raised below as it is, not wrapped in an ExceptionGroup
                 body_error = exc
             finally:
+                session._cancel_running()
                 nursery.cancel_scope.cancel()
                 await finish(session)
     except BaseExceptionGroup as group:
