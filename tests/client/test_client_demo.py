@@ -21,9 +21,7 @@ import trio
 from mcp_trio import ClientSession, RPCError, open_client_session
 from mcp_trio.demo import PNG
 
-from .conftest import IGNORE_HTTPX_ASYNCGEN_WARNINGS, Demo, assert_clean, client_tasks, eventually
-
-pytestmark = IGNORE_HTTPX_ASYNCGEN_WARNINGS
+from .conftest import Demo, assert_clean, client_tasks, eventually
 
 MODES = ["legacy", "modern"]
 LEGACY_VERSION = "2025-11-25"

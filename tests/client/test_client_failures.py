@@ -20,7 +20,6 @@ import trio
 from mcp_trio import MCPTrioError, RPCError, SessionExpired, TransportError, open_client_session
 
 from .conftest import (
-    IGNORE_HTTPX_ASYNCGEN_WARNINGS,
     SESSION_ID,
     VERSION,
     Fake,
@@ -37,8 +36,6 @@ from .conftest import (
     tool_result,
     wait_disconnect,
 )
-
-pytestmark = IGNORE_HTTPX_ASYNCGEN_WARNINGS
 
 MODES = ["legacy", "modern"]
 
