@@ -5,6 +5,8 @@
 #   into .node22/ at the repository root: the test runs .node22/node_modules/node/bin/node.
 #   (.conformance/node22/ belongs to the conformance runner; this one is kept separate on purpose.)
 # - `npm ci` in tests/integration/ts_client/ from its committed package-lock.json (exact versions).
+# - `npm ci` in tests/client/ts_server/ (the TypeScript-SDK server of tests/client/test_client_interop.py),
+#   likewise from its committed package-lock.json.
 #
 # Idempotent and quiet: does nothing when both are already in place and up to date.  Needs a global
 # `npm` (any version: it only downloads).  Without npm it fails when CI is set, and otherwise prints
@@ -34,4 +36,11 @@ fi
 if ! cmp -s "$CLIENT_DIR/package-lock.json" "$STAMP"; then
     (cd "$CLIENT_DIR" && npm ci "${NPM_QUIET[@]}" >/dev/null)
     cp "$CLIENT_DIR/package-lock.json" "$STAMP"
+fi
+
+SERVER_DIR="tests/client/ts_server"
+SERVER_STAMP="$SERVER_DIR/node_modules/.installed-from-package-lock.json"
+if ! cmp -s "$SERVER_DIR/package-lock.json" "$SERVER_STAMP"; then
+    (cd "$SERVER_DIR" && npm ci "${NPM_QUIET[@]}" >/dev/null)
+    cp "$SERVER_DIR/package-lock.json" "$SERVER_STAMP"
 fi

@@ -170,3 +170,39 @@ def test_event_ids() -> None:
         assert parse_event_id(bad) is None, bad
     ids = {new_session_id() for _ in range(100)}
     assert len(ids) == 100 and all(len(i) >= 32 for i in ids)
+
+
+def _schema(**properties: object) -> dict[str, object]:
+    return {"type": "object", "properties": properties}
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid"),
+    [
+        (_schema(region={"type": "string", "x-mcp-header": "Region"}), True),
+        (
+            _schema(n={"type": "integer", "x-mcp-header": "N"}, b={"type": "boolean", "x-mcp-header": "B"}),
+            True,
+        ),
+        (
+            _schema(outer={"type": "object", "properties": {"x": {"type": "string", "x-mcp-header": "X"}}}),
+            True,
+        ),
+        (_schema(region={"type": "string", "x-mcp-header": ""}), False),
+        (_schema(region={"type": "number", "x-mcp-header": "R"}), False),
+        (_schema(region={"type": "object", "x-mcp-header": "R"}), False),
+        (
+            _schema(a={"type": "string", "x-mcp-header": "R"}, b={"type": "string", "x-mcp-header": "r"}),
+            False,
+        ),
+        (_schema(a={"type": "string", "x-mcp-header": "has space"}), False),
+        (_schema(a={"type": "string", "x-mcp-header": "Grüße"}), False),
+        (_schema(xs={"type": "array", "items": {"type": "string", "x-mcp-header": "X"}}), False),
+        ({"type": "object", "anyOf": [_schema(a={"type": "string", "x-mcp-header": "A"})]}, False),
+        (_schema(plain={"type": "string"}), True),
+    ],
+)
+def test_x_mcp_header_annotation_rules(schema: dict[str, object], valid: bool) -> None:
+    from mcp_trio._protocol.modern import header_annotations_valid
+
+    assert header_annotations_valid(schema) is valid

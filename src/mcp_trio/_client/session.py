@@ -106,19 +106,31 @@ class ClientSession:
         """Try the modern era: True if the server answers ``server/discover`` as a modern server."""
         self.modern = True
         self.protocol_version = self._transport.protocol_version = versions.LATEST_MODERN.name
-        try:
-            result = await self.request("server/discover")
-        except (TransportError, RPCError) as exc:
-            if isinstance(exc, RPCError) and exc.code == mt.UNSUPPORTED_PROTOCOL_VERSION:
-                raise
-            self.modern = False
-            self.protocol_version = self._transport.protocol_version = None
-            logger.info("server/discover failed (%r): falling back to initialize", exc)
-            return False
+        result: dict[str, Any] | None = None
+        for _attempt in range(2):  # a -32022 naming our version is worth one retry
+            try:
+                result = await self.request("server/discover")
+                break
+            except RPCError as exc:
+                supported = (exc.data or {}).get("supported") if isinstance(exc.data, dict) else None
+                if exc.code != mt.UNSUPPORTED_PROTOCOL_VERSION or versions.LATEST_MODERN.name not in (
+                    supported or ()
+                ):
+                    return self._fall_back(exc)
+            except TransportError as exc:
+                return self._fall_back(exc)
+        if result is None or versions.LATEST_MODERN.name not in (result.get("supportedVersions") or ()):
+            return self._fall_back(f"server/discover did not offer {versions.LATEST_MODERN.name}: {result!r}")
         self.server_info = (result.get("_meta") or {}).get(mt.SERVER_INFO_META_KEY) or {}
         self.server_capabilities = result.get("capabilities") or {}
         self.instructions = result.get("instructions")
         return True
+
+    def _fall_back(self, why: object) -> bool:
+        self.modern = False
+        self.protocol_version = self._transport.protocol_version = None
+        logger.info("not a modern server (%s): falling back to initialize", why)
+        return False
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -271,8 +283,14 @@ class ClientSession:
 
     async def list_tools(self, cursor: str | None = None) -> mt.ListToolsResult:
         result = await self._typed(mt.ListToolsResult, "tools/list", {"cursor": cursor} if cursor else None)
+        valid = []
         for tool in result.tools:
+            if not modern_rules.header_annotations_valid(tool.input_schema):
+                logger.warning("tool %r dropped: its x-mcp-header annotations are invalid", tool.name)
+                continue
             self._header_params[tool.name] = modern_rules.header_parameters(tool.input_schema)
+            valid.append(tool)
+        result.tools = valid
         return result
 
     async def call_tool(

@@ -26,6 +26,7 @@ __all__ = [
     "check_headers",
     "check_meta",
     "decode_header_value",
+    "header_annotations_valid",
     "header_parameters",
     "meta_version",
     "unsupported_version",
@@ -89,6 +90,35 @@ def header_parameters(input_schema: Mapping[str, Any]) -> dict[str, tuple[str, .
                 found[name.lower()] = (*path, key)
             stack.append((sub, (*path, key)))
     return found
+
+
+def header_annotations_valid(input_schema: Any) -> bool:
+    """Whether every ``x-mcp-header`` of a tool's input schema obeys the 2026 rules (clients must drop
+    tools that break them): a non-empty token, unique regardless of case, on a string, integer or boolean
+    property reachable from the root through ``properties`` keys only."""
+    names: set[str] = set()
+
+    def walk(node: Any, on_chain: bool) -> bool:
+        if isinstance(node, list):
+            return all(walk(item, False) for item in node)
+        if not isinstance(node, Mapping):
+            return True
+        if "x-mcp-header" in node:
+            name = node["x-mcp-header"]
+            if not on_chain or not isinstance(name, str) or not _TOKEN.match(name) or name.lower() in names:
+                return False
+            if node.get("type") not in ("string", "integer", "boolean"):
+                return False
+            names.add(name.lower())
+        for key, value in node.items():
+            if key == "properties" and on_chain and isinstance(value, Mapping):
+                if not all(walk(sub, True) for sub in value.values()):
+                    return False
+            elif key != "x-mcp-header" and not walk(value, False):
+                return False
+        return True
+
+    return walk(input_schema, True)
 
 
 def _value_at(arguments: Any, path: tuple[str, ...]) -> Any:

@@ -1,0 +1,210 @@
+"""The official MCP conformance suite, client mode (``@modelcontextprotocol/conformance`` 0.2.0-alpha.12),
+against ``conformance_client.py`` (mcp_trio's client).
+
+Every client scenario of the suite except the ``auth/*`` ones, once per spec version it applies to
+(2025-06-18, 2025-11-25, 2026-07-28):
+
+    node .../conformance/dist/index.js client --command "<python> tests/client/conformance_client.py" \\
+        --scenario NAME --spec-version V -o OUT
+
+``--spec-version`` makes the suite run the scenario's mock on that revision's wire (stateful
+``initialize`` + ``Mcp-Session-Id`` for 2025-11-25, the stateless draft wire for 2026-07-28) and tells
+the client the version (``MCP_CONFORMANCE_PROTOCOL_VERSION``).  The skills-extension scenarios
+(SEP-2640) are off the spec timeline and run without ``--spec-version``.  The 2025-11-25 scenarios run a
+second time with the client in ``mode="auto"`` (``MCP_TRIO_CLIENT_MODE=auto``): against a server that
+speaks only 2025 revisions the client must end up in a 2025-era session.
+
+Each run must leave no FAILURE check in the scenario's ``checks.json`` (WARNING checks are reported, not
+failed on, as ``scripts/conformance.sh`` does; the suite's own exit status counts them as failures, so it
+is not used), the client must exit 0, and a scenario must have passed at least one check (a run that
+checked nothing proves nothing).  The skills scenarios are the exception: the client does not implement
+the extension, so their checks must all be SKIPPED.
+
+The suite comes from ``bash scripts/conformance.sh install`` (``.conformance/``, or ``$CONFORMANCE_DIR``),
+run here first when npm is available (it does nothing when everything is in place).  Without the suite
+the tests skip, except under CI (``CI`` set to a true value), where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF_DIR = Path(os.environ.get("CONFORMANCE_DIR") or ROOT / ".conformance")
+SUITE_VERSION = "0.2.0-alpha.12"
+NODE = CONF_DIR / "node22" / "node_modules" / "node" / "bin" / "node"
+SUITE_JS = CONF_DIR / f"v{SUITE_VERSION}" / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist"
+SUITE_JS = SUITE_JS / "index.js"
+CLIENT = Path(__file__).resolve().parent / "conformance_client.py"
+COMMAND = f"{shlex.quote(sys.executable)} {shlex.quote(str(CLIENT.relative_to(ROOT)))}"
+RUN_TIMEOUT = 120.0  # one scenario: the suite's own client timeout is 30 s
+
+OLDER = "2025-06-18"
+LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+VERSIONS = (OLDER, LEGACY, MODERN)
+EXTENSION = None  # off the spec timeline: no --spec-version
+
+# Every non-auth client scenario of 0.2.0-alpha.12 (`conformance list --client`) and the spec versions
+# it is tagged with (2025-06-18, 2025-11-25 and 2026-07-28: the client speaks no older one); a scenario
+# tagged [extension] runs once without --spec-version.  test_scenario_list_is_complete keeps this in
+# step with the installed suite.
+SCENARIOS: dict[str, tuple[str | None, ...]] = {
+    "initialize": (OLDER, LEGACY),
+    "tools_call": (OLDER, LEGACY, MODERN),
+    "elicitation-sep1034-client-defaults": (LEGACY,),
+    "sse-retry": (LEGACY,),
+    "json-schema-2020-12-preservation": (LEGACY, MODERN),
+    "request-metadata": (MODERN,),
+    "sep-2322-client-request-state": (MODERN,),
+    "http-standard-headers": (MODERN,),
+    "http-custom-headers": (MODERN,),
+    "http-invalid-tool-headers": (MODERN,),
+    "json-schema-ref-no-deref": (MODERN,),
+    "sep-2640-client-no-prefetch": (EXTENSION,),
+    "sep-2640-client-verify-digest": (EXTENSION,),
+    "sep-2640-client-verify-size": (EXTENSION,),
+    "sep-2640-client-verify-frontmatter": (EXTENSION,),
+}
+SKILLS = {name for name in SCENARIOS if name.startswith("sep-2640-")}
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def cases() -> list[Any]:
+    found = []
+    for name, versions in SCENARIOS.items():
+        for version in versions:
+            label = f"{name}@{version or 'extension'}"
+            found.append(pytest.param(name, version, None, id=label))
+            if version == LEGACY:
+                found.append(pytest.param(name, version, "auto", id=f"{label}-auto"))
+    return found
+
+
+_install_problem: list[str | None] = []
+
+
+@pytest.fixture
+def suite() -> None:
+    """Install (idempotently) and check the suite; skip (locally) or fail (under CI) without it.
+
+    A plain (sync) fixture: the install runs once per test session, outside any Trio run."""
+    if not _install_problem:
+        problem = None
+        if shutil.which("npm") is not None:
+            done = subprocess.run(
+                ["bash", str(ROOT / "scripts" / "conformance.sh"), "install"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            if done.returncode != 0:
+                problem = f"`bash scripts/conformance.sh install` failed:\n{done.stderr[-2000:]}"
+        if problem is None and not (NODE.is_file() and SUITE_JS.is_file()):
+            problem = f"the conformance suite {SUITE_VERSION} is not installed under {CONF_DIR}"
+        _install_problem.append(problem)
+    problem = _install_problem[0]
+    if problem is None:
+        return
+    message = f"{problem} (run `bash scripts/conformance.sh install`)"
+    if in_ci():
+        pytest.fail(f"{message}; CI is set, so this is an error, not a skip")
+    pytest.skip(message)
+
+
+def node_env(**extra: str) -> dict[str, str]:
+    """Node 22 first on PATH (the suite's shebang and anything it spawns), as scripts/conformance.sh."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join(
+        [str(NODE.parent), str(CONF_DIR / "node22" / "node_modules" / ".bin"), env["PATH"]]
+    )
+    env.pop("MCP_TRIO_CLIENT_MODE", None)
+    env.update(extra)
+    return env
+
+
+def describe(check: dict[str, Any]) -> str:
+    message = " ".join(str(check.get("errorMessage") or check.get("description") or "").split())
+    return f"{check['status']} {check['id']}: {message[:400]}"
+
+
+def test_scenario_list_is_complete(suite: None) -> None:
+    """The scenarios run here are exactly the suite's non-auth client scenarios, with the same tags."""
+    listed = subprocess.run(
+        [str(NODE), str(SUITE_JS), "list", "--client"],
+        cwd=ROOT,
+        env=node_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    found: dict[str, tuple[str | None, ...]] = {}
+    for name, tags in re.findall(r"^\s+- (\S+) \[([^\]]*)\]$", listed, re.MULTILINE):
+        if name.startswith("auth/"):
+            continue
+        tagged = tags.split(",")
+        found[name] = (EXTENSION,) if tagged == ["extension"] else tuple(v for v in VERSIONS if v in tagged)
+    assert found == SCENARIOS
+
+
+@pytest.mark.parametrize(("name", "version", "mode"), cases())
+def test_conformance_client_scenario(
+    suite: None, tmp_path: Path, name: str, version: str | None, mode: str | None
+) -> None:
+    args = [str(NODE), str(SUITE_JS), "client", "--command", COMMAND, "--scenario", name, "-o", str(tmp_path)]
+    if version is not None:
+        args += ["--spec-version", version]
+    extra = {"MCP_TRIO_CLIENT_MODE": mode} if mode else {}
+    done = subprocess.run(
+        args,
+        cwd=ROOT,
+        env=node_env(**extra),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    result_dirs = [d for d in tmp_path.iterdir() if d.is_dir()]
+    assert len(result_dirs) == 1, (
+        f"the suite ran {len(result_dirs)} scenarios (exit {done.returncode}):\n{output[-4000:]}"
+    )
+    [result_dir] = result_dirs
+    checks: list[dict[str, Any]] = json.loads((result_dir / "checks.json").read_text())
+    client_log = (result_dir / "stderr.txt").read_text()
+
+    def context() -> str:
+        problems = "\n".join(describe(c) for c in checks if c["status"] in ("FAILURE", "WARNING"))
+        tail = client_log[-3000:]
+        return f"checks:\n{problems or '(none failed or warned)'}\n--- client stderr (tail) ---\n{tail}"
+
+    exited = re.search(r"Client exited with code (-?\d+)|Client timed out after \d+ms", output)
+    assert exited is None, f"{exited.group(0) if exited else ''}\n{context()}"
+
+    statuses = [c["status"] for c in checks]
+    if name in SKILLS:
+        # the client has no skills-extension support: it never calls skills/list
+        assert statuses and set(statuses) == {"SKIPPED"}, context()
+        return
+    failures = [describe(c) for c in checks if c["status"] == "FAILURE"]
+    assert failures == [], context()
+    assert "SUCCESS" in statuses, f"no check passed (the scenario checked nothing)\n{context()}"
+    for check in checks:  # shown with -rA or when something else fails
+        if check["status"] == "WARNING":
+            print(describe(check))
