@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ from .._exceptions import MCPTrioError
 from .._protocol import modern as modern_rules
 from .._protocol.sse import ServerSentEvent, SSEDecoder
 
-__all__ = ["HTTPTransport", "SessionExpired", "TransportError"]
+__all__ = ["HTTPTransport", "MessageStream", "SessionExpired", "TransportError"]
 
 logger = logging.getLogger("mcp_trio.client")
 
@@ -205,6 +206,34 @@ class HTTPTransport:
             if not exhausted:
                 await _unwind(chunks)
 
+    @asynccontextmanager
+    async def open_stream(
+        self, message: dict[str, Any], *, extra_headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[MessageStream]:
+        """POST a long-lived request (``subscriptions/listen``) and read its SSE answer message by message."""
+        body = json.dumps(message, separators=(",", ":")).encode()
+        request = self.http.build_request(
+            "POST", self.url, content=body, headers=self._headers(extra_headers)
+        )
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise TransportError(f"POST {self.url} failed: {exc}") from exc
+        stream = MessageStream(response)
+        try:
+            if response.status_code >= 400:
+                await self._raise_for(response, message.get("id"))
+            if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                stream.pending.extend(await self._json_messages(response))
+            yield stream
+        finally:
+            await stream.aclose()
+
+    async def _json_messages(self, response: httpx.Response) -> list[dict[str, Any]]:
+        data = json.loads(await response.aread())
+        messages = data if isinstance(data, list) else [data]
+        return [m for m in messages if isinstance(m, dict)]
+
     async def listen_get(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
         """The 2025-era standalone GET stream, resumed with ``Last-Event-ID`` after drops.  A 405 (or any
         failure) ends it quietly: the GET stream never harms the POSTs (go-sdk #1175)."""
@@ -238,6 +267,42 @@ class HTTPTransport:
             raise TransportError(f"DELETE {self.url} failed: {exc}") from exc
         if response.status_code not in (200, 202, 204, 404, 405):
             logger.info("DELETE answered %s", response.status_code)
+
+
+class MessageStream:
+    """The messages of one streamed answer, read by whoever iterates it."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.pending: list[dict[str, Any]] = []
+        self._chunks = response.aiter_bytes()
+        self._decoder = SSEDecoder()
+        self._ended = False
+
+    async def next_message(self) -> dict[str, Any] | None:
+        """The next message, or None when the server ended the answer."""
+        while not self.pending:
+            if self._ended or self.response.is_closed:
+                return None
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                self._ended = True
+                return None
+            except httpx.HTTPError as exc:
+                self._ended = True
+                raise TransportError(f"the stream broke off: {exc}") from exc
+            for event in self._decoder.feed(chunk):
+                message = _message_of(event)
+                if message is not None:
+                    self.pending.append(message)
+        return self.pending.pop(0)
+
+    async def aclose(self) -> None:
+        if not self._ended and not self.response.is_closed:
+            await _unwind(self._chunks)
+        with trio.CancelScope(shield=True):
+            await self.response.aclose()
 
 
 class _ErrorAnswer(Exception):

@@ -17,10 +17,10 @@ import trio
 from .._exceptions import RPCError
 from .._protocol import modern as modern_rules
 from .._protocol import versions
-from .http import HTTPTransport, SessionExpired, TransportError, _ErrorAnswer, modern_headers
+from .http import HTTPTransport, MessageStream, SessionExpired, TransportError, _ErrorAnswer, modern_headers
 from .stdio import StdioTransport, start_process
 
-__all__ = ["ClientSession", "open_client_session", "open_stdio_client"]
+__all__ = ["ClientSession", "Subscription", "open_client_session", "open_stdio_client"]
 
 logger = logging.getLogger("mcp_trio.client")
 
@@ -339,11 +339,80 @@ class ClientSession:
             params["context"] = context
         return await self._typed(mt.CompleteResult, "completion/complete", params)
 
+    @asynccontextmanager
+    async def listen(
+        self,
+        *,
+        tools: bool = False,
+        prompts: bool = False,
+        resources: bool = False,
+        resource_uris: Sequence[str] = (),
+    ) -> AsyncIterator[Subscription]:
+        """2026 era: ``subscriptions/listen``.  Yields a :class:`Subscription` once the server has
+        acknowledged it; iterate it for the notifications asked for.  Leaving the block closes the
+        stream (which ends the subscription)."""
+        if not self.modern or not isinstance(self._transport, HTTPTransport):
+            raise TransportError("subscriptions/listen needs a 2026-07-28 session over HTTP")
+        wanted: dict[str, Any] = {}
+        if tools:
+            wanted["toolsListChanged"] = True
+        if prompts:
+            wanted["promptsListChanged"] = True
+        if resources:
+            wanted["resourcesListChanged"] = True
+        if resource_uris:
+            wanted["resourceSubscriptions"] = list(resource_uris)
+        request_id = next(self._ids)
+        params = {"notifications": wanted, "_meta": self._meta()}
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "subscriptions/listen", "params": params}
+        try:
+            async with self._transport.open_stream(
+                message, extra_headers=modern_headers(message, None)
+            ) as stream:
+                ack = await stream.next_message()
+                if ack is None or ack.get("method") != "notifications/subscriptions/acknowledged":
+                    if ack is not None and "error" in ack:
+                        error = ack["error"]
+                        raise RPCError(
+                            error.get("code", mt.INTERNAL_ERROR), error.get("message", ""), error.get("data")
+                        )
+                    raise TransportError(f"subscriptions/listen was not acknowledged: {ack!r}")
+                yield Subscription(request_id, (ack.get("params") or {}).get("notifications") or {}, stream)
+        except _ErrorAnswer as exc:
+            error = exc.body["error"]
+            raise RPCError(
+                error.get("code", mt.INTERNAL_ERROR), error.get("message", ""), error.get("data")
+            ) from None
+
     async def set_logging_level(self, level: mt.LoggingLevel) -> None:
         """2025 era: ``logging/setLevel``; 2026 era: the level travels in every request's ``_meta``."""
         self.log_level = level
         if not self.modern:
             await self.request("logging/setLevel", {"level": level})
+
+
+class Subscription:
+    """An acknowledged ``subscriptions/listen`` stream: ``acknowledged`` is the filter the server
+    honours; iterating yields each notification (``None`` ends it: the server closed the subscription,
+    ``closed_gracefully`` tells whether with its completion result)."""
+
+    def __init__(self, request_id: int, acknowledged: dict[str, Any], stream: MessageStream) -> None:
+        self.id = request_id
+        self.acknowledged = acknowledged
+        self._stream = stream
+        self.closed_gracefully = False
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        message = await self._stream.next_message()
+        if message is None:
+            raise StopAsyncIteration
+        if "method" not in message and message.get("id") == self.id:
+            self.closed_gracefully = "result" in message
+            raise StopAsyncIteration
+        return message
 
 
 @asynccontextmanager
