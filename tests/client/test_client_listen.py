@@ -15,6 +15,8 @@ from mcp_trio import (
     serve,
 )
 
+from .conftest import eventually
+
 
 def build() -> MCPServer:
     server = MCPServer("listen-test")
