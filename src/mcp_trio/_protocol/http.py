@@ -6,6 +6,7 @@ Sans-IO: every function takes plain values and either returns or raises
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -170,14 +171,16 @@ def check_origin(facts: RequestFacts, policy: OriginPolicy) -> None:
         raise RemoteProtocolError(f"Forbidden: origin {facts.origin!r} is not allowed", http_status=403)
 
 
-def _media_ranges(accept: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def _media_ranges(accept: str) -> frozenset[str]:
+    """The media ranges an ``Accept`` value admits (cached: clients send the same value every time)."""
     ranges = set()
     for part in accept.split(","):
         media, *params = (p.strip() for p in part.split(";"))
         if any(p.replace(" ", "").lower() in ("q=0", "q=0.0", "q=0.00", "q=0.000") for p in params):
             continue
         ranges.add(media.lower())
-    return ranges
+    return frozenset(ranges)
 
 
 def accepts(accept: str | None, media_type: str) -> bool:

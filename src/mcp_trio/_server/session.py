@@ -41,6 +41,16 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 GET_STREAM = 0
 
 
+async def _next_item(receive: trio.MemoryReceiveChannel[Outgoing]) -> Outgoing:
+    """The next queued item: without a wait (and its scheduling round) when one is already queued."""
+    try:
+        item = receive.receive_nowait()
+    except trio.WouldBlock:
+        return await receive.receive()
+    await trio.lowlevel.checkpoint_if_cancelled()
+    return item
+
+
 class _Reply:
     """Where the client's answer to one server-to-client request lands."""
 
@@ -354,7 +364,7 @@ class Session:
         while True:
             with trio.move_on_after(keepalive):
                 try:
-                    item = await receive.receive()
+                    item = await _next_item(receive)
                 except (trio.EndOfChannel, trio.ClosedResourceError):
                     return  # replaced by a newer connection, or cut for falling behind
                 if item is END or item is CUT:
