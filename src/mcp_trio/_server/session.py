@@ -18,6 +18,7 @@ import mcp_types as mt
 import trio
 
 from .._app.context import Context
+from .._app.outgoing import Reply, ask_concurrently
 from .._exceptions import RPCError
 from .._protocol import jsonrpc, sse
 from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
@@ -51,16 +52,6 @@ async def _next_item(receive: trio.MemoryReceiveChannel[Outgoing]) -> Outgoing:
     return item
 
 
-class _Reply:
-    """Where the client's answer to one server-to-client request lands."""
-
-    __slots__ = ("arrived", "message")
-
-    def __init__(self) -> None:
-        self.arrived = trio.Event()
-        self.message: mt.JSONRPCResponse | mt.JSONRPCError | None = None
-
-
 class Session:
     """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`."""
 
@@ -79,7 +70,7 @@ class Session:
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         self.subscriptions: set[str] = set()
-        self._outgoing: dict[mt.RequestId, _Reply] = {}
+        self._outgoing: dict[mt.RequestId, Reply] = {}
         self._next_outgoing_id = 0
         self._streams: dict[int, Stream] = {GET_STREAM: Stream(GET_STREAM)}
         self._next_stream_id = 1
@@ -176,8 +167,7 @@ class Session:
         if reply is None:
             logger.debug("session %s: response %r has no waiting request", self.id, message.id)
             return
-        reply.message = message
-        reply.arrived.set()
+        reply.deliver(message)
 
     async def request(
         self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
@@ -185,7 +175,7 @@ class Session:
         """Send a server-to-client request (on the related request's stream) and wait for the answer."""
         self._next_outgoing_id += 1
         request_id = self._next_outgoing_id
-        reply = self._outgoing[request_id] = _Reply()
+        reply = self._outgoing[request_id] = Reply()
         try:
             await self.send_message(jsonrpc.request(request_id, method, params), related)
             await reply.arrived.wait()
@@ -196,29 +186,13 @@ class Session:
             raise
         finally:
             del self._outgoing[request_id]
-        message = reply.message
-        if isinstance(message, mt.JSONRPCError):
-            raise RPCError(message.error.code, message.error.message, message.error.data)
-        assert isinstance(message, mt.JSONRPCResponse)
-        return message.result
+        return reply.result()
 
     async def ask(
         self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
     ) -> dict[str, Any]:
         """Input requests of a handler: sent as server-to-client requests, concurrently."""
-        answers: dict[str, Any] = {}
-
-        async def one(key: str, wire: dict[str, Any]) -> None:
-            answers[key] = await self.request(wire["method"], wire["params"], related)
-
-        if len(requests) == 1:
-            ((key, wire),) = requests.items()
-            await one(key, wire)
-        else:
-            async with trio.open_nursery() as nursery:  # owned by the handler's task, in this session
-                for key, wire in requests.items():
-                    nursery.start_soon(one, key, wire)
-        return answers
+        return await ask_concurrently(self.request, requests, related)
 
     def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
         """Cut the live connection of a stream (the request's, or the GET stream); the stream goes on

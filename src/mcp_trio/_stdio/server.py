@@ -44,6 +44,7 @@ import mcp_types as mt
 import trio
 
 from .._app.context import Context
+from .._app.outgoing import Reply, ask_concurrently
 from .._app.server import MCPServer
 from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, versions
@@ -72,16 +73,6 @@ class _Call:
     def cancel(self) -> None:
         self.cancelled = True
         self.scope.cancel()
-
-
-class _Reply:
-    """Where the client's answer to one server-to-client request lands."""
-
-    __slots__ = ("arrived", "message")
-
-    def __init__(self) -> None:
-        self.arrived = trio.Event()
-        self.message: mt.JSONRPCResponse | mt.JSONRPCError | None = None
 
 
 class _LineResponder(Responder):
@@ -138,7 +129,7 @@ class StdioConnection:
         # tasks and messages
         self.closing = False
         self._inflight: dict[mt.RequestId, _Call] = {}
-        self._outgoing: dict[mt.RequestId, _Reply] = {}
+        self._outgoing: dict[mt.RequestId, Reply] = {}
         self._next_outgoing_id = 0
         self._running = 0
         self._idle = trio.Event()
@@ -286,8 +277,7 @@ class StdioConnection:
         if reply is None:
             logger.debug("stdio: response %r has no waiting request", message.id)
             return
-        reply.message = message
-        reply.arrived.set()
+        reply.deliver(message)
 
     # -- 2025: the session ----------------------------------------------------------------------
 
@@ -335,7 +325,7 @@ class StdioConnection:
         call = self._inflight.get(related) if related is not None else None
         self._next_outgoing_id += 1
         request_id = self._next_outgoing_id
-        reply = self._outgoing[request_id] = _Reply()
+        reply = self._outgoing[request_id] = Reply()
         try:
             await self.write(jsonrpc.request(request_id, method, params), call)
             await reply.arrived.wait()
@@ -345,29 +335,13 @@ class StdioConnection:
             raise
         finally:
             del self._outgoing[request_id]
-        message = reply.message
-        if isinstance(message, mt.JSONRPCError):
-            raise RPCError(message.error.code, message.error.message, message.error.data)
-        assert isinstance(message, mt.JSONRPCResponse)
-        return message.result
+        return reply.result()
 
     async def ask(
         self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
     ) -> dict[str, Any]:
         """Input requests of a handler: sent as server-to-client requests, concurrently."""
-        answers: dict[str, Any] = {}
-
-        async def one(key: str, wire: dict[str, Any]) -> None:
-            answers[key] = await self.request(wire["method"], wire["params"], related)
-
-        if len(requests) == 1:
-            ((key, wire),) = requests.items()
-            await one(key, wire)
-        else:
-            async with trio.open_nursery() as nursery:  # owned by the handler's task
-                for key, wire in requests.items():
-                    nursery.start_soon(one, key, wire)
-        return answers
+        return await ask_concurrently(self.request, requests, related)
 
     def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
         """No SSE over stdio: nothing to do."""
