@@ -79,6 +79,10 @@ class ASGIClient:
         self._app = app
         self._nursery = nursery
         self._server = server
+        self.send_delay = 0.0
+        """Seconds each ``send`` of the app takes (a checkpoint where a cancellation could land)."""
+        self.cancelled_sends = 0
+        """How many of the app's sends were cancelled midway (a bug: see ``MCPApp`` sends)."""
 
     async def request(
         self,
@@ -124,6 +128,12 @@ class ASGIClient:
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
+            if self.send_delay:  # a send that takes time, as over a socket; it must never be cancelled
+                try:
+                    await trio.sleep(self.send_delay)
+                except trio.Cancelled:
+                    self.cancelled_sends += 1
+                    raise
             if disconnect.is_set():
                 return  # like hypercorn: sends after a disconnect are dropped
             if message["type"] == "http.response.start":

@@ -116,7 +116,8 @@ class MCPApp:
             nursery.cancel_scope.cancel()
         await send({"type": "lifespan.shutdown.complete"})
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _http(self, scope: Scope, receive: Receive, raw_send: Send) -> None:
+        send = _uncancellable(raw_send)
         path = scope.get("path", "/")
         if self.config.stats_path is not None and path == self.config.stats_path:
             await _respond(send, 200, json.dumps(self.statistics()).encode())
@@ -275,6 +276,23 @@ class MCPApp:
         http.check_protocol_version(facts)
         await session.aclose()
         await _respond(send, 200, b"", content_type=None)
+
+
+def _uncancellable(send: Send) -> Send:
+    """Every ASGI send runs to its end, even when its task is being cancelled.
+
+    Cancellation (a DELETE, a disconnect, shutdown) reaches writers at any await.  Inside hypercorn's
+    ``send`` that is fatal: its ``http.response.start`` writes the head and only then records that the
+    response started, so a cancel in between leaves it believing no response was sent; when the app
+    returns it then sends a 500 head into a response already under way, h11 raises, and the exception
+    ends the whole server.  A shielded send finishes (the socket write beneath is shielded by hypercorn
+    anyway), and the cancellation lands at the next checkpoint."""
+
+    async def send_whole(message: dict[str, Any]) -> None:
+        with trio.CancelScope(shield=True):
+            await send(message)
+
+    return send_whole
 
 
 def _refuse_modern(facts: http.RequestFacts) -> None:
