@@ -5,6 +5,7 @@ from ._app.inputs import InputRequest
 from ._app.server import MCPServer
 from ._client.http import SessionExpired, TransportError
 from ._client.session import ClientSession, open_client_session, open_stdio_client
+from ._client.skills import SkillVerificationError
 from ._exceptions import (
     LocalProtocolError,
     MCPTrioError,
@@ -38,6 +39,7 @@ __all__ = [
     "ServerConfig",
     "SessionError",
     "SessionExpired",
+    "SkillVerificationError",
     "StoredEvent",
     "TransportError",
     "apply_hypercorn_close_wait_fix",

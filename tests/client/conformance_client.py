@@ -35,7 +35,7 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-from mcp_trio import ClientSession, RPCError, open_client_session
+from mcp_trio import ClientSession, RPCError, SkillVerificationError, open_client_session
 
 logger = logging.getLogger("conformance_client")
 
@@ -338,22 +338,31 @@ async def run_request_state(url: str) -> None:
 # -- the skills extension (io.modelcontextprotocol/skills, SEP-2640) ----------------------------
 
 
-@scenario(
-    "sep-2640-client-no-prefetch",
-    "sep-2640-client-verify-digest",
-    "sep-2640-client-verify-size",
-    "sep-2640-client-verify-frontmatter",
-)
-async def run_skills(url: str) -> None:
-    """The client has no support for the skills extension (no ``skills/list``, no loading of a skill, no
-    digest/size/frontmatter verification); this program does not build it on the raw ``request`` API
-    either.  It connects and lists the resources, which is all a client without the extension does; the
-    suite then reports the skills checks as SKIPPED (the client never called skills/list)."""
+@scenario("sep-2640-client-no-prefetch")
+async def run_skills_listing(url: str) -> None:
+    """List the skills; read nothing (files are retrieved only when a skill is loaded)."""
     async with connect(url) as s:
         describe(s)
-        if "extensions" in s.server_capabilities:
-            logger.info("server extensions (not supported): %s", list(s.server_capabilities["extensions"]))
-        await s.list_resources()
+        skills = await s.list_skills()
+        logger.info("skills: %s", [skill.get("uri") for skill in skills])
+
+
+@scenario(
+    "sep-2640-client-verify-digest", "sep-2640-client-verify-size", "sep-2640-client-verify-frontmatter"
+)
+async def run_skills_loading(url: str) -> None:
+    """Load the first skill (its SKILL.md, verified), then, only if it verified, read its other files."""
+    async with connect(url) as s:
+        describe(s)
+        skill = (await s.list_skills())[0]
+        try:
+            await s.load_skill(skill)
+        except SkillVerificationError as exc:
+            logger.info("skill rejected: %s", exc)
+            return
+        for entry in skill.get("resources") or ():
+            if entry["uri"] != skill["uri"]:
+                await s.read_skill_file(skill, entry["uri"])
 
 
 async def main(url: str, name: str) -> None:

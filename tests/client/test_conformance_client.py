@@ -17,8 +17,8 @@ speaks only 2025 revisions the client must end up in a 2025-era session.
 Each run must leave no FAILURE check in the scenario's ``checks.json`` (WARNING checks are reported, not
 failed on, as ``scripts/conformance.sh`` does; the suite's own exit status counts them as failures, so it
 is not used), the client must exit 0, and a scenario must have passed at least one check (a run that
-checked nothing proves nothing).  The skills scenarios are the exception: the client does not implement
-the extension, so their checks must all be SKIPPED.
+checked nothing proves nothing).  The skills scenarios (SEP-2640) are held to the same rule: the client
+lists skills and verifies what it loads.
 
 The suite comes from ``bash scripts/conformance.sh install`` (``.conformance/``, or ``$CONFORMANCE_DIR``),
 run here first when npm is available (it does nothing when everything is in place).  Without the suite
@@ -76,7 +76,6 @@ SCENARIOS: dict[str, tuple[str | None, ...]] = {
     "sep-2640-client-verify-size": (EXTENSION,),
     "sep-2640-client-verify-frontmatter": (EXTENSION,),
 }
-SKILLS = {name for name in SCENARIOS if name.startswith("sep-2640-")}
 
 
 def in_ci() -> bool:
@@ -198,10 +197,6 @@ def test_conformance_client_scenario(
     assert exited is None, f"{exited.group(0) if exited else ''}\n{context()}"
 
     statuses = [c["status"] for c in checks]
-    if name in SKILLS:
-        # the client has no skills-extension support: it never calls skills/list
-        assert statuses and set(statuses) == {"SKIPPED"}, context()
-        return
     failures = [describe(c) for c in checks if c["status"] == "FAILURE"]
     assert failures == [], context()
     assert "SUCCESS" in statuses, f"no check passed (the scenario checked nothing)\n{context()}"

@@ -17,6 +17,7 @@ import trio
 from .._exceptions import RPCError
 from .._protocol import modern as modern_rules
 from .._protocol import versions
+from . import skills as skills_ext
 from .http import HTTPTransport, MessageStream, SessionExpired, TransportError, _ErrorAnswer, modern_headers
 from .stdio import StdioTransport, start_process
 
@@ -383,6 +384,36 @@ class ClientSession:
             raise RPCError(
                 error.get("code", mt.INTERNAL_ERROR), error.get("message", ""), error.get("data")
             ) from None
+
+    # -- the Skills extension (SEP-2640) --------------------------------------------------------
+
+    async def list_skills(self) -> list[dict[str, Any]]:
+        """``skills/list``: the server's skill entries (``uri``, ``frontmatter``, ``resources``).  Lists
+        only: no file is read until a skill is loaded."""
+        skills: list[dict[str, Any]] = []
+        cursor = None
+        for _page in range(100):
+            result = await self.request("skills/list", {"cursor": cursor} if cursor else None)
+            skills.extend(s for s in result.get("skills") or () if isinstance(s, dict))
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        return skills
+
+    async def read_skill_file(self, skill: Mapping[str, Any], uri: str) -> bytes:
+        """Read one file of a skill and verify it against the skill's entry (size and digest);
+        :class:`SkillVerificationError` if it differs: the content must not be used."""
+        data = skills_ext.contents_bytes(await self.request("resources/read", {"uri": uri}))
+        skills_ext.check_file(skill, uri, data)
+        return data
+
+    async def load_skill(self, skill: Mapping[str, Any]) -> str:
+        """Load a skill: read its SKILL.md, verify it, and compare its frontmatter with the entry's;
+        returns the SKILL.md text.  Supporting files are read later, when needed, with
+        :meth:`read_skill_file`."""
+        text = (await self.read_skill_file(skill, str(skill["uri"]))).decode()
+        skills_ext.check_frontmatter(skill, text)
+        return text
 
     async def set_logging_level(self, level: mt.LoggingLevel) -> None:
         """2025 era: ``logging/setLevel``; 2026 era: the level travels in every request's ``_meta``."""

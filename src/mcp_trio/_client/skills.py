@@ -1,0 +1,68 @@
+"""The client side of the Skills extension (``io.modelcontextprotocol/skills``, SEP-2640): list a
+server's skills, and load one only when it is needed, verifying every file against its entry."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from .._exceptions import MCPTrioError
+
+__all__ = ["SKILLS_EXTENSION", "SkillVerificationError", "check_file", "parse_frontmatter"]
+
+SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
+
+
+class SkillVerificationError(MCPTrioError):
+    """A skill file does not match its entry (digest, size or frontmatter): it must not be used."""
+
+
+def file_entry(skill: Mapping[str, Any], uri: str) -> Mapping[str, Any]:
+    for entry in skill.get("resources") or ():
+        if isinstance(entry, Mapping) and entry.get("uri") == uri:
+            return entry
+    raise SkillVerificationError(f"{uri} is not listed in the resources of skill {skill.get('uri')}")
+
+
+def check_file(skill: Mapping[str, Any], uri: str, data: bytes) -> None:
+    """Verify a file's raw bytes against its entry: size first, then the ``sha256:{hex}`` digest."""
+    entry = file_entry(skill, uri)
+    if entry.get("size") is not None and entry["size"] != len(data):
+        raise SkillVerificationError(f"{uri}: {len(data)} bytes, the entry says {entry['size']}")
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    if entry.get("digest") != digest:
+        raise SkillVerificationError(f"{uri}: digest {digest} differs from the entry's {entry.get('digest')}")
+
+
+def parse_frontmatter(text: str) -> dict[str, str]:
+    """The ``key: value`` lines of a SKILL.md's leading ``---`` block (scalar YAML only)."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        raise SkillVerificationError("SKILL.md has no frontmatter")
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        if line.strip() == "---":
+            return fields
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and not key.startswith((" ", "\t", "#")):
+            fields[key.strip()] = value.strip().strip("'\"")
+    raise SkillVerificationError("SKILL.md frontmatter is not closed")
+
+
+def check_frontmatter(skill: Mapping[str, Any], text: str) -> None:
+    found = parse_frontmatter(text)
+    for key, expected in (skill.get("frontmatter") or {}).items():
+        if isinstance(expected, str) and found.get(key) != expected:
+            raise SkillVerificationError(
+                f"frontmatter {key!r} is {found.get(key)!r}, the entry says {expected!r}"
+            )
+
+
+def contents_bytes(result: Mapping[str, Any]) -> bytes:
+    """The raw bytes of the first contents of a ``resources/read`` result."""
+    contents = (result.get("contents") or [{}])[0]
+    if "blob" in contents:
+        return base64.b64decode(contents["blob"])
+    return str(contents.get("text", "")).encode()
