@@ -1,7 +1,7 @@
 """Load benchmark of the ``mcp-trio`` Streamable HTTP server, optionally against the official python-sdk.
 
-    python3 benchmarks/bench_server.py [--quick] [--baseline python-sdk] [--json-response] [--runs 3]
-                                       [--json FILE]
+    python3 benchmarks/bench_server.py [--quick] [--baseline python-sdk] [--baseline bare-asgi]
+                                       [--json-response] [--runs 3] [--json FILE]
 
 The server under test runs as a subprocess pinned to one CPU (``--server-cpu``, default 0); the load
 generator runs in this process pinned to another (``--client-cpu``, default 1).  It speaks raw HTTP/1.1
@@ -647,16 +647,19 @@ FULL = Plan(16, 20_000, 4.0, (1, 16, 64), 100_000, 3.0, 50, 500, 10.0, 3.0)
 QUICK = Plan(4, 40, 0.5, (1, 16, 64), 300, 0.3, 4, 40, 5.0, 1.0)
 
 
-async def run_scenarios(ctx: Context, plan: Plan) -> tuple[list[ScenarioResult], ScenarioResult]:
-    warm = [
-        await churn(ctx, 2, plan.warmup_sessions, 30.0),
-        await calls(ctx, 4, plan.warmup_calls, 30.0),
-    ]
+async def run_scenarios(
+    ctx: Context, plan: Plan, with_churn: bool = True
+) -> tuple[list[ScenarioResult], ScenarioResult]:
+    warm = [await churn(ctx, 2, plan.warmup_sessions, 30.0)] if with_churn else []
+    warm.append(await calls(ctx, 4, plan.warmup_calls, 30.0))
     warmup = warm[0]
-    warmup.errors += warm[1].errors
-    warmup.error_messages += warm[1].error_messages
+    for other in warm[1:]:
+        warmup.errors += other.errors
+        warmup.error_messages += other.error_messages
     warmup.scenario = "warmup"
-    results = [await churn(ctx, plan.churn_concurrency, plan.churn_count, plan.churn_seconds)]
+    results = []
+    if with_churn:
+        results.append(await churn(ctx, plan.churn_concurrency, plan.churn_count, plan.churn_seconds))
     for concurrency in plan.call_concurrency:
         results.append(await calls(ctx, concurrency, plan.call_count, plan.call_seconds))
     return results, warmup
@@ -676,6 +679,7 @@ class ServerSpec:
     name: str
     argv: list[str]
     stats_path: str | None
+    churn: bool = True  # False: the server has no GET stream / session lifecycle (bare-asgi)
 
 
 def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
@@ -690,8 +694,12 @@ def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
         ours.append("--json-response")
         base.append("--json-response")
     specs = [ServerSpec("mcp-trio", ours, "/stats")]
-    if args.baseline == "python-sdk":
-        specs.append(ServerSpec("python-sdk", base, None))
+    for baseline in dict.fromkeys(args.baseline or []):
+        if baseline == "python-sdk":
+            specs.append(ServerSpec("python-sdk", base, None))
+        elif baseline == "bare-asgi":
+            bare = [sys.executable, str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"]
+            specs.append(ServerSpec("bare-asgi", bare, None, churn=False))
     return specs
 
 
@@ -793,6 +801,9 @@ def ratio(a: float, b: float) -> float:
     return a / b if b and not (math.isnan(a) or math.isnan(b)) else math.nan
 
 
+RATIO_KEYS = ("rate_median", "p50_ms_median", "p99_ms_median", "server_cpu_ms_per_op_median")
+
+
 def summarize(results: list[ScenarioResult], servers: list[str]) -> list[dict[str, Any]]:
     summary = []
     for scenario in dict.fromkeys(r.scenario for r in results):
@@ -820,19 +831,20 @@ def summarize(results: list[ScenarioResult], servers: list[str]) -> list[dict[st
                 "rss_mib_after_median": med([r.rss_kb_after / 1024 for r in rs]),
                 "errors": sum(r.errors for r in rs),
             }
-        if len(servers) == 2 and all(s in row["servers"] for s in servers):
-            ours, base = (row["servers"][s] for s in servers)
-            row["ratio_ours_over_baseline"] = {
-                key: ratio(ours[key], base[key])
-                for key in ("rate_median", "p50_ms_median", "p99_ms_median", "server_cpu_ms_per_op_median")
-            }
+        ours = row["servers"].get(servers[0])
+        row["ratio_ours_over_baseline"] = {}
+        for baseline in servers[1:]:  # one set of ratios per baseline; None if a server skipped the scenario
+            base = row["servers"].get(baseline)
+            row["ratio_ours_over_baseline"][baseline] = (
+                {key: ratio(ours[key], base[key]) for key in RATIO_KEYS} if ours and base else None
+            )
         summary.append(row)
     return summary
 
 
 COLUMNS = (  # title, width, alignment
     ("scenario", 12, "<"),
-    ("server", 11, "<"),
+    ("server", 15, "<"),
     ("rate/s", 8, ">"),
     ("(min-max)", 19, "<"),
     ("p50 ms", 7, ">"),
@@ -850,11 +862,15 @@ def table_line(cells: list[str]) -> str:
     return " ".join(f"{cell:{align}{width}}" for cell, (_, width, align) in zip(cells, COLUMNS, strict=False))
 
 
-def render(summary: list[dict[str, Any]], unit: dict[str, str]) -> str:
+def render(summary: list[dict[str, Any]], unit: dict[str, str], servers: list[str]) -> str:
     head = table_line([title for title, _, _ in COLUMNS])
     out = [head, "-" * len(head)]
     for row in summary:
-        for i, (server, s) in enumerate(row["servers"].items()):
+        for i, server in enumerate(servers):
+            s = row["servers"].get(server)
+            if s is None:
+                out.append(table_line([row["scenario"] if i == 0 else "", server, "n/a"]).rstrip())
+                continue
             out.append(
                 table_line(
                     [
@@ -874,10 +890,12 @@ def render(summary: list[dict[str, Any]], unit: dict[str, str]) -> str:
                     ]
                 ).rstrip()
             )
-        ratios = row.get("ratio_ours_over_baseline")
-        if ratios:
+        for baseline, ratios in row.get("ratio_ours_over_baseline", {}).items():
+            if ratios is None:
+                out.append(table_line(["", f"ours/{baseline}", "n/a"]).rstrip())
+                continue
             keys = ("rate_median", "", "p50_ms_median", "p99_ms_median", "server_cpu_ms_per_op_median")
-            cells = ["", "ours/base"] + [fmt(ratios[k], 2) + "x" if k else "" for k in keys]
+            cells = ["", f"ours/{baseline}"] + [fmt(ratios[k], 2) + "x" if k else "" for k in keys]
             out.append(table_line(cells).rstrip())
     out.append("")
     out.append(
@@ -894,9 +912,11 @@ def render(summary: list[dict[str, Any]], unit: dict[str, str]) -> str:
         " and the server settled."
     )
     out.append(
-        "ours/base: mcp-trio divided by python-sdk (rate > 1x: ours faster; latency and cpu/op < 1x: ours"
-        " cheaper)."
+        "ours/X: mcp-trio divided by baseline X (rate > 1x: ours faster; latency and cpu/op < 1x: ours"
+        " cheaper). n/a: scenario not run for that server (bare-asgi has no churn)."
     )
+    if "bare-asgi" in servers:
+        out.append("bare-asgi always answers application/json (never SSE), whatever --json-response says.")
     return "\n".join(out)
 
 
@@ -926,7 +946,12 @@ def pin_cpus(args: argparse.Namespace) -> tuple[int | None, int | None]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--baseline", choices=["python-sdk"], help="also run the official python-sdk server")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        choices=["python-sdk", "bare-asgi"],
+        help="also run a baseline: the official python-sdk, or a bare ASGI app (the floor); may be repeated",
+    )
     parser.add_argument("--json-response", action="store_true", help="servers answer with JSON, not SSE")
     parser.add_argument("--runs", type=int, default=None, help="runs per server (default 3; 1 with --quick)")
     parser.add_argument("--json", metavar="FILE", help="also write all results as JSON to FILE")
@@ -959,7 +984,7 @@ def main(argv: list[str] | None = None) -> int:
     stops: list[dict[str, Any]] = []
     started = time.monotonic()
     for run in range(1, runs + 1):
-        for spec in specs:  # interleaved: ours, baseline, ours, baseline, ...
+        for spec in specs:  # interleaved: ours, baseline(s), ours, baseline(s), ...
             with running(spec, server_cpu, stop_timeout=15.0) as server:
                 assert server.target is not None
                 affinity = sorted(os.sched_getaffinity(server.pid))
@@ -972,7 +997,7 @@ def main(argv: list[str] | None = None) -> int:
                     plan.settle_seconds,
                     spec.stats_path,
                 )
-                run_results, warmup = trio.run(run_scenarios, ctx, plan)
+                run_results, warmup = trio.run(run_scenarios, ctx, plan, spec.churn)
             stop = {
                 "server": spec.name,
                 "run": run,
@@ -997,7 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results, servers)
     units = {"churn": "sessions/s", "calls": "tools/call per s"}
     print()
-    print(render(summary, units))
+    print(render(summary, units, servers))
     print(f"\ntotal wall time {time.monotonic() - started:.1f}s")
 
     failed = [r for r in results + warmups if r.errors]

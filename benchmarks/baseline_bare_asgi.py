@@ -1,0 +1,121 @@
+"""Floor for ``bench_server.py``: a plain ASGI app (no framework, no MCP) on the same hypercorn trio worker.
+
+    python3 benchmarks/baseline_bare_asgi.py --bind 127.0.0.1:0
+
+Prints ``bare-asgi: serving on http://HOST:PORT/mcp`` once listening; stops on SIGINT or SIGTERM.
+
+Every POST body is decoded as JSON only to read its ``id``.  ``initialize`` gets a fixed result and a
+fixed ``mcp-session-id`` header; a notification (no ``id``) gets 202; any other request gets the fixed
+``tools/call`` result ``{"content":[{"type":"text","text":"hi"}]}``, always as ``application/json`` (never
+SSE).  DELETE gets 200; GET streams are not supported (405), so the harness skips ``churn`` for it.  Like
+``baseline_python_sdk.py`` it uses ``hypercorn.trio.serve`` with a default ``Config`` (access log off) and
+mcp_trio's hypercorn CLOSE_WAIT fix (``--no-hypercorn-fix`` leaves hypercorn as shipped).  Its throughput
+is the floor of the stack: what hypercorn + trio cost with nothing on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+from typing import Any
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+
+SESSION_ID = b"bare-asgi-session"
+INITIALIZE_RESULT = (
+    b'"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},'
+    b'"serverInfo":{"name":"bare-asgi","version":"0.1.0"}}}'
+)
+CALL_RESULT = b'"result":{"content":[{"type":"text","text":"hi"}]}}'
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+async def _respond(
+    send: Any, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    all_headers = [*(headers or []), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return  # http.disconnect
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    method = scope["method"]
+    if method == "DELETE":
+        await _respond(send, 200)
+        return
+    if method != "POST":
+        await _respond(send, 405)
+        return
+    try:
+        request = json.loads(body)
+    except ValueError:
+        await _respond(send, 400)
+        return
+    if not isinstance(request, dict) or "id" not in request:
+        await _respond(send, 202)
+        return
+    head = b'{"jsonrpc":"2.0","id":' + json.dumps(request["id"]).encode() + b","
+    if request.get("method") == "initialize":
+        await _respond(send, 200, head + INITIALIZE_RESULT, [*JSON_HEADERS, (b"mcp-session-id", SESSION_ID)])
+    else:
+        await _respond(send, 200, head + CALL_RESULT, JSON_HEADERS)
+
+
+async def _wait_for_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        async for _ in received:
+            return
+
+
+async def _main(args: argparse.Namespace) -> None:
+    if not args.no_hypercorn_fix:
+        from mcp_trio import apply_hypercorn_close_wait_fix
+
+        apply_hypercorn_close_wait_fix()
+    config = hypercorn.config.Config()
+    config.bind = [args.bind]
+    config.accesslog = None
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(
+            lambda task_status: hypercorn.trio.serve(
+                app, config, shutdown_trigger=_wait_for_signal, task_status=task_status
+            )
+        )
+        for url in urls:
+            print(f"bare-asgi: serving on {url}/mcp", flush=True)
+    print("bare-asgi: stopped", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bind", default="127.0.0.1:0")
+    parser.add_argument(
+        "--no-hypercorn-fix", action="store_true", help="do not apply mcp_trio's CLOSE_WAIT fix"
+    )
+    args = parser.parse_args()
+    trio.run(_main, args)
+
+
+if __name__ == "__main__":
+    main()
