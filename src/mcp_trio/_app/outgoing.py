@@ -10,8 +10,9 @@ import mcp_types as mt
 import trio
 
 from .._exceptions import RPCError
+from .._protocol import jsonrpc
 
-__all__ = ["Reply", "ask_concurrently"]
+__all__ = ["PendingRequests", "Reply", "ask_concurrently"]
 
 SendRequest = Callable[[str, "dict[str, Any] | None", "mt.RequestId | None"], Awaitable[dict[str, Any]]]
 
@@ -36,6 +37,50 @@ class Reply:
             raise RPCError(message.error.code, message.error.message, message.error.data)
         assert isinstance(message, mt.JSONRPCResponse)
         return message.result
+
+
+class PendingRequests:
+    """The server-to-client requests of one connection that wait for the client's answer."""
+
+    __slots__ = ("_next_id", "_waiting")
+
+    def __init__(self) -> None:
+        self._next_id = 0
+        self._waiting: dict[mt.RequestId, Reply] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    async def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+        on_cancel: Callable[[dict[str, Any]], object],
+    ) -> dict[str, Any]:
+        """Send a request with ``send`` and wait for its answer.  If the waiter is cancelled, the
+        ``notifications/cancelled`` for it goes to ``on_cancel`` (which drops it if the connection is
+        closing)."""
+        self._next_id += 1
+        request_id = self._next_id
+        reply = self._waiting[request_id] = Reply()
+        try:
+            await send(jsonrpc.request(request_id, method, params))
+            await reply.arrived.wait()
+        except trio.Cancelled:
+            on_cancel(jsonrpc.notification("notifications/cancelled", {"requestId": request_id}))
+            raise
+        finally:
+            del self._waiting[request_id]
+        return reply.result()
+
+    def deliver(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> bool:
+        """Hand a client's answer to the request waiting for it; False if none waits."""
+        reply = self._waiting.get(message.id) if message.id is not None else None
+        if reply is None:
+            return False
+        reply.deliver(message)
+        return True
 
 
 async def ask_concurrently(

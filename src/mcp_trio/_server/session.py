@@ -18,7 +18,7 @@ import mcp_types as mt
 import trio
 
 from .._app.context import Context
-from .._app.outgoing import Reply, ask_concurrently
+from .._app.outgoing import PendingRequests, ask_concurrently
 from .._exceptions import RPCError
 from .._protocol import jsonrpc, sse
 from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
@@ -70,8 +70,7 @@ class Session:
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         self.subscriptions: set[str] = set()
-        self._outgoing: dict[mt.RequestId, Reply] = {}
-        self._next_outgoing_id = 0
+        self._outgoing = PendingRequests()
         self._streams: dict[int, Stream] = {GET_STREAM: Stream(GET_STREAM)}
         self._next_stream_id = 1
         self._request_streams: dict[mt.RequestId, Stream] = {}
@@ -163,30 +162,19 @@ class Session:
 
     def receive_response(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> None:
         """A client's answer to a server-to-client request: wakes the handler waiting for it."""
-        reply = self._outgoing.get(message.id) if message.id is not None else None
-        if reply is None:
+        if not self._outgoing.deliver(message):
             logger.debug("session %s: response %r has no waiting request", self.id, message.id)
-            return
-        reply.deliver(message)
 
     async def request(
         self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
     ) -> dict[str, Any]:
         """Send a server-to-client request (on the related request's stream) and wait for the answer."""
-        self._next_outgoing_id += 1
-        request_id = self._next_outgoing_id
-        reply = self._outgoing[request_id] = Reply()
-        try:
-            await self.send_message(jsonrpc.request(request_id, method, params), related)
-            await reply.arrived.wait()
-        except trio.Cancelled:
-            if not self.closing:  # tell the client we no longer wait for it
-                cancelled = jsonrpc.notification("notifications/cancelled", {"requestId": request_id})
-                self._route(cancelled, related)
-            raise
-        finally:
-            del self._outgoing[request_id]
-        return reply.result()
+        return await self._outgoing.call(
+            method,
+            params,
+            lambda message: self.send_message(message, related),
+            lambda notice: None if self.closing else self._route(notice, related),
+        )
 
     async def ask(
         self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None

@@ -44,7 +44,7 @@ import mcp_types as mt
 import trio
 
 from .._app.context import Context
-from .._app.outgoing import Reply, ask_concurrently
+from .._app.outgoing import PendingRequests, ask_concurrently
 from .._app.server import MCPServer
 from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, versions
@@ -129,8 +129,7 @@ class StdioConnection:
         # tasks and messages
         self.closing = False
         self._inflight: dict[mt.RequestId, _Call] = {}
-        self._outgoing: dict[mt.RequestId, Reply] = {}
-        self._next_outgoing_id = 0
+        self._outgoing = PendingRequests()
         self._running = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -273,11 +272,8 @@ class StdioConnection:
 
     def _receive_response(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> None:
         """A client's answer to a server-to-client request: wakes the handler waiting for it."""
-        reply = self._outgoing.get(message.id) if message.id is not None else None
-        if reply is None:
+        if not self._outgoing.deliver(message):
             logger.debug("stdio: response %r has no waiting request", message.id)
-            return
-        reply.deliver(message)
 
     # -- 2025: the session ----------------------------------------------------------------------
 
@@ -323,19 +319,16 @@ class StdioConnection:
         if self.revision is None:
             raise RPCError(mt.INTERNAL_ERROR, f"{method}: no 2025 session to send requests on")
         call = self._inflight.get(related) if related is not None else None
-        self._next_outgoing_id += 1
-        request_id = self._next_outgoing_id
-        reply = self._outgoing[request_id] = Reply()
-        try:
-            await self.write(jsonrpc.request(request_id, method, params), call)
-            await reply.arrived.wait()
-        except trio.Cancelled:
-            if not self.closing:  # tell the client we no longer wait for it
-                self.write_nowait(jsonrpc.notification("notifications/cancelled", {"requestId": request_id}))
-            raise
-        finally:
-            del self._outgoing[request_id]
-        return reply.result()
+        return await self._outgoing.call(
+            method,
+            params,
+            lambda message: self.write(message, call),
+            self._notice_cancelled,
+        )
+
+    def _notice_cancelled(self, notice: dict[str, Any]) -> None:
+        if not self.closing:  # tell the client we no longer wait for it
+            self.write_nowait(notice)
 
     async def ask(
         self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
