@@ -682,6 +682,11 @@ class ServerSpec:
     churn: bool = True  # False: the server has no GET stream / session lifecycle (bare-asgi)
 
 
+def ts_sdk_node() -> str | None:
+    """Node 22 of ``scripts/install-node-deps.sh`` if it and the TypeScript SDK are installed (TODO helper)."""
+    return None
+
+
 def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
     exe = shutil.which("mcp-trio") or str(Path(sys.executable).with_name("mcp-trio"))
     if Path(exe).is_file():
@@ -700,6 +705,18 @@ def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
         elif baseline == "bare-asgi":
             bare = [sys.executable, str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"]
             specs.append(ServerSpec("bare-asgi", bare, None, churn=False))
+        elif baseline == "bare-h11":
+            bare = [sys.executable, str(HERE / "baseline_bare_h11.py"), "--bind", "127.0.0.1:0"]
+            specs.append(ServerSpec("bare-h11", bare, None, churn=False))
+        elif baseline == "ts-sdk":
+            node = ts_sdk_node()
+            if node is None:
+                print("bench: --baseline ts-sdk skipped: no Node 22 with the TypeScript SDK", file=sys.stderr)
+                continue
+            ts = [node, str(HERE / "baseline_ts_sdk.mjs"), "--bind", "127.0.0.1:0"]
+            if args.json_response:
+                ts.append("--json-response")
+            specs.append(ServerSpec("ts-sdk", ts, None))
     return specs
 
 
@@ -949,7 +966,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline",
         action="append",
-        choices=["python-sdk", "bare-asgi"],
+        choices=["python-sdk", "bare-asgi", "bare-h11", "ts-sdk"],
         help="also run a baseline: the official python-sdk, or a bare ASGI app (the floor); may be repeated",
     )
     parser.add_argument("--json-response", action="store_true", help="servers answer with JSON, not SSE")
