@@ -42,16 +42,6 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 GET_STREAM = 0
 
 
-async def _next_item(receive: trio.MemoryReceiveChannel[Outgoing]) -> Outgoing:
-    """The next queued item: without a wait (and its scheduling round) when one is already queued."""
-    try:
-        item = receive.receive_nowait()
-    except trio.WouldBlock:
-        return await receive.receive()
-    await trio.lowlevel.checkpoint_if_cancelled()
-    return item
-
-
 class Session:
     """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`."""
 
@@ -80,6 +70,7 @@ class Session:
         self._busy = 0
         self._created = self._idle_since = trio.current_time()
         self._wake = trio.Event()
+        self._watch_deadline = math.inf
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -120,15 +111,15 @@ class Session:
     @contextmanager
     def activity(self) -> Iterator[None]:
         """Held by each HTTP request of the session while it is open: pauses idle expiry."""
-        self._busy += 1
-        self._wake.set()
+        self._busy += 1  # the watcher need not wake: its deadline can only move later
         try:
             yield
         finally:
             self._busy -= 1
             if not self._busy:
                 self._idle_since = trio.current_time()
-            self._wake.set()
+                if self._watch_deadline == math.inf:  # it sleeps until woken: start the idle clock
+                    self._wake.set()
 
     async def _watch_expiry(self) -> None:
         config = self._config
@@ -140,6 +131,7 @@ class Session:
                 logger.info("session %s expired", self.id)
                 return
             self._wake = trio.Event()
+            self._watch_deadline = deadline
             with trio.move_on_at(deadline):
                 await self._wake.wait()
 
@@ -212,7 +204,7 @@ class Session:
             finally:
                 del self._inflight[request.id]
         if scope.cancelled_caught:  # notifications/cancelled: no response is sent
-            self._forget_request(request.id)
+            await self._flush_json(self._forget_request(request.id))
             return
         await self.send_message(message, request.id)
 
@@ -235,47 +227,78 @@ class Session:
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
         """Send a message on exactly one stream: the related request's own SSE stream if it has one,
         else the standalone GET stream."""
+        stream = self._request_streams.get(related) if related is not None else None
+        if related is not None and stream is not None and stream.json_mode and "method" not in message:
+            # A response on a JSON-mode stream: no queue and no writer task; the task that queues a
+            # stream's last response sends the whole body (the common one-request POST: one task).
+            stream.bodies.append(jsonrpc.encode(message))
+            await self._flush_json(self._forget_request(related))
+            return
         event = self._route(message, related)
         if event is not None and self._store is not None:
             await self._store.store(self.id, event)
 
     def _route(self, message: dict[str, Any], related: mt.RequestId | None) -> StoredEvent | None:
+        """Queue a message for its SSE stream (a response on a JSON-mode stream goes through
+        :meth:`send_message` instead)."""
         is_response = "id" in message and "method" not in message
         stream = self._request_streams.get(related) if related is not None else None
-        if stream is None or (stream.json_mode and not is_response):
+        if stream is None or stream.json_mode:
             stream = self._streams[GET_STREAM]
         data = jsonrpc.encode(message)
         item = Outgoing(stream.allocate_seq(), data)
         stream.push(item)
         if is_response and related is not None:
             self._forget_request(related)
-        if stream.json_mode:
-            return None
         return StoredEvent(stream.id, item.seq, data)
 
-    def _forget_request(self, request_id: mt.RequestId) -> None:
+    def _forget_request(self, request_id: mt.RequestId) -> Stream | None:
+        """The request will get no more messages; returns its JSON-mode stream if that is now
+        complete (the caller sends it with :meth:`_flush_json`)."""
         stream = self._request_streams.pop(request_id, None)
         if stream is None:
-            return
+            return None
         stream.pending.discard(request_id)
-        if stream.complete:
-            stream.push(END)
-            if stream.exchange is None or stream.json_mode:
-                del self._streams[stream.id]
+        if not stream.complete:
+            return None
+        if stream.json_mode:
+            del self._streams[stream.id]
+            return stream
+        stream.push(END)
+        if stream.exchange is None:
+            del self._streams[stream.id]
+        return None
+
+    async def _flush_json(self, stream: Stream | None) -> None:
+        """Send a complete JSON-mode stream as one HTTP response, unless its client has gone."""
+        exchange = stream.exchange if stream is not None else None
+        if stream is None or exchange is None or exchange.done.is_set():
+            return  # abandoned (client disconnect, session closed): the answer is dropped
+        exchange.writing = True
+        stream.exchange = None
+        try:
+            await self._send_json(exchange, stream.bodies, stream.batch)
+        except Exception as exc:
+            logger.debug("json response of session %s: send failed: %r", self.id, exc)
+        finally:
+            exchange.writer_done()
 
     # -- stream connections -----------------------------------------------------------------
 
     def connect(self, stream: Stream, exchange: Exchange, replay_after: int | None = None) -> None:
-        """Start the writer of ``exchange`` in the session's nursery (the caller waits on it)."""
+        """Start the writer of ``exchange`` in the session's nursery (the caller waits on it); a
+        JSON-mode stream has no writer: the task that completes it sends it."""
+        if stream.json_mode:
+            stream.attach_json(exchange)
+            return
         receive = stream.attach(exchange, self._config.stream_buffer)
-        writer = self._write_json if stream.json_mode else self._write_sse
         if replay_after is not None:
             first = replay_after
         elif self.revision.priming_event and self._store is not None:
             first = -stream.allocate_seq() - 2  # the priming event's id comes before any message
         else:
             first = -1
-        self.nursery.start_soon(writer, stream, exchange, receive, first)
+        self.nursery.start_soon(self._write_sse, stream, exchange, receive, first)
 
     def stream_for_resume(self, stream_id: int) -> Stream | None:
         return self._streams.get(stream_id)
@@ -304,61 +327,59 @@ class Session:
         """Send the stream: replay or priming event first, then live messages and keep-alives.
 
         ``first``: replay stored events with a larger seq (>= 0), prime with seq ``-first - 2``
-        (<= -2), or neither (-1).
+        (<= -2), or neither (-1).  Whatever is queued when the writer gets to run goes out in one
+        body chunk, and the chunk that holds the stream's end also ends the response: a request
+        answered while the head was being written costs two sends (head, then events and end).
         """
         await exchange.start(200, SSE_HEADERS)
+        out: list[bytes] = []
         last = -1
         if first >= 0:
             last = first
             for event in await self._replay(stream.id, first):
-                await exchange.body(
-                    sse.encode_event(event.data.decode(), id=make_event_id(stream.id, event.seq))
-                )
+                out.append(sse.encode_event(event.data.decode(), id=make_event_id(stream.id, event.seq)))
                 last = event.seq
             if stream.id not in self._streams:
+                await exchange.body(b"".join(out), more=False)
                 return  # resumed a finished stream: the replay was all of it
         elif first <= -2:
             last = -first - 2
-            priming = sse.encode_event("", id=make_event_id(stream.id, last), retry=self._config.sse_retry_ms)
-            await exchange.body(priming)
+            priming_id = make_event_id(stream.id, last)
+            out.append(sse.encode_event("", id=priming_id, retry=self._config.sse_retry_ms))
         keepalive = self._config.keepalive_interval
         with_ids = self._store is not None
         while True:
-            with trio.move_on_after(keepalive):
-                try:
-                    item = await _next_item(receive)
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    return  # replaced by a newer connection, or cut for falling behind
-                if item is END or item is CUT:
-                    return
-                if item.seq > last:
-                    event_id = make_event_id(stream.id, item.seq) if with_ids else None
-                    await exchange.body(sse.encode_event(item.data.decode(), id=event_id))
-                    last = item.seq
-                continue
-            await exchange.body(sse.encode_comment("keep-alive"))
+            try:
+                item: Outgoing | None = receive.receive_nowait()
+            except trio.WouldBlock:
+                item = None
+            except (trio.EndOfChannel, trio.ClosedResourceError):
+                item = END  # replaced by a newer connection, or cut for falling behind
+            if item is None:
+                if out:  # nothing more is queued: send what is
+                    await exchange.body(b"".join(out))
+                    out.clear()
+                    continue
+                with trio.move_on_after(keepalive):
+                    try:
+                        item = await receive.receive()
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
+                        item = END
+                if item is None:
+                    out.append(sse.encode_comment("keep-alive"))
+                    continue
+            if item is END or item is CUT:
+                await exchange.body(b"".join(out), more=False)
+                return
+            if item.seq > last:
+                event_id = make_event_id(stream.id, item.seq) if with_ids else None
+                out.append(sse.encode_event(item.data.decode(), id=event_id))
+                last = item.seq
 
     async def _replay(self, stream_id: int, after: int) -> list[StoredEvent]:
         if self._store is None:
             return []
         return await self._store.replay_after(self.id, stream_id, after)
-
-    async def _write_json(
-        self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int
-    ) -> None:
-        try:
-            with trio.CancelScope() as exchange.writer_scope:
-                bodies = []
-                async for item in receive:
-                    if item is END:
-                        break
-                    bodies.append(item.data)
-                await self._send_json(exchange, bodies, stream.batch)
-        except Exception as exc:
-            logger.debug("json response of session %s: send failed: %r", self.id, exc)
-        finally:
-            stream.detach(exchange)
-            exchange.writer_done()
 
     async def _send_json(self, exchange: Exchange, bodies: list[bytes], batch: bool) -> None:
         if not bodies:  # every request of it was cancelled

@@ -42,12 +42,14 @@ class Exchange:
     """One HTTP response in progress.  The writer (in the session's nursery) sends through it; the
     request task waits until :attr:`done`, then ends the response if the writer could not."""
 
-    __slots__ = ("done", "finished", "send", "started", "wait_scope", "writer_scope")
+    __slots__ = ("done", "finished", "send", "started", "wait_scope", "writer_scope", "writing")
 
     def __init__(self, send: ASGISend) -> None:
         self.send = send
         self.started = False
         self.finished = False
+        self.writing = False
+        """A task is sending through this exchange (set before its first send)."""
         self.done = trio.Event()
         self.wait_scope: trio.CancelScope | None = None
         self.writer_scope: trio.CancelScope | None = None
@@ -67,8 +69,12 @@ class Exchange:
             self.wait_scope.cancel()
 
     def cancel_writer(self) -> None:
+        """Stop writing: cancel the writer task, or, for an exchange that no task writes yet (a JSON
+        answer still being computed), abandon it so that its request task stops waiting."""
         if self.writer_scope is not None:
             self.writer_scope.cancel()
+        elif not self.writing:
+            self.writer_done()
 
 
 @dataclass(eq=False, slots=True)
@@ -79,6 +85,8 @@ class Stream:
     json_mode: bool = False
     pending: set[mt.RequestId] = field(default_factory=set)
     """Requests whose responses this stream still owes (empty for the GET stream)."""
+    bodies: list[bytes] = field(default_factory=list)
+    """The responses of a JSON-mode stream, sent in one body by whoever queues the last one."""
     batch: bool = False
     next_seq: int = 0
     exchange: Exchange | None = None
@@ -94,6 +102,10 @@ class Stream:
     def complete(self) -> bool:
         """A POST stream whose every response has been queued."""
         return self.id != 0 and not self.pending
+
+    def attach_json(self, exchange: Exchange) -> None:
+        """Make ``exchange`` the connection of this JSON-mode stream (no writer task, no queue)."""
+        self.exchange = exchange
 
     def attach(self, exchange: Exchange, buffer: int) -> trio.MemoryReceiveChannel[Outgoing]:
         """Make ``exchange`` the connection of this stream; a previous one is cancelled (replaced)."""
