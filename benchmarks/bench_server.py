@@ -683,8 +683,13 @@ class ServerSpec:
 
 
 def ts_sdk_node() -> str | None:
-    """Node 22 of ``scripts/install-node-deps.sh`` if it and the TypeScript SDK are installed (TODO helper)."""
-    return None
+    """Node 22 of ``scripts/install-node-deps.sh`` if it and the TypeScript SDK it installs are present.
+
+    ``baseline_ts_sdk.mjs`` imports the SDK from ``tests/client/ts_server/node_modules`` by path.
+    """
+    node = HERE.parent / ".node22/node_modules/node/bin/node"
+    sdk = HERE.parent / "tests/client/ts_server/node_modules/@modelcontextprotocol/sdk/package.json"
+    return str(node) if os.access(node, os.X_OK) and sdk.is_file() else None
 
 
 def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
