@@ -698,12 +698,12 @@ def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
         ours = [exe]
     else:
         ours = [sys.executable, "-c", "import sys; from mcp_trio._cli import main; main(sys.argv[1:])"]
-    ours += ["demo", "--bind", "127.0.0.1:0", "--stats-path", "/stats"]
+    ours += ["demo", "--bind", "127.0.0.1:0", "--stats-path", "/stats", "--http", args.http]
     base = [sys.executable, str(HERE / "baseline_python_sdk.py"), "--bind", "127.0.0.1:0"]
     if args.json_response:
         ours.append("--json-response")
         base.append("--json-response")
-    specs = [ServerSpec("mcp-trio", ours, "/stats")]
+    specs = [ServerSpec("mcp-trio" if args.http == "hypercorn" else f"mcp-trio/{args.http}", ours, "/stats")]
     for baseline in dict.fromkeys(args.baseline or []):
         if baseline == "python-sdk":
             specs.append(ServerSpec("python-sdk", base, None))
@@ -975,6 +975,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run a baseline: the official python-sdk, or a bare ASGI app (the floor); may be repeated",
     )
     parser.add_argument("--json-response", action="store_true", help="servers answer with JSON, not SSE")
+    parser.add_argument(
+        "--http",
+        choices=["hypercorn", "h11"],
+        default="hypercorn",
+        help="the HTTP server mcp-trio runs on: hypercorn's trio worker (default) or the embedded h11 server",
+    )
     parser.add_argument("--runs", type=int, default=None, help="runs per server (default 3; 1 with --quick)")
     parser.add_argument("--json", metavar="FILE", help="also write all results as JSON to FILE")
     parser.add_argument("--server-cpu", type=int, default=0)

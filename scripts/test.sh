@@ -25,5 +25,12 @@ echo "== mypy"; python3 -m mypy
 echo "== pytest"
 python3 -m coverage erase
 python3 -m coverage run -m pytest -q -p no:cacheprovider "$@"
+if [ $# -eq 0 ]; then
+    # The real-socket tests once more with the demo on the embedded Trio + h11 server (serve_h11):
+    # every behaviour of the ASGI path must hold on both HTTP servers.
+    echo "== pytest (tests/integration on the embedded h11 server)"
+    MCP_TRIO_TEST_HTTP=h11 python3 -m coverage run -m pytest -q -p no:cacheprovider tests/integration \
+        --ignore=tests/integration/test_hypercorn_close_wait.py --ignore=tests/integration/test_h11_server.py
+fi
 python3 -m coverage combine -q
 python3 -m coverage report --fail-under=90 --skip-covered | tail -n 15

@@ -17,6 +17,7 @@ from ._exceptions import (
 from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
 from ._server.eventstore import EventStore, InMemoryEventStore, StoredEvent
+from ._server.h11server import H11Config, serve_h11
 from ._server.hypercorn_patch import apply_hypercorn_close_wait_fix, hypercorn_close_wait_fix_applied
 from ._server.serve import hypercorn_config, serve
 from ._stdio import serve_stdio
@@ -27,6 +28,7 @@ __all__ = [
     "ClientSession",
     "Context",
     "EventStore",
+    "H11Config",
     "InMemoryEventStore",
     "InputRequest",
     "LocalProtocolError",
@@ -48,5 +50,6 @@ __all__ = [
     "open_client_session",
     "open_stdio_client",
     "serve",
+    "serve_h11",
     "serve_stdio",
 ]

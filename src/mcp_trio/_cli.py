@@ -7,7 +7,7 @@ import functools
 import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -15,6 +15,7 @@ from ._app.server import MCPServer
 from ._cli_client import add_client_commands, run_client_command
 from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
+from ._server.h11server import H11Config, serve_h11
 from ._server.serve import hypercorn_config, serve, wait_for_signal
 from ._stdio import serve_stdio
 
@@ -38,9 +39,21 @@ def load_app(target: str, config: ServerConfig) -> MCPApp:
     raise SystemExit(f"mcp-trio: {target} is neither an MCPServer nor an MCPApp")
 
 
-async def run_server(app: MCPApp, bind: str) -> None:
+async def run_server(app: MCPApp, bind: str, http_server: str = "hypercorn") -> None:
     """Serve ``app`` until SIGINT or SIGTERM; print each bound URL once listening."""
-    run = functools.partial(serve, app, hypercorn_config([bind]), shutdown_trigger=wait_for_signal)
+    run: Callable[..., Awaitable[None]]
+    if http_server == "h11":
+        host, _, port = bind.rpartition(":")
+        run = functools.partial(
+            serve_h11,
+            app,
+            host.strip("[]") or "127.0.0.1",
+            int(port),
+            config=H11Config(shutdown_grace=app.config.shutdown_grace),
+            shutdown_trigger=wait_for_signal,
+        )
+    else:
+        run = functools.partial(serve, app, hypercorn_config([bind]), shutdown_trigger=wait_for_signal)
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(run)
         for url in urls:
@@ -57,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("target", metavar="MODULE:ATTR")
         cmd.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000)")
         cmd.add_argument("--stdio", action="store_true", help="speak MCP over stdin/stdout instead of HTTP")
+        cmd.add_argument(
+            "--http",
+            choices=("hypercorn", "h11"),
+            default="hypercorn",
+            help="HTTP server: hypercorn's trio worker (default) or the embedded Trio + h11 server",
+        )
         cmd.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
         cmd.add_argument("--stats-path", default=None, help="serve statistics() as JSON on this path")
         cmd.add_argument("--log-level", default="WARNING")
@@ -101,4 +120,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         # stdout carries only MCP messages (logging.basicConfig writes to stderr)
         trio.run(functools.partial(serve_stdio, app.server, config=config))
         return
-    trio.run(run_server, app, args.bind)
+    trio.run(run_server, app, args.bind, args.http)

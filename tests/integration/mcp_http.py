@@ -55,6 +55,11 @@ STEP = 2.0
 # The interpreter running the tests, so the server runs the same (editable) mcp_trio; the pid we get
 # is the server's own (a console-script shim would exec, but pyenv's is a shell script).
 SERVER_COMMAND = [sys.executable, "-c", "from mcp_trio._cli import main; main()", "demo"]
+HTTP_SERVER = os.environ.get("MCP_TRIO_TEST_HTTP", "hypercorn")
+"""Which HTTP server the demo runs on: ``hypercorn`` (default) or ``h11`` (the embedded server); the
+test command runs this directory once with each."""
+if HTTP_SERVER != "hypercorn":
+    SERVER_COMMAND += ["--http", HTTP_SERVER]
 
 TCP_STATES = {
     "01": "ESTABLISHED",

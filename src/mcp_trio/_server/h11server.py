@@ -1,0 +1,441 @@
+"""An embedded HTTP/1.1 server on Trio + h11 for one :class:`MCPApp`: ``serve_h11``.
+
+hypercorn stays the production server (HTTP/2, TLS, workers, a long record).  This path is for Trio
+programs that embed an MCP endpoint and want it cheap: it runs in the caller's nursery and serves the
+*same ASGI app*, so every behaviour of the ASGI path (sessions, streams, cancellation, shutdown) is the
+app's own and is tested against both servers.
+
+What it does per connection, all in one task:
+
+- h11 parses requests; the app is called in the connection's task (no task per request);
+- ``receive()`` hands out the request body, then waits on the socket itself: end of file (or a reset)
+  is ``http.disconnect``; bytes a client pipelines meanwhile are kept for h11's next cycle;
+- ``send()`` writes each ASGI message as it comes (so SSE events flush at once), except that the head
+  waits for the first body message and goes out with it in one write; a response whose whole body is
+  in its first message gets a ``content-length`` instead of chunked framing;
+- a send to a client that has gone is dropped (as hypercorn does); the app sees the disconnect through
+  ``receive()``;
+- an idle keep-alive connection is closed after ``keep_alive_timeout``; a request head must arrive
+  within ``read_timeout`` once it has begun; heads are limited to ``max_head_size`` bytes.
+
+Only HTTP/1.1 (and 1.0) over plain TCP: no TLS, no HTTP/2, no WebSocket.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote
+
+import h11
+import trio
+
+from .asgi import MCPApp
+
+__all__ = ["H11Config", "serve_h11"]
+
+logger = logging.getLogger("mcp_trio.h11")
+
+_RECEIVE_SIZE = 65536
+_DISCONNECT = {"type": "http.disconnect"}
+
+
+@dataclass(frozen=True, slots=True)
+class H11Config:
+    """Settings of :func:`serve_h11`."""
+
+    keep_alive_timeout: float = 5.0
+    """Close a keep-alive connection idle for this long between requests (seconds)."""
+    read_timeout: float = 30.0
+    """A request head (and each wait for request body bytes) must complete within this (seconds)."""
+    max_head_size: int = 16 * 1024
+    """Largest request head accepted (bytes); larger ones get 431."""
+    max_pipelined: int = 64 * 1024
+    """Bytes a client may send ahead (pipelining) while a response is under way; beyond, reading stops."""
+    shutdown_grace: float = 5.0
+    """After the app has closed its sessions, how long responses still under way may take (seconds)."""
+    backlog: int | None = None
+
+
+class _Gone(Exception):
+    """The client has gone (end of file, reset, or a broken write)."""
+
+
+class _Connection:
+    """One client connection: h11 state, the socket, and the ASGI calls of its requests in turn."""
+
+    __slots__ = (
+        "_body_done",
+        "_disconnected",
+        "_idle_scope",
+        "_pending_start",
+        "_request",
+        "_response_done",
+        "_started",
+        "app",
+        "client",
+        "config",
+        "conn",
+        "server_addr",
+        "stream",
+    )
+
+    def __init__(
+        self, stream: trio.SocketStream, app: MCPApp, config: H11Config, server_addr: Any, client: Any
+    ) -> None:
+        self.stream = stream
+        self.app = app
+        self.config = config
+        self.server_addr = server_addr
+        self.client = client
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_head_size)
+        self._idle_scope: trio.CancelScope | None = None
+        self._request: h11.Request | None = None
+        self._body_done = False
+        self._disconnected = False
+        self._pending_start: dict[str, Any] | None = None
+        self._started = False
+        self._response_done = False
+
+    # -- connection loop -----------------------------------------------------------------------
+
+    async def run(self, shutting_down: Callable[[], bool]) -> None:
+        try:
+            while not shutting_down():
+                try:
+                    event = await self._next_event(idle=True)
+                except h11.RemoteProtocolError as exc:
+                    await self._refuse(exc)
+                    return
+                if not isinstance(event, h11.Request):
+                    return  # end of file, a timeout, or shutdown while idle
+                ok = await self._serve(event)
+                if not ok or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+                    return
+                self.conn.start_next_cycle()
+        except _Gone:
+            return
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    def close_if_idle(self) -> None:
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+
+    async def _receive_some(self) -> bytes:
+        try:
+            data = await self.stream.receive_some(_RECEIVE_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _Gone from exc
+        if not data:
+            raise _Gone
+        return data
+
+    async def _next_event(self, *, idle: bool = False) -> Any:
+        """The next h11 event; ``None`` on end of file or timeout.  ``idle``: between requests (the
+        keep-alive timeout applies until the first byte, then the read timeout)."""
+        conn = self.conn
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                if isinstance(event, h11.ConnectionClosed):
+                    return None
+                return event
+            if idle and not conn.trailing_data[0]:
+                with trio.CancelScope(deadline=trio.current_time() + self.config.keep_alive_timeout) as scope:
+                    self._idle_scope = scope
+                    try:
+                        data = await self._receive_some()
+                    except _Gone:
+                        return None
+                    finally:
+                        self._idle_scope = None
+                if scope.cancelled_caught:
+                    return None
+            else:
+                with trio.move_on_after(self.config.read_timeout) as scope:
+                    try:
+                        data = await self._receive_some()
+                    except _Gone:
+                        conn.receive_data(b"")
+                        continue
+                if scope.cancelled_caught:
+                    return None
+            conn.receive_data(data)
+
+    async def _refuse(self, exc: h11.RemoteProtocolError) -> None:
+        """A request h11 cannot parse: answer with its status (400, 431...) if we still can, then close."""
+        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        status = exc.error_status_hint
+        body = f"{status} {exc}".encode()
+        headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+        headers.append((b"connection", b"close"))
+        try:
+            data = self.conn.send(h11.Response(status_code=status, headers=headers))
+            data = (data or b"") + (self.conn.send(h11.Data(data=body)) or b"")
+            data += self.conn.send(h11.EndOfMessage()) or b""
+        except h11.LocalProtocolError:  # pragma: no cover - nothing sensible left to send
+            return
+        await self._write(data)
+        await self._linger()
+
+    async def _linger(self) -> None:
+        """Close gently after an error answer: end our side, then read (and drop) what the client is
+        still sending for a moment, so that closing with unread data does not reset the connection
+        before the client has read the answer."""
+        try:
+            await self.stream.send_eof()
+            with trio.move_on_after(1.0):
+                for _ in range(64):
+                    if not await self.stream.receive_some(_RECEIVE_SIZE):
+                        return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+
+    # -- one request ------------------------------------------------------------------------------
+
+    async def _serve(self, request: h11.Request) -> bool:
+        """Run the app for ``request``; True if the connection can serve another request."""
+        self._request = request
+        self._body_done = False
+        self._disconnected = False
+        self._pending_start = None
+        self._started = False
+        self._response_done = False
+        target = request.target
+        path, _, query = target.partition(b"?")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.http_version.decode(),
+            "method": request.method.decode(),
+            "scheme": "http",
+            "path": unquote(path.decode("latin-1")),
+            "raw_path": path,
+            "query_string": query,
+            "root_path": "",
+            "headers": list(request.headers),  # (lowercased name, value), as ASGI wants
+            "client": self.client,
+            "server": self.server_addr,
+        }
+        try:
+            await self.app(scope, self._asgi_receive, self._asgi_send)
+        except _Gone:
+            return False
+        except Exception:
+            logger.exception("ASGI app failed on %s %s", scope["method"], scope["path"])
+            if not self._started and not self._disconnected:
+                await self._simple_response(500)
+            return False
+        if self._disconnected:
+            return False
+        if self._pending_start is not None:  # a head and no body message: an empty body
+            await self._asgi_send({"type": "http.response.body", "body": b"", "more_body": False})
+        elif not self._started:  # the app returned without answering
+            await self._simple_response(500)
+            return False
+        if not self._response_done:  # it returned in the middle of a response: the only end left is close
+            return False
+        return self._body_done or self._skip_buffered_body()
+
+    def _skip_buffered_body(self) -> bool:
+        """A request body the app did not read (a GET, a DELETE): passed over if h11 already holds
+        all of it; otherwise the connection closes rather than wait for it."""
+        while True:
+            event = self.conn.next_event()
+            if isinstance(event, h11.EndOfMessage):
+                self._body_done = True
+                return True
+            if not isinstance(event, h11.Data):
+                return False
+
+    async def _simple_response(self, status: int) -> None:
+        try:
+            await self._asgi_send({"type": "http.response.start", "status": status, "headers": []})
+            await self._asgi_send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (h11.LocalProtocolError, _Gone):  # pragma: no cover - the client is gone or confused
+            pass
+
+    async def _asgi_receive(self) -> dict[str, Any]:
+        if self._disconnected:
+            return _DISCONNECT
+        if not self._body_done:
+            if self.conn.they_are_waiting_for_100_continue:
+                await self._write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+            try:
+                event = await self._next_event()
+            except h11.RemoteProtocolError:
+                event = None
+            if isinstance(event, h11.Data):
+                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
+            if isinstance(event, h11.EndOfMessage):
+                self._body_done = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            self._disconnected = True
+            return _DISCONNECT
+        # The body is all read: wait for the client to go away.  Bytes it sends meanwhile (a pipelined
+        # next request) are kept for h11; past max_pipelined the socket is no longer read.
+        while len(self.conn.trailing_data[0]) <= self.config.max_pipelined:
+            try:
+                data = await self._receive_some()
+            except _Gone:
+                self._disconnected = True
+                return _DISCONNECT
+            self.conn.receive_data(data)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _asgi_send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self._started or self._pending_start is not None:
+                raise RuntimeError("ASGI: http.response.start sent twice")
+            self._pending_start = message
+            return
+        if kind != "http.response.body":
+            raise RuntimeError(f"ASGI: unexpected message {kind!r}")
+        if self._response_done:
+            raise RuntimeError("ASGI: http.response.body after the response ended")
+        if self._disconnected:
+            return  # the client is gone: dropped (the app learns of it from receive())
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        conn = self.conn
+        data = b""
+        start = self._pending_start
+        if start is not None:
+            self._pending_start = None
+            self._started = True
+            headers = list(start.get("headers", ()))
+            if not more and not any(name.lower() == b"content-length" for name, _ in headers):
+                headers.append((b"content-length", str(len(body)).encode()))
+            status = start["status"]
+            data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status))) or b""
+        elif not self._started:
+            raise RuntimeError("ASGI: http.response.body before http.response.start")
+        if body:
+            data += conn.send(h11.Data(data=body)) or b""
+        if not more:
+            data += conn.send(h11.EndOfMessage()) or b""
+            self._response_done = True
+        if data:
+            try:
+                await self._write(data)
+            except _Gone:
+                self._disconnected = True
+
+    async def _write(self, data: bytes | None) -> None:
+        if not data:
+            return
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _Gone from exc
+
+
+async def serve_h11(
+    app: MCPApp,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    config: H11Config | None = None,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` over HTTP/1.1 on ``host:port`` until ``shutdown_trigger`` returns.
+
+    Runs in the caller's nursery (``await nursery.start(serve_h11, app, "127.0.0.1", 0)`` reports the
+    bound URLs, e.g. ``["http://127.0.0.1:40123"]``).  Owns the app's lifetime like an ASGI lifespan:
+    the app runs while serving.  Shutdown is graceful: listening stops, the app closes its sessions (so
+    every stream ends with its final event), responses under way get ``shutdown_grace``, idle
+    connections close.  Cancelling the task instead stops everything at once.
+    """
+    config = config or H11Config()
+    listeners = await trio.open_tcp_listeners(port, host=host, backlog=config.backlog)
+    urls = [_url(listener.socket.getsockname()) for listener in listeners]
+    connections: set[_Connection] = set()
+    shutting_down = False
+    all_closed = trio.Event()
+
+    def is_shutting_down() -> bool:
+        return shutting_down
+
+    async def handle(stream: trio.SocketStream) -> None:
+        sock = stream.socket
+        connection = _Connection(stream, app, config, _addr(sock.getsockname()), _addr(sock.getpeername()))
+        connections.add(connection)
+        try:
+            await connection.run(is_shutting_down)
+        finally:
+            connections.discard(connection)
+            if shutting_down and not connections:
+                all_closed.set()
+
+    async def accept(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                return
+            except OSError as exc:  # out of file descriptors and the like: wait, then go on
+                logger.warning("accept failed: %r", exc)
+                await trio.sleep(0.1)
+                continue
+            nursery.start_soon(handle, stream)
+
+    try:
+        async with trio.open_nursery() as app_nursery:
+            await app_nursery.start(app.run)
+            async with trio.open_nursery() as conn_nursery:
+                with trio.CancelScope() as accepting:
+                    async with trio.open_nursery() as accept_nursery:
+                        for listener in listeners:
+                            accept_nursery.start_soon(accept, listener, conn_nursery)
+                        task_status.started(urls)
+                        if shutdown_trigger is None:
+                            await trio.sleep_forever()
+                        else:
+                            await shutdown_trigger()
+                        accepting.cancel()
+                shutting_down = True
+                for listener in listeners:
+                    await listener.aclose()
+                for connection in list(connections):
+                    connection.close_if_idle()
+                await app.aclose()  # sessions end: their streams send their last events and finish
+                if connections:
+                    with trio.move_on_after(config.shutdown_grace):
+                        await all_closed.wait()
+                conn_nursery.cancel_scope.cancel()
+            app_nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            for listener in listeners:
+                await listener.aclose()
+
+
+@functools.cache
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def _addr(sockname: Any) -> tuple[str, int] | None:
+    if isinstance(sockname, tuple) and len(sockname) >= 2:
+        return (str(sockname[0]), int(sockname[1]))
+    return None  # pragma: no cover - not an IP socket
+
+
+def _url(sockname: Any) -> str:
+    host, port = sockname[0], sockname[1]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
