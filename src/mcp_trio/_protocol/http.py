@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -142,6 +143,7 @@ def _split_port(hostport: str) -> tuple[str, str | None]:
     return hostport, None
 
 
+@functools.lru_cache(maxsize=256)
 def is_loopback(host: str | None) -> bool:
     """True for a server address on the loopback interface (how DNS-rebinding protection turns on)."""
     if host is None:
@@ -239,12 +241,15 @@ def check_protocol_version(facts: RequestFacts) -> versions.Revision:
     return found
 
 
+_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
+
+
 def check_session_header(facts: RequestFacts) -> str:
     """The session id of a request that needs one: 400 when missing or malformed."""
     sid = facts.session_id
     if not sid:
         raise RemoteProtocolError("Bad Request: Mcp-Session-Id header is required")
-    if not all(0x21 <= ord(c) <= 0x7E for c in sid):
+    if not _VISIBLE_ASCII.fullmatch(sid):
         raise RemoteProtocolError("Bad Request: malformed Mcp-Session-Id")
     return sid
 

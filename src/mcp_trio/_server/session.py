@@ -9,7 +9,6 @@ task waiting on a writer then finishes its HTTP response.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -70,7 +69,6 @@ class Session:
         self._busy = 0
         self._created = self._idle_since = trio.current_time()
         self._wake = trio.Event()
-        self._watch_deadline = math.inf
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -111,27 +109,30 @@ class Session:
     @contextmanager
     def activity(self) -> Iterator[None]:
         """Held by each HTTP request of the session while it is open: pauses idle expiry."""
-        self._busy += 1  # the watcher need not wake: its deadline can only move later
+        self._busy += 1  # the expiry watcher is not woken: its deadline can only move later
         try:
             yield
         finally:
             self._busy -= 1
             if not self._busy:
                 self._idle_since = trio.current_time()
-                if self._watch_deadline == math.inf:  # it sleeps until woken: start the idle clock
-                    self._wake.set()
 
     async def _watch_expiry(self) -> None:
         config = self._config
         while True:
-            deadline = self._idle_since + config.idle_timeout if not self._busy else math.inf
+            # While busy the session cannot expire before a whole idle timeout from now: the watcher
+            # sleeps until then and looks again (requests never need to wake it).
+            now = trio.current_time()
+            if self._busy:
+                deadline = now + max(config.idle_timeout, 0.01)
+            else:
+                deadline = self._idle_since + config.idle_timeout
             if self.state is SessionState.INITIALIZING:
                 deadline = min(deadline, self._created + config.init_timeout)
-            if trio.current_time() >= deadline:
+            if now >= deadline:
                 logger.info("session %s expired", self.id)
                 return
             self._wake = trio.Event()
-            self._watch_deadline = deadline
             with trio.move_on_at(deadline):
                 await self._wake.wait()
 
