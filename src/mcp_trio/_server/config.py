@@ -23,6 +23,10 @@ class ServerConfig:
     """Idle SSE streams get a comment frame this often, so proxies do not time them out."""
     sse_retry_ms: int = 1000
     """The SSE ``retry`` field sent on 2025-11-25 streams."""
+    sse_start_delay: float = 0.05
+    """A POST's SSE response starts (head and priming event) with the request's first message, or after
+    this long if the handler has sent nothing yet.  A request answered sooner gets its whole stream in
+    one write, with no writer task.  0 starts every stream at once."""
     idle_timeout: float = 30 * 60
     """A session with no open request or stream for this long is closed."""
     init_timeout: float = 60.0

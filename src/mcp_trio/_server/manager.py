@@ -13,6 +13,7 @@ from .._protocol.session import new_session_id
 from .._protocol.versions import Revision
 from .config import ServerConfig
 from .session import Session
+from .streams import Stream
 
 __all__ = ["SessionManager"]
 
@@ -30,18 +31,58 @@ class SessionManager:
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self.sessions_created = 0
+        self._deferred: dict[Stream, tuple[float, Session]] = {}
+        self._starter_parked: trio.Event | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; sessions live inside.  On the way out every session is closed."""
         self._closing = False
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                task_status.started()
-                await trio.sleep_forever()
+            async with trio.open_nursery() as outer:
+                outer.start_soon(self._start_deferred_writers, name="mcp deferred SSE starts")
+                async with trio.open_nursery() as nursery:  # the sessions' own
+                    self._nursery = nursery
+                    task_status.started()
+                    await trio.sleep_forever()
         finally:
             self._nursery = None
             self._closing = True
+            self._deferred.clear()
+
+    # -- deferred SSE starts -------------------------------------------------------------------
+
+    def defer(self, session: Session, stream: Stream) -> None:
+        """Start the writer of ``stream`` in ``sse_start_delay`` unless it has started by then."""
+        if not self._deferred and self._starter_parked is not None:
+            self._starter_parked.set()
+        self._deferred[stream] = (trio.current_time() + self.config.sse_start_delay, session)
+
+    def undefer(self, stream: Stream) -> None:
+        self._deferred.pop(stream, None)
+
+    async def _start_deferred_writers(self) -> None:
+        """One timer for every deferred stream of every session (a timer per request would cost as
+        much as the writer task it saves).  It parks when no stream has been deferred for a while."""
+        idle_ticks = 0
+        while True:
+            if self._deferred:
+                idle_ticks = 0
+                deadline, _ = next(iter(self._deferred.values()))  # insertion order is deadline order
+                await trio.sleep_until(deadline)
+                now = trio.current_time()
+                for stream, (due, session) in list(self._deferred.items()):
+                    if due > now:
+                        break
+                    del self._deferred[stream]
+                    session.start_deferred(stream)
+            elif idle_ticks < 20 and self.config.sse_start_delay > 0:
+                idle_ticks += 1
+                await trio.sleep(self.config.sse_start_delay)
+            else:
+                idle_ticks = 0
+                self._starter_parked = trio.Event()
+                await self._starter_parked.wait()
+                self._starter_parked = None
 
     @property
     def running(self) -> bool:

@@ -90,6 +90,7 @@ class Session:
             self._manager.server.detach(self)
             self.state = transition(self.state, SessionEvent.CLOSE)
             for stream in self._streams.values():
+                self._manager.undefer(stream)
                 stream.detach_current()
             self._manager.forget(self)
             self.closed.set()
@@ -180,7 +181,7 @@ class Session:
         in the event store and the client resumes it with ``Last-Event-ID``."""
         stream = self._request_streams.get(related) if related is not None else self._streams[GET_STREAM]
         if stream is not None and not stream.json_mode and self._store is not None:
-            stream.push(CUT)  # without a store the client could not resume: then this does nothing
+            self._queue(stream, CUT)  # without a store the client could not resume: then nothing
 
     def open_post_stream(self, requests: tuple[mt.JSONRPCRequest, ...], *, batch: bool) -> Stream:
         stream = Stream(self._next_stream_id, json_mode=self._config.json_response, batch=batch)
@@ -229,12 +230,18 @@ class Session:
         """Send a message on exactly one stream: the related request's own SSE stream if it has one,
         else the standalone GET stream."""
         stream = self._request_streams.get(related) if related is not None else None
-        if related is not None and stream is not None and stream.json_mode and "method" not in message:
-            # A response on a JSON-mode stream: no queue and no writer task; the task that queues a
-            # stream's last response sends the whole body (the common one-request POST: one task).
-            stream.bodies.append(jsonrpc.encode(message))
-            await self._flush_json(self._forget_request(related))
-            return
+        if related is not None and stream is not None and "method" not in message:
+            if stream.json_mode:
+                # A response on a JSON-mode stream: no queue and no writer task; the task that queues
+                # a stream's last response sends the whole body (the common one-request POST: one task).
+                stream.bodies.append(jsonrpc.encode(message))
+                await self._flush_json(self._forget_request(related))
+                return
+            if stream.deferred is not None and stream.pending == {related}:
+                # The last response of an SSE stream whose writer has not started: this task sends
+                # the whole stream (head, priming event, response, end) itself.
+                await self._send_whole_sse(stream, related, message)
+                return
         event = self._route(message, related)
         if event is not None and self._store is not None:
             await self._store.store(self.id, event)
@@ -248,10 +255,16 @@ class Session:
             stream = self._streams[GET_STREAM]
         data = jsonrpc.encode(message)
         item = Outgoing(stream.allocate_seq(), data)
-        stream.push(item)
+        self._queue(stream, item)
         if is_response and related is not None:
             self._forget_request(related)
         return StoredEvent(stream.id, item.seq, data)
+
+    def _queue(self, stream: Stream, item: Outgoing) -> None:
+        if stream.deferred is not None:  # its first message: the writer starts now
+            self._manager.undefer(stream)
+            self._start_writer(stream)
+        stream.push(item)
 
     def _forget_request(self, request_id: mt.RequestId) -> Stream | None:
         """The request will get no more messages; returns its JSON-mode stream if that is now
@@ -265,7 +278,7 @@ class Session:
         if stream.json_mode:
             del self._streams[stream.id]
             return stream
-        stream.push(END)
+        self._queue(stream, END)
         if stream.exchange is None:
             del self._streams[stream.id]
         return None
@@ -292,14 +305,61 @@ class Session:
         if stream.json_mode:
             stream.attach_json(exchange)
             return
-        receive = stream.attach(exchange, self._config.stream_buffer)
         if replay_after is not None:
             first = replay_after
         elif self.revision.priming_event and self._store is not None:
             first = -stream.allocate_seq() - 2  # the priming event's id comes before any message
         else:
             first = -1
+        if replay_after is None and stream.id != GET_STREAM and self._config.sse_start_delay > 0:
+            stream.detach_current()
+            stream.attach_deferred(exchange, first)
+            self._manager.defer(self, stream)
+            return
+        receive = stream.attach(exchange, self._config.stream_buffer)
         self.nursery.start_soon(self._write_sse, stream, exchange, receive, first)
+
+    def start_deferred(self, stream: Stream) -> None:
+        """``sse_start_delay`` has passed and the handler has sent nothing: start the stream."""
+        if stream.deferred is not None and not self.closing:
+            self._start_writer(stream)
+
+    def _start_writer(self, stream: Stream) -> None:
+        exchange, first = stream.exchange, stream.deferred
+        assert exchange is not None and first is not None
+        receive = stream.open_queue(self._config.stream_buffer)
+        self.nursery.start_soon(self._write_sse, stream, exchange, receive, first)
+
+    async def _send_whole_sse(self, stream: Stream, related: mt.RequestId, message: dict[str, Any]) -> None:
+        """Send a deferred stream's only remaining message, its last response, as the whole stream."""
+        exchange, first = stream.exchange, stream.deferred
+        assert exchange is not None and first is not None
+        self._manager.undefer(stream)
+        stream.deferred = None
+        stream.exchange = None
+        del self._request_streams[related]
+        stream.pending.discard(related)
+        del self._streams[stream.id]
+        data = jsonrpc.encode(message)
+        seq = stream.allocate_seq()
+        if self._store is not None:
+            await self._store.store(self.id, StoredEvent(stream.id, seq, data))
+        if exchange.done.is_set():
+            return  # the client has gone: the response stays in the event store
+        exchange.writing = True
+        chunks = []
+        if first <= -2:
+            priming_id = make_event_id(stream.id, -first - 2)
+            chunks.append(sse.encode_event("", id=priming_id, retry=self._config.sse_retry_ms))
+        event_id = make_event_id(stream.id, seq) if self._store is not None else None
+        chunks.append(sse.encode_event(data.decode(), id=event_id))
+        try:
+            await exchange.start(200, SSE_HEADERS)
+            await exchange.body(b"".join(chunks), more=False)
+        except Exception as exc:
+            logger.debug("stream %s of session %s: send failed: %r", stream.id, self.id, exc)
+        finally:
+            exchange.writer_done()
 
     def stream_for_resume(self, stream_id: int) -> Stream | None:
         return self._streams.get(stream_id)

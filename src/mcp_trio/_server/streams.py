@@ -87,6 +87,8 @@ class Stream:
     """Requests whose responses this stream still owes (empty for the GET stream)."""
     bodies: list[bytes] = field(default_factory=list)
     """The responses of a JSON-mode stream, sent in one body by whoever queues the last one."""
+    deferred: int | None = None
+    """An SSE connection whose writer has not started yet: the ``first`` it will be given."""
     batch: bool = False
     next_seq: int = 0
     exchange: Exchange | None = None
@@ -107,6 +109,17 @@ class Stream:
         """Make ``exchange`` the connection of this JSON-mode stream (no writer task, no queue)."""
         self.exchange = exchange
 
+    def attach_deferred(self, exchange: Exchange, first: int) -> None:
+        """Make ``exchange`` the connection of this stream, its writer (and queue) to come later."""
+        self.exchange = exchange
+        self.deferred = first
+
+    def open_queue(self, buffer: int) -> trio.MemoryReceiveChannel[Outgoing]:
+        """The queue of a deferred connection, when its writer starts."""
+        self._send, self.receive = trio.open_memory_channel[Outgoing](buffer)
+        self.deferred = None
+        return self.receive
+
     def attach(self, exchange: Exchange, buffer: int) -> trio.MemoryReceiveChannel[Outgoing]:
         """Make ``exchange`` the connection of this stream; a previous one is cancelled (replaced)."""
         self.detach_current()
@@ -119,6 +132,7 @@ class Stream:
             self.detach_current()
 
     def detach_current(self) -> None:
+        self.deferred = None
         if self.exchange is not None:
             self.exchange.cancel_writer()
         if self._send is not None:
