@@ -38,6 +38,12 @@ class Response:
         self.complete = True
         return b"".join(parts)
 
+    async def chunks(self) -> list[bytes]:
+        """The rest of the body, as the separate body messages the app sent (empty ones left out)."""
+        parts = [chunk async for chunk in self._chunks if chunk]
+        self.complete = True
+        return parts
+
     async def json(self) -> Any:
         return json.loads(await self.read())
 
