@@ -25,7 +25,7 @@ from .config import ServerConfig
 from .manager import SessionManager
 from .session import Session
 from .stateless import ModernEndpoint
-from .streams import Exchange, Stream
+from .streams import Exchange, Stream, content_length
 
 __all__ = ["MCPApp"]
 
@@ -370,5 +370,7 @@ async def _respond(
 ) -> None:
     headers = [(b"content-type", content_type)] if content_type and body else []
     headers.extend(extra or ())
+    if status != 204:
+        headers.append(content_length(body))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -23,7 +23,7 @@ from .._protocol import jsonrpc, sse
 from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
 from .._protocol.versions import Revision
 from .eventstore import EventStore, StoredEvent
-from .streams import CUT, END, Exchange, Outgoing, Stream
+from .streams import CUT, END, Exchange, Outgoing, Stream, content_length
 
 if TYPE_CHECKING:
     from .manager import SessionManager
@@ -353,9 +353,10 @@ class Session:
             chunks.append(sse.encode_event("", id=priming_id, retry=self._config.sse_retry_ms))
         event_id = make_event_id(stream.id, seq) if self._store is not None else None
         chunks.append(sse.encode_event(data.decode(), id=event_id))
+        body = b"".join(chunks)
         try:
-            await exchange.start(200, SSE_HEADERS)
-            await exchange.body(b"".join(chunks), more=False)
+            await exchange.start(200, [*SSE_HEADERS, content_length(body)])  # whole: no chunked framing
+            await exchange.body(body, more=False)
         except Exception as exc:
             logger.debug("stream %s of session %s: send failed: %r", stream.id, self.id, exc)
         finally:
@@ -447,8 +448,8 @@ class Session:
             await exchange.start(204, [])
             await exchange.body(b"", more=False)
             return
-        await exchange.start(200, JSON_HEADERS)
         body = b"[" + b",".join(bodies) + b"]" if batch else bodies[0]
+        await exchange.start(200, [*JSON_HEADERS, content_length(body)])
         await exchange.body(body, more=False)
 
     def statistics(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, sse, versions
 from .._protocol.modern import RequestState
 from .config import ServerConfig
+from .streams import content_length
 
 __all__ = ["ModernEndpoint"]
 
@@ -80,8 +81,10 @@ class Responder:
             await self._event(message)
             await self._send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        await self._send({"type": "http.response.start", "status": status, "headers": JSON_HEADERS})
-        await self._send({"type": "http.response.body", "body": jsonrpc.encode(message), "more_body": False})
+        body = jsonrpc.encode(message)
+        headers = [*JSON_HEADERS, content_length(body)]
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class RequestPeer:

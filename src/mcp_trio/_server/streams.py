@@ -16,7 +16,7 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-__all__ = ["CUT", "END", "Exchange", "Outgoing", "Stream"]
+__all__ = ["CUT", "END", "Exchange", "Outgoing", "Stream", "content_length"]
 
 logger = logging.getLogger("mcp_trio")
 
@@ -29,6 +29,11 @@ class Outgoing:
 
     seq: int
     data: bytes
+
+
+def content_length(body: bytes) -> tuple[bytes, bytes]:
+    """The header of a response whose whole body is known: the HTTP server need not chunk it."""
+    return (b"content-length", str(len(body)).encode())
 
 
 END = Outgoing(-1, b"")
