@@ -9,8 +9,9 @@ fixed ``mcp-session-id`` header; a notification (no ``id``) gets 202; any other 
 ``tools/call`` result ``{"content":[{"type":"text","text":"hi"}]}``, always as ``application/json`` (never
 SSE).  DELETE gets 200; GET streams are not supported (405), so the harness skips ``churn`` for it.  Like
 ``baseline_python_sdk.py`` it uses ``hypercorn.trio.serve`` with a default ``Config`` (access log off) and
-mcp_trio's hypercorn CLOSE_WAIT fix (``--no-hypercorn-fix`` leaves hypercorn as shipped).  Its throughput
-is the floor of the stack: what hypercorn + trio cost with nothing on top.
+mcp_trio's hypercorn CLOSE_WAIT fix and request-path patches, as ``mcp-trio`` applies them
+(``--no-hypercorn-fast-path`` leaves out the patches, ``--no-hypercorn-fix`` both).  Its throughput is
+the floor of the stack: what hypercorn + trio cost with nothing on top.
 """
 
 from __future__ import annotations
@@ -90,9 +91,11 @@ async def _wait_for_signal() -> None:
 
 async def _main(args: argparse.Namespace) -> None:
     if not args.no_hypercorn_fix:
-        from mcp_trio import apply_hypercorn_close_wait_fix
+        from mcp_trio import apply_hypercorn_close_wait_fix, apply_hypercorn_fast_path
 
         apply_hypercorn_close_wait_fix()
+        if not args.no_hypercorn_fast_path:
+            apply_hypercorn_fast_path()
     config = hypercorn.config.Config()
     config.bind = [args.bind]
     config.accesslog = None
@@ -112,6 +115,11 @@ def main() -> None:
     parser.add_argument("--bind", default="127.0.0.1:0")
     parser.add_argument(
         "--no-hypercorn-fix", action="store_true", help="do not apply mcp_trio's CLOSE_WAIT fix"
+    )
+    parser.add_argument(
+        "--no-hypercorn-fast-path",
+        action="store_true",
+        help="do not apply mcp_trio's hypercorn request-path patches (as mcp-trio --no-hypercorn-fast-path)",
     )
     args = parser.parse_args()
     trio.run(_main, args)

@@ -9,7 +9,8 @@ What is the same as ``mcp-trio demo``: hypercorn 0.18 ``hypercorn.trio.serve`` w
 (access log off), stateful sessions, SSE answers by default and JSON with ``--json-response``, the SDK's
 default session limits (10 000 sessions, 30 min idle), DNS-rebinding protection on (the SDK's own default
 for a loopback host, like mcp-trio's; the benchmark sends a loopback ``Host``), and the same hypercorn
-CLOSE_WAIT fix that ``mcp-trio`` applies to hypercorn (``--no-hypercorn-fix`` leaves hypercorn as shipped).
+CLOSE_WAIT fix that ``mcp-trio`` applies to hypercorn and its request-path patches
+(``--no-hypercorn-fast-path`` leaves out the patches, ``--no-hypercorn-fix`` both).
 The SDK's session manager runs in the Starlette app's lifespan, which hypercorn drives.
 """
 
@@ -46,9 +47,11 @@ async def _wait_for_signal() -> None:
 
 async def _main(args: argparse.Namespace) -> None:
     if not args.no_hypercorn_fix:
-        from mcp_trio import apply_hypercorn_close_wait_fix
+        from mcp_trio import apply_hypercorn_close_wait_fix, apply_hypercorn_fast_path
 
         apply_hypercorn_close_wait_fix()
+        if not args.no_hypercorn_fast_path:
+            apply_hypercorn_fast_path()
     app = build_app(args.json_response)
     config = hypercorn.config.Config()
     config.bind = [args.bind]
@@ -70,6 +73,11 @@ def main() -> None:
     parser.add_argument("--json-response", action="store_true")
     parser.add_argument(
         "--no-hypercorn-fix", action="store_true", help="do not apply mcp_trio's CLOSE_WAIT fix"
+    )
+    parser.add_argument(
+        "--no-hypercorn-fast-path",
+        action="store_true",
+        help="do not apply mcp_trio's hypercorn request-path patches (as mcp-trio --no-hypercorn-fast-path)",
     )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args()

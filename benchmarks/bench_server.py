@@ -703,12 +703,18 @@ def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
     if args.json_response:
         ours.append("--json-response")
         base.append("--json-response")
+    shipped = getattr(args, "hypercorn_as_shipped", False)
+    if shipped:  # the same hypercorn for every server on it: all patched, or none
+        ours.append("--no-hypercorn-fast-path")
+        base.append("--no-hypercorn-fast-path")
     specs = [ServerSpec("mcp-trio" if args.http == "hypercorn" else f"mcp-trio/{args.http}", ours, "/stats")]
     for baseline in dict.fromkeys(args.baseline or []):
         if baseline == "python-sdk":
             specs.append(ServerSpec("python-sdk", base, None))
         elif baseline == "bare-asgi":
             bare = [sys.executable, str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"]
+            if shipped:
+                bare.append("--no-hypercorn-fast-path")
             specs.append(ServerSpec("bare-asgi", bare, None, churn=False))
         elif baseline == "bare-h11":
             bare = [sys.executable, str(HERE / "baseline_bare_h11.py"), "--bind", "127.0.0.1:0"]
@@ -975,6 +981,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also run a baseline: the official python-sdk, or a bare ASGI app (the floor); may be repeated",
     )
     parser.add_argument("--json-response", action="store_true", help="servers answer with JSON, not SSE")
+    parser.add_argument(
+        "--hypercorn-as-shipped",
+        action="store_true",
+        help="every hypercorn-based server without mcp_trio's request-path patches (CLOSE_WAIT fix stays)",
+    )
     parser.add_argument(
         "--http",
         choices=["hypercorn", "h11"],

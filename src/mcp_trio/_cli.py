@@ -39,7 +39,9 @@ def load_app(target: str, config: ServerConfig) -> MCPApp:
     raise SystemExit(f"mcp-trio: {target} is neither an MCPServer nor an MCPApp")
 
 
-async def run_server(app: MCPApp, bind: str, http_server: str = "hypercorn") -> None:
+async def run_server(
+    app: MCPApp, bind: str, http_server: str = "hypercorn", *, hypercorn_fast_path: bool = True
+) -> None:
     """Serve ``app`` until SIGINT or SIGTERM; print each bound URL once listening."""
     run: Callable[..., Awaitable[None]]
     if http_server == "h11":
@@ -53,7 +55,13 @@ async def run_server(app: MCPApp, bind: str, http_server: str = "hypercorn") -> 
             shutdown_trigger=wait_for_signal,
         )
     else:
-        run = functools.partial(serve, app, hypercorn_config([bind]), shutdown_trigger=wait_for_signal)
+        run = functools.partial(
+            serve,
+            app,
+            hypercorn_config([bind]),
+            shutdown_trigger=wait_for_signal,
+            hypercorn_fast_path=hypercorn_fast_path,
+        )
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(run)
         for url in urls:
@@ -75,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
             choices=("hypercorn", "h11"),
             default="hypercorn",
             help="HTTP server: hypercorn's trio worker (default) or the embedded Trio + h11 server",
+        )
+        cmd.add_argument(
+            "--no-hypercorn-fast-path",
+            action="store_true",
+            help="leave hypercorn's request path as shipped (see apply_hypercorn_fast_path)",
         )
         cmd.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
         cmd.add_argument("--stats-path", default=None, help="serve statistics() as JSON on this path")
@@ -120,4 +133,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # stdout carries only MCP messages (logging.basicConfig writes to stderr)
         trio.run(functools.partial(serve_stdio, app.server, config=config))
         return
-    trio.run(run_server, app, args.bind, args.http)
+    trio.run(
+        functools.partial(
+            run_server, app, args.bind, args.http, hypercorn_fast_path=not args.no_hypercorn_fast_path
+        )
+    )

@@ -11,6 +11,7 @@ import hypercorn.trio
 import trio
 
 from .asgi import MCPApp
+from .hypercorn_fast_path import apply_hypercorn_fast_path
 from .hypercorn_patch import apply_hypercorn_close_wait_fix
 
 __all__ = ["hypercorn_config", "serve", "wait_for_signal"]
@@ -39,14 +40,19 @@ async def serve(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    hypercorn_fast_path: bool = True,
 ) -> None:
     """Serve ``app`` with hypercorn until ``shutdown_trigger`` returns (or the task is cancelled).
 
     Reports the bound URLs through ``task_status``.  On shutdown the app's sessions are closed first,
     so every open stream ends cleanly before hypercorn's own graceful period starts.  Applies the
-    hypercorn close-wait fix (see :func:`apply_hypercorn_close_wait_fix`).
+    hypercorn close-wait fix (see :func:`apply_hypercorn_close_wait_fix`) and, unless
+    ``hypercorn_fast_path`` is false, the request-path patches of :func:`apply_hypercorn_fast_path`
+    (both process-wide, both only on the hypercorn 0.18 code they were written for).
     """
     apply_hypercorn_close_wait_fix()
+    if hypercorn_fast_path:
+        apply_hypercorn_fast_path()
     config = config or hypercorn_config()
 
     async def trigger() -> None:

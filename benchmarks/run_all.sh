@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every measurement of docs/performance.md, in one command (about 15 minutes on 2 cores):
+#
+#   bash benchmarks/run_all.sh [RUNS]        # RUNS per server per invocation, default 3
+#
+# Writes each table to benchmarks/results/<UTC timestamp>/ (git-ignored) and prints them as it goes.
+#   1-2. hypercorn's trio worker: mcp-trio vs the official python-sdk vs a bare ASGI app (the floor),
+#        with SSE answers, then with JSON answers;
+#   3-4. the embedded Trio + h11 server (mcp-trio --http h11) vs the official TypeScript SDK on Node vs a
+#        bare Trio + h11 loop (the floor), SSE then JSON;
+#   5-6. memory per idle session and per open GET stream: mcp-trio (hypercorn) vs python-sdk vs
+#        ts-sdk, then mcp-trio on h11; plus the in-process tracemalloc figure.
+# The TypeScript SDK needs Node 22 and the SDK that `bash scripts/test.sh` installs
+# (scripts/install-node-deps.sh); without them its columns are skipped with a note.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${1:-3}"
+OUT="benchmarks/results/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$OUT"
+run() {
+    local name="$1"; shift
+    echo "== $name: python3 $*" | tee "$OUT/$name.txt"
+    python3 "$@" 2>&1 | tee -a "$OUT/$name.txt"
+}
+run 1-hypercorn-sse benchmarks/bench_server.py --runs "$RUNS" --baseline python-sdk --baseline bare-asgi \
+    --json "$OUT/1-hypercorn-sse.json"
+run 2-hypercorn-json benchmarks/bench_server.py --runs "$RUNS" --json-response --baseline python-sdk \
+    --baseline bare-asgi --json "$OUT/2-hypercorn-json.json"
+run 3-h11-sse benchmarks/bench_server.py --runs "$RUNS" --http h11 --baseline ts-sdk --baseline bare-h11 \
+    --json "$OUT/3-h11-sse.json"
+run 4-h11-json benchmarks/bench_server.py --runs "$RUNS" --http h11 --json-response --baseline ts-sdk \
+    --baseline bare-h11 --json "$OUT/4-h11-json.json"
+run 5-memory-hypercorn benchmarks/bench_memory.py --baseline python-sdk --baseline ts-sdk --in-process \
+    --json "$OUT/5-memory-hypercorn.json"
+run 6-memory-h11 benchmarks/bench_memory.py --http h11 --json "$OUT/6-memory-h11.json"
+echo "results in $OUT"
