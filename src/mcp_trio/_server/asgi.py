@@ -194,7 +194,7 @@ class MCPApp:
             session.connect(stream, exchange)
             for request in requests:
                 session.start_request(request)
-            await _wait(exchange, receive)
+            await _wait(exchange, receive, quick=self.config.sse_start_delay)
 
     async def _post_modern(
         self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: Send
@@ -306,8 +306,14 @@ def _refuse_modern(facts: http.RequestFacts) -> None:
         )
 
 
-async def _wait(exchange: Exchange, receive: Receive) -> None:
-    """Wait for the writer of ``exchange`` to finish; a client disconnect cancels the writer."""
+async def _wait(exchange: Exchange, receive: Receive, *, quick: float = 0.0) -> None:
+    """Wait for the writer of ``exchange`` to finish; a client disconnect cancels the writer.
+
+    ``quick``: first wait this long for the exchange alone, without watching ``receive()`` (most
+    POSTs are answered well within it, and then no receive has to be started and cancelled)."""
+    if quick > 0 and not exchange.done.is_set():
+        with trio.move_on_after(quick):
+            await exchange.done.wait()
     if not exchange.done.is_set():
         with trio.CancelScope() as exchange.wait_scope:
             while True:
