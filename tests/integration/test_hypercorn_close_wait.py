@@ -9,6 +9,7 @@ state has to be undone.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -39,6 +40,7 @@ POLL = 0.005
 # Task names trio gives hypercorn's per-connection tasks.
 CONNECTION_TASK = "_highlevel_serve_listeners._run_handler"  # runs TCPServer.run, one per connection
 IDLE_TASK = "TCPServer._idle_timeout"  # the keep-alive idle timer of a connection
+FAST_PATH_IDLE_TASK = "_IdleTimer._watch"  # its replacement under the fast path (one per connection)
 
 TCP_STATES = {
     "01": "ESTABLISHED",
@@ -77,18 +79,32 @@ def server_connection_states(port: int) -> list[str]:
     return states
 
 
-def count_tasks(name_suffix: str) -> int:
-    count = 0
+def tasks_named(name_suffix: str) -> list[trio.lowlevel.Task]:
+    found = []
     stack = [trio.lowlevel.current_root_task()]
     while stack:
         task = stack.pop()
         if task is None:
             continue
         if task.name.endswith(name_suffix):
-            count += 1
+            found.append(task)
         for nursery in task.child_nurseries:
             stack.extend(nursery.child_tasks)
-    return count
+    return found
+
+
+def count_tasks(name_suffix: str) -> int:
+    return len(tasks_named(name_suffix))
+
+
+def armed_fast_path_timers() -> int:
+    """Under the hypercorn fast path (mcp_trio applies it in serve(); process-wide, so any earlier test
+    may have), a connection's idle timer is one watchdog task for the connection's whole life, armed
+    (a finite deadline) while the connection is idle."""
+    return sum(
+        task.coro.cr_frame.f_locals["self"]._deadline != math.inf  # type: ignore[union-attr]
+        for task in tasks_named(FAST_PATH_IDLE_TASK)
+    )
 
 
 async def wait_until(predicate: Callable[[], bool], within: float) -> float:
@@ -111,10 +127,11 @@ class Server:
             server_connection_states(self.port) == []
             and count_tasks(CONNECTION_TASK) == 0
             and count_tasks(IDLE_TASK) == 0
+            and count_tasks(FAST_PATH_IDLE_TASK) == 0
         )
 
     def idle_connections(self) -> int:
-        return count_tasks(IDLE_TASK)
+        return count_tasks(IDLE_TASK) + armed_fast_path_timers()
 
 
 def make_app(server_ref: list[Server]) -> Any:
