@@ -25,9 +25,9 @@ leave hypercorn's request path as shipped.  Each change could go upstream on its
    three ``send_all`` calls, each behind ``send_lock``.  Here the bytes one ASGI ``send()`` produces
    are written once, before that call returns, and the head of a response that has a
    ``content-length`` waits for the app's first non-empty ``http.response.body`` or the end of the
-   body (ASGI allows a server to do so).  A response without ``content-length`` (SSE, chunked streaming) still gets its head written
-   at ``http.response.start``, and every body message of a stream is on the wire before the app's
-   ``send()`` returns.  Empty writes are skipped.
+   body (ASGI allows a server to do so).  A response without ``content-length`` (SSE, chunked
+   streaming) still gets its head written at ``http.response.start``, and every body message of a
+   stream is on the wire before the app's ``send()`` returns.  Empty writes are skipped.
 
 3. **No scheduling round trip on the app's queue when none is needed** (``TaskGroup.spawn_app``): the
    read task hands messages over with ``send_nowait`` and the app's ``receive()`` takes a queued one
