@@ -53,7 +53,7 @@ class SessionManager:
 
     def defer(self, session: Session, stream: Stream) -> None:
         """Start the writer of ``stream`` in ``sse_start_delay`` unless it has started by then."""
-        if not self._deferred and self._starter_parked is not None:
+        if self._starter_parked is not None:  # it parks only when nothing is deferred
             self._starter_parked.set()
         self._deferred[stream] = (trio.current_time() + self.config.sse_start_delay, session)
 

@@ -285,15 +285,29 @@ class Session:
 
     async def _flush_json(self, stream: Stream | None) -> None:
         """Send a complete JSON-mode stream as one HTTP response, unless its client has gone."""
-        exchange = stream.exchange if stream is not None else None
-        if stream is None or exchange is None or exchange.done.is_set():
-            return  # abandoned (client disconnect, session closed): the answer is dropped
+        if stream is None or stream.exchange is None:
+            return
+        exchange, stream.exchange = stream.exchange, None
+        bodies = stream.bodies
+        if not bodies:  # every request of it was cancelled
+            await self._send_whole(exchange, 204, [], b"")
+            return
+        body = b"[" + b",".join(bodies) + b"]" if stream.batch else bodies[0]
+        await self._send_whole(exchange, 200, [*JSON_HEADERS, content_length(body)], body)
+
+    async def _send_whole(
+        self, exchange: Exchange, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """Send a whole response from the task that completed it (no writer task), unless its client
+        has gone (the exchange was abandoned: client disconnect, session closed)."""
+        if exchange.done.is_set():
+            return
         exchange.writing = True
-        stream.exchange = None
         try:
-            await self._send_json(exchange, stream.bodies, stream.batch)
+            await exchange.start(status, headers)
+            await exchange.body(body, more=False)
         except Exception as exc:
-            logger.debug("json response of session %s: send failed: %r", self.id, exc)
+            logger.debug("response of session %s: send failed: %r", self.id, exc)
         finally:
             exchange.writer_done()
 
@@ -342,25 +356,20 @@ class Session:
         del self._streams[stream.id]
         data = jsonrpc.encode(message)
         seq = stream.allocate_seq()
-        if self._store is not None:
+        if self._store is not None:  # if the client has gone, the response stays in the event store
             await self._store.store(self.id, StoredEvent(stream.id, seq, data))
-        if exchange.done.is_set():
-            return  # the client has gone: the response stays in the event store
-        exchange.writing = True
-        chunks = []
+        body = self._sse_event(stream.id, seq, data)
         if first <= -2:
-            priming_id = make_event_id(stream.id, -first - 2)
-            chunks.append(sse.encode_event("", id=priming_id, retry=self._config.sse_retry_ms))
-        event_id = make_event_id(stream.id, seq) if self._store is not None else None
-        chunks.append(sse.encode_event(data.decode(), id=event_id))
-        body = b"".join(chunks)
-        try:
-            await exchange.start(200, [*SSE_HEADERS, content_length(body)])  # whole: no chunked framing
-            await exchange.body(body, more=False)
-        except Exception as exc:
-            logger.debug("stream %s of session %s: send failed: %r", stream.id, self.id, exc)
-        finally:
-            exchange.writer_done()
+            body = self._priming_event(stream.id, -first - 2) + body
+        await self._send_whole(exchange, 200, [*SSE_HEADERS, content_length(body)], body)
+
+    def _priming_event(self, stream_id: int, seq: int) -> bytes:
+        return sse.encode_event("", id=make_event_id(stream_id, seq), retry=self._config.sse_retry_ms)
+
+    def _sse_event(self, stream_id: int, seq: int, data: bytes) -> bytes:
+        """A message as an SSE event: with its id when there is an event store to resume from."""
+        event_id = make_event_id(stream_id, seq) if self._store is not None else None
+        return sse.encode_event(data.decode(), id=event_id)
 
     def stream_for_resume(self, stream_id: int) -> Stream | None:
         return self._streams.get(stream_id)
@@ -399,17 +408,15 @@ class Session:
         if first >= 0:
             last = first
             for event in await self._replay(stream.id, first):
-                out.append(sse.encode_event(event.data.decode(), id=make_event_id(stream.id, event.seq)))
+                out.append(self._sse_event(stream.id, event.seq, event.data))  # replays need a store
                 last = event.seq
             if stream.id not in self._streams:
                 await exchange.body(b"".join(out), more=False)
                 return  # resumed a finished stream: the replay was all of it
         elif first <= -2:
             last = -first - 2
-            priming_id = make_event_id(stream.id, last)
-            out.append(sse.encode_event("", id=priming_id, retry=self._config.sse_retry_ms))
+            out.append(self._priming_event(stream.id, last))
         keepalive = self._config.keepalive_interval
-        with_ids = self._store is not None
         while True:
             try:
                 item: Outgoing | None = receive.receive_nowait()
@@ -434,23 +441,13 @@ class Session:
                 await exchange.body(b"".join(out), more=False)
                 return
             if item.seq > last:
-                event_id = make_event_id(stream.id, item.seq) if with_ids else None
-                out.append(sse.encode_event(item.data.decode(), id=event_id))
+                out.append(self._sse_event(stream.id, item.seq, item.data))
                 last = item.seq
 
     async def _replay(self, stream_id: int, after: int) -> list[StoredEvent]:
         if self._store is None:
             return []
         return await self._store.replay_after(self.id, stream_id, after)
-
-    async def _send_json(self, exchange: Exchange, bodies: list[bytes], batch: bool) -> None:
-        if not bodies:  # every request of it was cancelled
-            await exchange.start(204, [])
-            await exchange.body(b"", more=False)
-            return
-        body = b"[" + b",".join(bodies) + b"]" if batch else bodies[0]
-        await exchange.start(200, [*JSON_HEADERS, content_length(body)])
-        await exchange.body(body, more=False)
 
     def statistics(self) -> dict[str, Any]:
         return {
