@@ -33,13 +33,17 @@ __all__ = [
     "SSEResponse",
     "assert_back_to_baseline",
     "count_sockets",
+    "count_tasks",
     "end_cleanly",
     "fetch_stats",
     "full_session",
     "http_client",
+    "read_until",
     "serve_demo",
+    "tasks_named",
     "tcp_states",
     "wait_for",
+    "wait_until",
 ]
 
 VERSION = "2025-11-25"
@@ -576,3 +580,50 @@ async def end_cleanly(stream: SSEResponse, within: float) -> list[str]:
         events = await stream.rest()
     assert stream.ended
     return [event.data for event in events]
+
+
+# -- in-process servers: tasks and raw sockets -------------------------------------------------
+
+
+def tasks_named(name_suffix: str) -> list[trio.lowlevel.Task]:
+    """Every live task of this Trio run whose name ends with ``name_suffix``."""
+    found = []
+    stack = [trio.lowlevel.current_root_task()]
+    while stack:
+        task = stack.pop()
+        if task is None:
+            continue
+        if task.name.endswith(name_suffix):
+            found.append(task)
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+    return found
+
+
+def count_tasks(name_suffix: str) -> int:
+    return len(tasks_named(name_suffix))
+
+
+async def wait_until(predicate: Callable[[], bool], within: float, poll: float = 0.005) -> float:
+    """Poll ``predicate`` (bounded in time and count); return how long it took to become true."""
+    start = trio.current_time()
+    for _ in range(int(within / poll) + 1):
+        if predicate():
+            return trio.current_time() - start
+        await trio.sleep(poll)
+    raise AssertionError(f"condition not met within {within} s")
+
+
+async def read_until(stream: trio.SocketStream, buffer: bytearray, end: bytes) -> bytes:
+    """Read until ``end`` is in ``buffer``; return and consume everything up to and including it."""
+    for _ in range(1000):
+        index = buffer.find(end)
+        if index >= 0:
+            message = bytes(buffer[: index + len(end)])
+            del buffer[: index + len(end)]
+            return message
+        data = await stream.receive_some(65536)
+        if not data:
+            raise AssertionError(f"connection closed before {end!r}; got {bytes(buffer)!r}")
+        buffer += data
+    raise AssertionError("response too long")

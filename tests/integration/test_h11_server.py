@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from mcp_http import POST_HEADERS
 
 from mcp_trio import H11Config, MCPApp, MCPServer, ServerConfig, serve_h11
 
-POST = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -129,7 +129,7 @@ def post(path: bytes, body: bytes, extra: bytes = b"") -> bytes:
 async def test_a_session_over_one_keep_alive_connection() -> None:
     app = build_app(json_response=True)
     async with running(app) as (url, _port, _stop, _), httpx.AsyncClient(timeout=5) as client:
-        response = await client.post(url + "/mcp", json=INIT, headers=POST)
+        response = await client.post(url + "/mcp", json=INIT, headers=POST_HEADERS)
         assert response.status_code == 200
         assert response.headers["content-type"] == "application/json"
         assert response.headers["content-length"] == str(len(response.content))  # whole body: no chunking
@@ -137,7 +137,7 @@ async def test_a_session_over_one_keep_alive_connection() -> None:
         notified = await client.post(
             url + "/mcp",
             json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-            headers={**POST, **session},
+            headers={**POST_HEADERS, **session},
         )
         assert notified.status_code == 202
         for i in range(20):
@@ -147,7 +147,7 @@ async def test_a_session_over_one_keep_alive_connection() -> None:
                 "method": "tools/call",
                 "params": {"name": "hello", "arguments": {"name": str(i)}},
             }
-            answer = await client.post(url + "/mcp", json=call, headers={**POST, **session})
+            answer = await client.post(url + "/mcp", json=call, headers={**POST_HEADERS, **session})
             assert answer.json()["result"]["content"][0]["text"] == f"hello {i}"
         deleted = await client.delete(url + "/mcp", headers=session)
         assert deleted.status_code == 200
@@ -183,7 +183,7 @@ async def test_pipelined_requests_are_answered_in_order() -> None:
 async def test_sse_streams_flush_each_event_and_use_chunked_framing() -> None:
     app = build_app()
     async with running(app) as (url, _port, stop, _), httpx.AsyncClient(timeout=5) as client:
-        response = await client.post(url + "/mcp", json=INIT, headers=POST)
+        response = await client.post(url + "/mcp", json=INIT, headers=POST_HEADERS)
         session = {"mcp-session-id": response.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
         async with client.stream(
             "GET", url + "/mcp", headers={"accept": "text/event-stream", **session}
@@ -331,7 +331,7 @@ async def test_cancelling_serve_h11_stops_everything_at_once() -> None:
         async with trio.open_nursery() as nursery:
             urls = await nursery.start(serve_h11, app, "127.0.0.1", 0)
             async with httpx.AsyncClient(timeout=5) as client:
-                response = await client.post(urls[0] + "/mcp", json=INIT, headers=POST)
+                response = await client.post(urls[0] + "/mcp", json=INIT, headers=POST_HEADERS)
                 assert response.status_code == 200
             nursery.cancel_scope.cancel()
     with pytest.raises(OSError):

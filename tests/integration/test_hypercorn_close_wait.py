@@ -12,7 +12,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +23,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
+from mcp_http import count_tasks, read_until, tasks_named, wait_until
 
 from mcp_trio._server.hypercorn_patch import (
     apply_hypercorn_close_wait_fix,
@@ -35,7 +36,6 @@ pytestmark = pytest.mark.skipif(
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 RELEASE_BUDGET = 1.0  # seconds a closed idle connection may linger with the fix
-POLL = 0.005
 
 # Task names trio gives hypercorn's per-connection tasks.
 CONNECTION_TASK = "_highlevel_serve_listeners._run_handler"  # runs TCPServer.run, one per connection
@@ -79,24 +79,6 @@ def server_connection_states(port: int) -> list[str]:
     return states
 
 
-def tasks_named(name_suffix: str) -> list[trio.lowlevel.Task]:
-    found = []
-    stack = [trio.lowlevel.current_root_task()]
-    while stack:
-        task = stack.pop()
-        if task is None:
-            continue
-        if task.name.endswith(name_suffix):
-            found.append(task)
-        for nursery in task.child_nurseries:
-            stack.extend(nursery.child_tasks)
-    return found
-
-
-def count_tasks(name_suffix: str) -> int:
-    return len(tasks_named(name_suffix))
-
-
 def armed_fast_path_timers() -> int:
     """Under the hypercorn fast path (mcp_trio applies it in serve(); process-wide, so any earlier test
     may have), a connection's idle timer is one watchdog task for the connection's whole life, armed
@@ -105,16 +87,6 @@ def armed_fast_path_timers() -> int:
         task.coro.cr_frame.f_locals["self"]._deadline != math.inf  # type: ignore[union-attr]
         for task in tasks_named(FAST_PATH_IDLE_TASK)
     )
-
-
-async def wait_until(predicate: Callable[[], bool], within: float) -> float:
-    """Poll ``predicate`` (bounded in time and count); return how long it took to become true."""
-    start = trio.current_time()
-    for _ in range(int(within / POLL) + 1):
-        if predicate():
-            return trio.current_time() - start
-        await trio.sleep(POLL)
-    raise AssertionError(f"condition not met within {within} s")
 
 
 @dataclass
@@ -194,21 +166,6 @@ async def running_server(keep_alive_timeout: float = 5.0) -> AsyncIterator[Serve
 
 async def request(stream: trio.SocketStream, path: str = "/") -> None:
     await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
-
-
-async def read_until(stream: trio.SocketStream, buffer: bytearray, end: bytes) -> bytes:
-    """Read until ``end`` is in ``buffer``; return and consume everything up to and including it."""
-    for _ in range(1000):
-        index = buffer.find(end)
-        if index >= 0:
-            message = bytes(buffer[: index + len(end)])
-            del buffer[: index + len(end)]
-            return message
-        data = await stream.receive_some(65536)
-        if not data:
-            raise AssertionError(f"connection closed before {end!r}; got {bytes(buffer)!r}")
-        buffer += data
-    raise AssertionError("response too long")
 
 
 async def get(stream: trio.SocketStream, buffer: bytearray, path: str) -> bytes:

@@ -32,7 +32,7 @@ from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio import serve, tcp_server
 from hypercorn.trio.task_group import TaskGroup
-from mcp_http import count_sockets
+from mcp_http import count_sockets, count_tasks, read_until, wait_until
 
 from mcp_trio import (
     apply_hypercorn_close_wait_fix,
@@ -46,7 +46,6 @@ FAST_PATH_MODULE = "mcp_trio._server.hypercorn_fast_path"
 KEEP_ALIVE = 0.5  # keep_alive_timeout of the idle-timer tests
 IDLE_CLOSE_WINDOW = (0.3, 2.5)  # seconds within which such an idle connection must be closed
 RELEASE_BUDGET = 1.0  # seconds a closed idle connection may linger
-POLL = 0.005
 CHUNK_GAP = 0.2  # seconds the app sleeps between the chunks of /sse and /slowcl
 MIN_GAP = 0.1  # chunks sent CHUNK_GAP apart must arrive at least this far apart (not held and batched)
 PROMPT = 0.15  # "at once"
@@ -224,21 +223,6 @@ def get(path: str, extra: bytes = b"") -> bytes:
     return b"GET " + path.encode() + b" HTTP/1.1\r\nhost: x\r\n" + extra + b"\r\n"
 
 
-async def read_until(stream: trio.SocketStream, buffer: bytearray, end: bytes) -> bytes:
-    """Read until ``end`` is in ``buffer``; return and consume everything up to and including it."""
-    for _ in range(10_000):
-        index = buffer.find(end)
-        if index >= 0:
-            message = bytes(buffer[: index + len(end)])
-            del buffer[: index + len(end)]
-            return message
-        data = await stream.receive_some(65536)
-        if not data:
-            raise AssertionError(f"connection closed before {end!r}; got {bytes(buffer)!r}")
-        buffer += data
-    raise AssertionError("response too long")
-
-
 def content_length(head: bytes) -> int:
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
@@ -300,30 +284,6 @@ async def stays_silent(stream: trio.SocketStream, seconds: float) -> bool:
         data = await stream.receive_some(65536)
         raise AssertionError(f"got {data!r} (b'' is EOF) within {seconds} s")
     return True
-
-
-def count_tasks(name_suffix: str) -> int:
-    count = 0
-    stack = [trio.lowlevel.current_root_task()]
-    while stack:
-        task = stack.pop()
-        if task is None:
-            continue
-        if task.name.endswith(name_suffix):
-            count += 1
-        for nursery in task.child_nurseries:
-            stack.extend(nursery.child_tasks)
-    return count
-
-
-async def wait_until(predicate: Callable[[], bool], within: float) -> float:
-    """Poll ``predicate`` (bounded in time and count); return how long it took to become true."""
-    start = trio.current_time()
-    for _ in range(int(within / POLL) + 1):
-        if predicate():
-            return trio.current_time() - start
-        await trio.sleep(POLL)
-    raise AssertionError(f"condition not met within {within} s")
 
 
 # -- the patch is there -------------------------------------------------------------------------
