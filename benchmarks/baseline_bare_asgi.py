@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 from typing import Any
 
-import hypercorn.config
-import hypercorn.trio
 import trio
+from hypercorn_baseline import add_hypercorn_options, serve_baseline
 
 SESSION_ID = b"bare-asgi-session"
 INITIALIZE_RESULT = (
@@ -83,44 +81,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await _respond(send, 200, head + CALL_RESULT, JSON_HEADERS)
 
 
-async def _wait_for_signal() -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
-        async for _ in received:
-            return
-
-
 async def _main(args: argparse.Namespace) -> None:
-    if not args.no_hypercorn_fix:
-        from mcp_trio import apply_hypercorn_close_wait_fix, apply_hypercorn_fast_path
-
-        apply_hypercorn_close_wait_fix()
-        if not args.no_hypercorn_fast_path:
-            apply_hypercorn_fast_path()
-    config = hypercorn.config.Config()
-    config.bind = [args.bind]
-    config.accesslog = None
-    async with trio.open_nursery() as nursery:
-        urls = await nursery.start(
-            lambda task_status: hypercorn.trio.serve(
-                app, config, shutdown_trigger=_wait_for_signal, task_status=task_status
-            )
-        )
-        for url in urls:
-            print(f"bare-asgi: serving on {url}/mcp", flush=True)
-    print("bare-asgi: stopped", flush=True)
+    await serve_baseline("bare-asgi", app, args)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bind", default="127.0.0.1:0")
-    parser.add_argument(
-        "--no-hypercorn-fix", action="store_true", help="do not apply mcp_trio's CLOSE_WAIT fix"
-    )
-    parser.add_argument(
-        "--no-hypercorn-fast-path",
-        action="store_true",
-        help="do not apply mcp_trio's hypercorn request-path patches (as mcp-trio --no-hypercorn-fast-path)",
-    )
+    add_hypercorn_options(parser)
     args = parser.parse_args()
     trio.run(_main, args)
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 
-import hypercorn.config
-import hypercorn.trio
 import trio
+from hypercorn_baseline import add_hypercorn_options, serve_baseline
 from mcp.server.mcpserver import MCPServer
 
 
@@ -39,46 +37,14 @@ def build_app(json_response: bool):  # -> starlette.applications.Starlette
     )
 
 
-async def _wait_for_signal() -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
-        async for _ in received:
-            return
-
-
 async def _main(args: argparse.Namespace) -> None:
-    if not args.no_hypercorn_fix:
-        from mcp_trio import apply_hypercorn_close_wait_fix, apply_hypercorn_fast_path
-
-        apply_hypercorn_close_wait_fix()
-        if not args.no_hypercorn_fast_path:
-            apply_hypercorn_fast_path()
-    app = build_app(args.json_response)
-    config = hypercorn.config.Config()
-    config.bind = [args.bind]
-    config.accesslog = None
-    async with trio.open_nursery() as nursery:
-        urls = await nursery.start(
-            lambda task_status: hypercorn.trio.serve(
-                app, config, shutdown_trigger=_wait_for_signal, task_status=task_status
-            )
-        )
-        for url in urls:
-            print(f"python-sdk: serving on {url}/mcp", flush=True)
-    print("python-sdk: stopped", flush=True)
+    await serve_baseline("python-sdk", build_app(args.json_response), args)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bind", default="127.0.0.1:0")
+    add_hypercorn_options(parser)
     parser.add_argument("--json-response", action="store_true")
-    parser.add_argument(
-        "--no-hypercorn-fix", action="store_true", help="do not apply mcp_trio's CLOSE_WAIT fix"
-    )
-    parser.add_argument(
-        "--no-hypercorn-fast-path",
-        action="store_true",
-        help="do not apply mcp_trio's hypercorn request-path patches (as mcp-trio --no-hypercorn-fast-path)",
-    )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
