@@ -30,7 +30,6 @@ import gc
 import json
 import math
 import resource
-import statistics
 import sys
 import time
 import tracemalloc
@@ -53,6 +52,7 @@ from bench_server import (  # bench_server.py is a script in this folder, not a 
     Session,
     Target,
     fmt,
+    med,
     pin_cpus,
     proc_rss_kb,
     proc_sockets,
@@ -63,6 +63,7 @@ from bench_server import (  # bench_server.py is a script in this folder, not a 
     step,
     versions,
 )
+from bench_server import table_line as bench_table_line
 
 DEFAULT_SESSIONS = 1000
 WARMUP_SESSIONS = 16
@@ -410,11 +411,6 @@ def short_path(filename: str) -> str:
 # --------------------------------------------------------------------------------------------------------
 
 
-def med(values: list[float]) -> float:
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    return statistics.median(values) if values else math.nan
-
-
 def finite(values: list[float]) -> list[float]:
     return [v for v in values if not math.isnan(v)] or [math.nan]
 
@@ -465,7 +461,7 @@ COLUMNS = (  # title, width, alignment
 
 
 def table_line(cells: list[str]) -> str:
-    return " ".join(f"{cell:{align}{width}}" for cell, (_, width, align) in zip(cells, COLUMNS, strict=False))
+    return bench_table_line(cells, COLUMNS)
 
 
 def na(value: float, digits: int = 1) -> str:

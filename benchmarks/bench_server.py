@@ -817,7 +817,7 @@ def running(spec: ServerSpec, cpu: int | None, stop_timeout: float) -> Iterator[
 
 
 def med(values: list[float]) -> float:
-    values = [v for v in values if not math.isnan(v)]
+    values = [v for v in values if v is not None and not math.isnan(v)]
     return statistics.median(values) if values else math.nan
 
 
@@ -886,8 +886,8 @@ COLUMNS = (  # title, width, alignment
 )
 
 
-def table_line(cells: list[str]) -> str:
-    return " ".join(f"{cell:{align}{width}}" for cell, (_, width, align) in zip(cells, COLUMNS, strict=False))
+def table_line(cells: list[str], columns: tuple[tuple[str, int, str], ...] = COLUMNS) -> str:
+    return " ".join(f"{cell:{align}{width}}" for cell, (_, width, align) in zip(cells, columns, strict=False))
 
 
 def render(summary: list[dict[str, Any]], unit: dict[str, str], servers: list[str]) -> str:
