@@ -35,6 +35,7 @@ import h11
 import trio
 
 from .asgi import MCPApp
+from .streams import content_length
 
 __all__ = ["H11Config", "serve_h11"]
 
@@ -174,7 +175,7 @@ class _Connection:
             return
         status = exc.error_status_hint
         body = f"{status} {exc}".encode()
-        headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+        headers = [(b"content-type", b"text/plain"), content_length(body)]
         headers.append((b"connection", b"close"))
         try:
             data = self.conn.send(h11.Response(status_code=status, headers=headers))
@@ -314,7 +315,7 @@ class _Connection:
             self._started = True
             headers = list(start.get("headers", ()))
             if not more and not any(name.lower() == b"content-length" for name, _ in headers):
-                headers.append((b"content-length", str(len(body)).encode()))
+                headers.append(content_length(body))
             status = start["status"]
             data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status))) or b""
         elif not self._started:
