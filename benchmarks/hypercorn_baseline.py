@@ -10,7 +10,8 @@ from typing import Any
 import hypercorn.trio
 import trio
 
-from mcp_trio import apply_hypercorn_close_wait_fix, apply_hypercorn_fast_path, hypercorn_config
+from mcp_trio import hypercorn_config
+from mcp_trio._server.hypercorn_server import serve_hypercorn
 from mcp_trio._server.serve import wait_for_signal
 
 
@@ -28,17 +29,22 @@ def add_hypercorn_options(parser: argparse.ArgumentParser) -> None:
 
 async def serve_baseline(name: str, app: Any, args: argparse.Namespace) -> None:
     """Serve ``app`` with ``hypercorn.trio.serve`` until SIGINT or SIGTERM."""
-    if not args.no_hypercorn_fix:
-        apply_hypercorn_close_wait_fix()
-        if not args.no_hypercorn_fast_path:
-            apply_hypercorn_fast_path()
     config = hypercorn_config([args.bind])
-    async with trio.open_nursery() as nursery:
-        urls = await nursery.start(
-            lambda task_status: hypercorn.trio.serve(
-                app, config, shutdown_trigger=wait_for_signal, task_status=task_status
+
+    async def run(task_status: trio.TaskStatus[list[str]]) -> None:
+        if args.no_hypercorn_fix:  # hypercorn as shipped
+            await hypercorn.trio.serve(app, config, shutdown_trigger=wait_for_signal, task_status=task_status)
+        else:
+            await serve_hypercorn(
+                app,
+                config,
+                shutdown_trigger=wait_for_signal,
+                task_status=task_status,
+                fast_path=not args.no_hypercorn_fast_path,
             )
-        )
+
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(run)
         for url in urls:
             print(f"{name}: serving on {url}/mcp", flush=True)
     print(f"{name}: stopped", flush=True)

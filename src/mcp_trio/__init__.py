@@ -18,8 +18,6 @@ from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
 from ._server.eventstore import EventStore, InMemoryEventStore, StoredEvent
 from ._server.h11server import H11Config, serve_h11
-from ._server.hypercorn_fast_path import apply_hypercorn_fast_path, hypercorn_fast_path_applied
-from ._server.hypercorn_patch import apply_hypercorn_close_wait_fix, hypercorn_close_wait_fix_applied
 from ._server.serve import hypercorn_config, serve
 from ._stdio import serve_stdio
 
@@ -45,11 +43,7 @@ __all__ = [
     "SkillVerificationError",
     "StoredEvent",
     "TransportError",
-    "apply_hypercorn_close_wait_fix",
-    "apply_hypercorn_fast_path",
-    "hypercorn_close_wait_fix_applied",
     "hypercorn_config",
-    "hypercorn_fast_path_applied",
     "open_client_session",
     "open_stdio_client",
     "serve",

@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument(
             "--no-hypercorn-fast-path",
             action="store_true",
-            help="leave hypercorn's request path as shipped (see apply_hypercorn_fast_path)",
+            help="leave hypercorn's request path as shipped (docs/hypercorn.md)",
         )
         cmd.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
         cmd.add_argument("--stats-path", default=None, help="serve statistics() as JSON on this path")

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import hypercorn.trio
 import pytest
 import trio
 
 import mcp_trio
-from mcp_trio import MCPApp, ServerConfig, apply_hypercorn_close_wait_fix, hypercorn_config, serve
+from mcp_trio import MCPApp, ServerConfig, hypercorn_config, serve
+from mcp_trio._server.hypercorn_server import serve_hypercorn
 from mcp_trio.demo import build_demo_server
 
 # httpx reads a body through a chain of async generators (Response.aiter_bytes -> aiter_raw ->
@@ -306,14 +306,13 @@ class Fake:
 
 @pytest.fixture
 async def fake() -> AsyncIterator[Fake]:
-    apply_hypercorn_close_wait_fix()
     server = FakeServer()
     stop = trio.Event()
     config = hypercorn_config(["127.0.0.1:0"], graceful_timeout=1.0)
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
-            lambda task_status: hypercorn.trio.serve(
-                server,  # type: ignore[arg-type]
+            lambda task_status: serve_hypercorn(
+                server,
                 config,
                 shutdown_trigger=stop.wait,
                 task_status=task_status,

@@ -19,7 +19,6 @@ from mcp_trio import (
     MCPApp,
     MCPServer,
     ServerConfig,
-    hypercorn_close_wait_fix_applied,
     hypercorn_config,
     serve,
 )
@@ -59,7 +58,6 @@ async def test_serve_in_process_ends_streams_on_shutdown() -> None:
                 app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        assert hypercorn_close_wait_fix_applied()
         url = urls[0] + "/mcp"
         async with httpx.AsyncClient(timeout=5) as client:
             response = await client.post(url, json=INIT, headers=POST)

@@ -52,8 +52,8 @@ been told ``Closed()``, stop the idle timer::
          await self.protocol.handle(Closed())
     +    await self.idle_task.stop()
 
-This module replaces ``TCPServer._read_data`` with a verbatim copy of the 0.18.0 method plus that
-line; it is the patch we would propose upstream. Why it is correct and changes nothing else:
+mcp_trio's ``TCPServer`` subclass runs the 0.18.0 method verbatim (:func:`read_until_closed`) plus
+that line; it is the patch we would propose upstream. Why it is correct and changes nothing else:
 
 * ``_read_data`` only returns (rather than raising) once no more bytes can ever be read from the
   connection: EOF, the stream was closed (by us or by ``_idle_timeout``), a broken socket, or
@@ -80,7 +80,7 @@ connection (RST) while a response is being finished: the read loop ends with
 ``BrokenResourceError``, so h11 never sees the EOF and still believes the client finished its request;
 when the app's task then closes the stream, ``H11Protocol._maybe_recycle`` sees DONE/DONE, starts a
 new cycle and sends ``Updated(idle=True)``, which re-arms the timer on a dead socket (h2 can do the same
-when a stream finishes just as the peer closes). So ``TCPServer.protocol_send`` is wrapped: an
+when a stream finishes just as the peer closes). So our ``protocol_send`` differs: an
 ``Updated(idle=True)`` arriving once the read loop has ended closes the connection at once
 (``_initiate_server_close``, exactly what the timer would have done ``keep_alive_timeout`` later)
 instead of re-arming the timer. Nothing can ever be read from such a connection again, so "idle" can
@@ -89,40 +89,37 @@ only mean "finished".
 Scope and safety
 ----------------
 
-:func:`apply_hypercorn_close_wait_fix` patches only when the installed hypercorn is 0.18.x *and*
-``TCPServer._read_data`` is, to the character, the 0.18.0 method this module was written against
-(so a hypercorn that changed or fixed the method, or another patch already applied over it, is left
-alone). It is idempotent, thread-safe and cheap, so it can be called at import time and from every
-entry point. The asyncio worker is not patched: its ``_close`` already stops the idle task.
+The fix is applied only to the servers mcp_trio starts (:func:`mcp_trio.serve`, the ``mcp-trio``
+command): ``hypercorn_server._TCPServer`` overrides ``_read_data`` (with :func:`read_until_closed` and
+the final ``idle_task.stop()``) and ``protocol_send``; hypercorn's own classes are never changed, so
+another hypercorn app in the same process behaves as shipped.  The subclass is used only when every
+upstream function it relies on is, to the character, the 0.18.0 code (sha256 of its source); otherwise
+mcp_trio serves with hypercorn as shipped and logs why.  The asyncio worker is not concerned: its
+``_close`` already stops the idle task.
 
 Removing this module
 --------------------
 
-When a hypercorn release stops the idle task once the read loop ends (or otherwise releases a
-closed idle connection at once), :func:`apply_hypercorn_close_wait_fix` starts returning ``False``
-(the version or the method's source no longer matches), and
-``tests/integration/test_hypercorn_close_wait.py`` fails, saying so. Then raise the hypercorn pin in
-``pyproject.toml``, delete this module, its calls, its test and ``docs/hypercorn.md``.
+When a hypercorn release stops the idle task once the read loop ends (or otherwise releases a closed
+idle connection at once), ``tests/integration/test_hypercorn_close_wait.py`` shows that stock hypercorn
+no longer keeps the socket; then drop the override, this module and its section of docs/hypercorn.md.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import inspect
-import textwrap
-import threading
 from math import inf
+from typing import Any
 
 import trio
-from hypercorn.events import Closed, Event, RawData, Updated
-from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
+from hypercorn.events import Closed, RawData
+from hypercorn.trio.tcp_server import MAX_RECV
 
-__all__ = ["apply_hypercorn_close_wait_fix", "hypercorn_close_wait_fix_applied"]
+__all__ = ["read_until_closed"]
 
-# ``TCPServer._read_data`` exactly as shipped in hypercorn 0.18.0 (dedented). We replace the method
-# only if the installed one is this very code.
-_EXPECTED_UPSTREAM_SOURCE = """\
-async def _read_data(self) -> None:
+
+async def read_until_closed(self: Any) -> None:
+    """hypercorn 0.18.0's ``TCPServer._read_data``, verbatim: read until the connection can deliver no
+    more bytes, then tell the protocol ``Closed()``.  The caller then stops the idle timer."""
     while True:
         try:
             with trio.fail_after(self.config.read_timeout or inf):
@@ -138,88 +135,3 @@ async def _read_data(self) -> None:
             if data == b"":
                 break
     await self.protocol.handle(Closed())
-"""
-
-_lock = threading.Lock()
-
-
-async def _read_data(self: TCPServer) -> None:
-    """hypercorn 0.18.0's ``TCPServer._read_data`` plus the final ``idle_task.stop()``."""
-    while True:
-        try:
-            with trio.fail_after(self.config.read_timeout or inf):
-                data = await self.stream.receive_some(MAX_RECV)
-        except (
-            trio.ClosedResourceError,
-            trio.BrokenResourceError,
-            trio.TooSlowError,
-        ):
-            break
-        else:
-            await self.protocol.handle(RawData(bytes(data)))
-            if data == b"":
-                break
-    await self.protocol.handle(Closed())
-    # No more bytes can be read, so the keep-alive idle timer has nothing left to time out. Left
-    # running, it keeps the connection's task group, and so the socket, open until
-    # keep_alive_timeout expires.
-    self._mcp_trio_read_ended = True  # type: ignore[attr-defined]
-    await self.idle_task.stop()
-
-
-_upstream_protocol_send = TCPServer.protocol_send
-
-
-async def _protocol_send(self: TCPServer, event: Event) -> None:
-    """``TCPServer.protocol_send``, but a connection that turns idle after its read loop ended is closed
-    now instead of re-arming the keep-alive timer (see "a second door" in the module docstring)."""
-    if isinstance(event, Updated) and event.idle and getattr(self, "_mcp_trio_read_ended", False):
-        await self.idle_task.stop()
-        with trio.CancelScope(shield=True):
-            await self._initiate_server_close()
-        return
-    await _upstream_protocol_send(self, event)
-
-
-def _installed_hypercorn_has_the_bug() -> bool:
-    try:
-        version = importlib.metadata.version("hypercorn")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    if not version.startswith("0.18."):
-        return False
-    try:
-        source = textwrap.dedent(inspect.getsource(TCPServer._read_data))
-    except (OSError, TypeError):  # no source available: we cannot check the shape, so do not patch
-        return False
-    return _normalise(source) == _normalise(_EXPECTED_UPSTREAM_SOURCE)
-
-
-def _normalise(source: str) -> str:
-    return "\n".join(line.rstrip() for line in source.strip().splitlines())
-
-
-def apply_hypercorn_close_wait_fix() -> bool:
-    """Make hypercorn's trio worker release a connection the client closed while idle at once.
-
-    Patches ``hypercorn.trio.tcp_server.TCPServer._read_data`` when the installed hypercorn is
-    0.18.x and the method is the one with the bug (see the module docstring). Idempotent and
-    thread-safe; call it any number of times, at import time included. Returns True if the fix is
-    active, False if it was not applied (a different hypercorn, or the method was changed).
-    """
-    with _lock:
-        if hypercorn_close_wait_fix_applied():
-            return True
-        if not _installed_hypercorn_has_the_bug():
-            return False
-        setattr(TCPServer, "_read_data", _read_data)  # noqa: B010
-        setattr(TCPServer, "protocol_send", _protocol_send)  # noqa: B010
-        return True
-
-
-def hypercorn_close_wait_fix_applied() -> bool:
-    """True if hypercorn's trio worker runs with the fix in this process."""
-    return (
-        TCPServer.__dict__.get("_read_data") is _read_data
-        and TCPServer.__dict__.get("protocol_send") is _protocol_send
-    )

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import hypercorn.config
-import hypercorn.trio
 import trio
 
 from .asgi import MCPApp
-from .hypercorn_fast_path import apply_hypercorn_fast_path
-from .hypercorn_patch import apply_hypercorn_close_wait_fix
+from .hypercorn_server import serve_hypercorn
 
 __all__ = ["hypercorn_config", "serve", "wait_for_signal"]
 
@@ -45,14 +42,12 @@ async def serve(
     """Serve ``app`` with hypercorn until ``shutdown_trigger`` returns (or the task is cancelled).
 
     Reports the bound URLs through ``task_status``.  On shutdown the app's sessions are closed first,
-    so every open stream ends cleanly before hypercorn's own graceful period starts.  Applies the
-    hypercorn close-wait fix (see :func:`apply_hypercorn_close_wait_fix`) and, unless
-    ``hypercorn_fast_path`` is false, the request-path patches of :func:`apply_hypercorn_fast_path`
-    (both process-wide, both only on the hypercorn 0.18 code they were written for).
+    so every open stream ends cleanly before hypercorn's own graceful period starts.  The server runs
+    hypercorn's trio worker with mcp_trio's fixes, for this server only (no request can kill it,
+    closed idle connections are released at once, each socket write is bounded by the app's
+    ``config.write_timeout``) and, unless ``hypercorn_fast_path`` is false, the fast path; see
+    docs/hypercorn.md.  Other hypercorn servers in the process are not affected.
     """
-    apply_hypercorn_close_wait_fix()
-    if hypercorn_fast_path:
-        apply_hypercorn_fast_path()
     config = config or hypercorn_config()
 
     async def trigger() -> None:
@@ -62,5 +57,11 @@ async def serve(
             await shutdown_trigger()
         await app.aclose()
 
-    asgi: Any = app  # MCPApp speaks ASGI 3 with plain dicts; hypercorn's signature wants its TypedDicts
-    await hypercorn.trio.serve(asgi, config, shutdown_trigger=trigger, task_status=task_status)
+    await serve_hypercorn(
+        app,
+        config,
+        shutdown_trigger=trigger,
+        task_status=task_status,
+        fast_path=hypercorn_fast_path,
+        write_timeout=app.config.write_timeout,
+    )
