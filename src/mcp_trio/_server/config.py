@@ -36,6 +36,13 @@ class ServerConfig:
     stream_buffer: int = 256
     """Messages queued for one SSE connection.  A sender never blocks: a connection that falls this far
     behind is closed, and its client resumes from the event store with ``Last-Event-ID``."""
+    write_timeout: float = 30.0
+    """A socket write of a response that cannot complete within this (the client stopped reading)
+    breaks that connection, not the session: enforced by mcp_trio's servers (``serve``, ``serve_h11``).
+    A session that ends (DELETE, expiry, shutdown) does not wait for such a write."""
+    body_timeout: float = 30.0
+    """A request body must arrive whole within this; a slower upload gets 408 and its connection is
+    closed."""
     shutdown_grace: float = 5.0
     """How long streams get to end cleanly when the server shuts down."""
     dns_rebinding_protection: bool | None = None
