@@ -15,14 +15,16 @@ from .._protocol import jsonrpc, versions
 from .context import LOG_LEVELS, Context, Peer
 from .prompts import PromptFn, PromptSpec
 from .resources import ResourceFn, ResourceSpec
-from .tools import ToolFn, ToolSpec, to_call_tool_result
+from .tools import InvalidArguments, ToolFn, ToolSpec, to_call_tool_result
 
 __all__ = ["RESOURCE_NOT_FOUND", "MCPServer"]
 
-logger = logging.getLogger("mcp_trio")
+logger = logging.getLogger(__name__)
 
 RESOURCE_NOT_FOUND = -32002
 """The spec's error code for ``resources/read`` of an unknown URI."""
+MAX_URI_LENGTH = 8192
+"""Default of :attr:`MCPServer.max_uri_length`: the usual limit of a URL in HTTP servers and proxies."""
 
 Handler = Callable[[Context, Any], Awaitable[dict[str, Any]]]
 CompletionFn = Callable[..., Awaitable[Any]]
@@ -45,6 +47,7 @@ class MCPServer:
         instructions: str | None = None,
         cache_ttl_ms: int = 0,
         cache_scope: Literal["public", "private"] = "private",
+        max_subscriptions: int = 1000,
     ) -> None:
         self.name = name
         self.version = version
@@ -53,6 +56,11 @@ class MCPServer:
         """``ttlMs`` of list and read results (2026 era): how long clients may cache them."""
         self.cache_scope = cache_scope
         """``cacheScope`` of list and read results (2026 era): may shared intermediaries cache them."""
+        self.max_subscriptions = max_subscriptions
+        """Most resource URIs one session subscribes to (``resources/subscribe``), and most entries of one
+        ``subscriptions/listen`` filter's ``resourceSubscriptions``; beyond it the request gets -32602."""
+        self.max_uri_length = MAX_URI_LENGTH
+        """Longest resource URI (in characters) a subscription may name; a longer one gets -32602."""
         self._tools: dict[str, ToolSpec] = {}
         self._resources: dict[str, ResourceSpec] = {}
         self._templates: dict[str, ResourceSpec] = {}
@@ -274,7 +282,15 @@ class MCPServer:
         result["_meta"] = {**(result.get("_meta") or {}), **self.result_meta()}
 
     def subscription_filter(self, wanted: mt.SubscriptionFilter) -> mt.SubscriptionFilter:
-        """The part of a ``subscriptions/listen`` filter this server honours (what it can send)."""
+        """The part of a ``subscriptions/listen`` filter this server honours (what it can send).
+
+        Raises :class:`RPCError` (-32602) for more than :attr:`max_subscriptions` resource URIs or one
+        longer than :attr:`max_uri_length`, whether or not the server has resources."""
+        uris = wanted.resource_subscriptions or ()
+        if len(uris) > self.max_subscriptions:
+            raise self._too_many_subscriptions()
+        for uri in uris:
+            self._check_uri(uri)
         has_resources = bool(self._resources or self._templates)
         return mt.SubscriptionFilter(
             tools_list_changed=(wanted.tools_list_changed and bool(self._tools)) or None,
@@ -310,6 +326,8 @@ class MCPServer:
             raise
         except pydantic.ValidationError as exc:
             return _tool_error(f"Invalid arguments for tool {params.name}: {_first_error(exc)}")
+        except InvalidArguments as exc:
+            return _tool_error(f"Invalid arguments for tool {params.name}: {exc}")
         except Exception as exc:
             logger.info("tool %s raised %r", params.name, exc)
             return _tool_error(str(exc) or type(exc).__name__)
@@ -335,8 +353,24 @@ class MCPServer:
         raise RPCError(code, "Resource not found", {"uri": uri})
 
     async def _subscribe(self, ctx: Context, params: mt.SubscribeRequestParams) -> dict[str, Any]:
-        ctx.peer.subscriptions.add(str(params.uri))
+        """Subscribe the session to a URI: at most :attr:`max_subscriptions` of them (subscribing again
+        to one it has is fine), none longer than :attr:`max_uri_length`."""
+        uri = self._check_uri(str(params.uri))
+        subscriptions = ctx.peer.subscriptions
+        if uri not in subscriptions and len(subscriptions) >= self.max_subscriptions:
+            raise self._too_many_subscriptions()
+        subscriptions.add(uri)
         return {}
+
+    def _check_uri(self, uri: str) -> str:
+        """``uri`` itself, or :class:`RPCError` (-32602) if it is longer than :attr:`max_uri_length`."""
+        if len(uri) > self.max_uri_length:
+            limit = self.max_uri_length
+            raise RPCError(mt.INVALID_PARAMS, f"Resource URI too long (limit {limit} characters)")
+        return uri
+
+    def _too_many_subscriptions(self) -> RPCError:
+        return RPCError(mt.INVALID_PARAMS, f"Too many subscriptions (limit {self.max_subscriptions})")
 
     async def _unsubscribe(self, ctx: Context, params: mt.UnsubscribeRequestParams) -> dict[str, Any]:
         ctx.peer.subscriptions.discard(str(params.uri))

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
+import jsonschema  # type: ignore[import-untyped, unused-ignore]
 import mcp_types as mt
 import pydantic
+import referencing
+import referencing.exceptions
+import trio
 
 from .._protocol.modern import header_parameters
 from .context import Context
 
-__all__ = ["ToolSpec", "to_call_tool_result"]
+__all__ = ["ArgumentsSchema", "InvalidArguments", "ToolSpec", "to_call_tool_result"]
 
 ToolFn = Callable[..., Awaitable[Any]]
 
@@ -30,6 +34,8 @@ class ToolSpec:
     context_param: str | None
     header_params: dict[str, tuple[str, ...]]
     """``x-mcp-header`` annotations of the input schema: header name (lower-case) -> argument path."""
+    schema: ArgumentsSchema | None = None
+    """Validates arguments against an explicit ``input_schema``; None when they come from type hints."""
 
     @classmethod
     def build(
@@ -48,13 +54,16 @@ class ToolSpec:
         hints = get_type_hints(fn, include_extras=True)
         params = inspect.signature(fn).parameters
         context_param = next((p for p in params if hints.get(p) is Context), None)
-        model = None
+        name = name or fn.__name__
+        model = schema = None
         if input_schema is None:
             model = _arguments_model(fn, params, hints, context_param)
             input_schema = model.model_json_schema()
             input_schema.pop("title", None)
+        else:
+            schema = ArgumentsSchema.build(name, input_schema)
         definition = mt.Tool(
-            name=name or fn.__name__,
+            name=name,
             title=title,
             description=description if description is not None else inspect.getdoc(fn),
             input_schema=input_schema,
@@ -67,16 +76,21 @@ class ToolSpec:
             arguments=model,
             context_param=context_param,
             header_params=header_parameters(input_schema),
+            schema=schema,
         )
 
     def wire(self) -> dict[str, Any]:
         return self.definition.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     async def call(self, ctx: Context, arguments: dict[str, Any]) -> Any:
+        """Validate ``arguments`` and run the tool.  Invalid arguments raise ``pydantic.ValidationError``
+        (schema from type hints) or :class:`InvalidArguments` (explicit schema); the tool does not run."""
         if self.arguments is not None:
             validated = self.arguments.model_validate(arguments)
             kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
         else:
+            if self.schema is not None:
+                await self.schema.check(arguments)
             kwargs = dict(arguments)
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
@@ -95,6 +109,180 @@ def _arguments_model(
         default = ... if param.default is param.empty else param.default
         fields[pname] = (hints.get(pname, Any), default)
     return pydantic.create_model(f"{fn.__name__}_arguments", **fields)
+
+
+class InvalidArguments(ValueError):
+    """Arguments that do not satisfy a tool's explicit input schema.  The message is short (at most
+    ``MAX_ERROR_TEXT`` characters): the first error only, without the offending value in full."""
+
+
+MAX_ERROR_TEXT = 240
+"""Longest description of invalid arguments (or of an invalid schema) put in an error."""
+INLINE_VALIDATION_VALUES = 2_000
+"""Arguments holding more JSON values than this are validated in a worker thread: validation costs a few
+microseconds per value, and a 4 MiB body of numbers would otherwise stall the event loop for seconds."""
+_NO_REMOTE_REFS = referencing.Registry()
+"""Where a ``$ref`` may resolve besides inside the schema itself: nowhere (no network, no files)."""
+
+try:  # jsonschema's own helpers of its unevaluated* keywords (private, present since 4.0)
+    from jsonschema._utils import (  # type: ignore[import-untyped, unused-ignore]
+        find_evaluated_item_indexes_by_schema,
+        find_evaluated_property_keys_by_schema,
+    )
+except ImportError:  # pragma: no cover - then jsonschema's own (quadratic) keywords stay
+    find_evaluated_item_indexes_by_schema = find_evaluated_property_keys_by_schema = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentsSchema:
+    """The validator of an explicit ``input_schema``, built once when the tool is registered.
+
+    The dialect is the schema's ``$schema`` (JSON Schema 2020-12 without one, as MCP specifies).
+    ``format`` is an annotation (not asserted), ``$ref`` resolves only inside the schema, and the
+    keywords whose jsonschema implementations are quadratic in the size of an array or object
+    (``uniqueItems``, ``unevaluatedItems``, ``unevaluatedProperties``) are replaced by linear ones, so
+    validation time is linear in the size of the arguments for those keywords.
+    """
+
+    tool: str
+    validator: Any
+
+    @classmethod
+    def build(cls, tool: str, schema: dict[str, Any]) -> ArgumentsSchema:
+        """Check ``schema`` against its dialect's meta-schema; :class:`ValueError` if it is invalid."""
+        base = _dialect(tool, schema)
+        try:
+            base.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            where = _path(exc.absolute_path)
+            detail = f"at {where}: {exc.message}" if where else exc.message
+            raise ValueError(_shorten(f"tool {tool}: invalid input_schema {detail}")) from exc
+        return cls(tool, _hardened(base)(schema, registry=_NO_REMOTE_REFS))
+
+    async def check(self, arguments: dict[str, Any]) -> None:
+        """Raise :class:`InvalidArguments` unless ``arguments`` satisfy the schema."""
+        if _more_values_than(arguments, INLINE_VALIDATION_VALUES):
+            error = await trio.to_thread.run_sync(self.first_error, arguments, abandon_on_cancel=True)
+        else:
+            error = self.first_error(arguments)
+        if error is not None:
+            raise InvalidArguments(error)
+
+    def first_error(self, arguments: Any) -> str | None:
+        """A short description of the first way ``arguments`` break the schema, or None if they don't."""
+        try:
+            error = next(self.validator.iter_errors(arguments), None)
+        except RecursionError:
+            return "arguments are nested too deeply to validate"
+        except referencing.exceptions.Unresolvable as exc:  # a server bug, not the client's
+            text = f"tool {self.tool}: input_schema has an unresolvable $ref {exc.ref!r}"
+            raise RuntimeError(_shorten(text)) from exc
+        if error is None:
+            return None
+        where = _path(error.absolute_path)
+        return _shorten(f"{where}: {error.message}" if where else str(error.message))
+
+
+def _dialect(tool: str, schema: dict[str, Any]) -> Any:
+    """The jsonschema validator class of the schema's ``$schema`` (2020-12 when absent)."""
+    if "$schema" not in schema:
+        return jsonschema.Draft202012Validator
+    uri = schema["$schema"]
+    found = jsonschema.validators.validator_for(schema, default=None) if isinstance(uri, str) else None
+    if found is None:
+        raise ValueError(_shorten(f"tool {tool}: input_schema has an unknown $schema {uri!r}"))
+    return found
+
+
+_HARDENED: dict[Any, Any] = {}
+
+
+def _hardened(base: Any) -> Any:
+    """``base`` with linear implementations of the keywords jsonschema implements quadratically."""
+    hardened = _HARDENED.get(base)
+    if hardened is None:
+        overrides: dict[str, Any] = {"uniqueItems": _unique_items}
+        if base is jsonschema.Draft202012Validator and find_evaluated_item_indexes_by_schema is not None:
+            overrides["unevaluatedItems"] = _unevaluated_items
+            overrides["unevaluatedProperties"] = _unevaluated_properties
+        hardened = _HARDENED[base] = jsonschema.validators.extend(base, validators=overrides)
+    return hardened
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """``uniqueItems`` with a set of hashable stand-ins (jsonschema compares unsortable items pairwise)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Hashable] = set()
+    for index, item in enumerate(instance):
+        key = _json_key(item)
+        if key in seen:
+            yield jsonschema.ValidationError(f"items are not unique (item {index} repeats an earlier one)")
+            return
+        seen.add(key)
+
+
+def _json_key(value: Any) -> Hashable:
+    """A hashable stand-in of a JSON value, equal to another exactly when JSON Schema deems the values
+    equal: ``1 == 1.0`` but ``true != 1``, and the order of an object's keys does not matter."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, (int, float)):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("a", tuple(_json_key(item) for item in value))
+    if isinstance(value, dict):
+        return ("o", frozenset((key, _json_key(item)) for key, item in value.items()))
+    return ("z", None) if value is None else ("?", id(value))
+
+
+def _unevaluated_items(validator: Any, unevaluated: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """2020-12 ``unevaluatedItems``, with the evaluated indexes in a set (jsonschema scans a list)."""
+    if not validator.is_type(instance, "array"):
+        return
+    evaluated = set(find_evaluated_item_indexes_by_schema(validator, instance, schema))
+    extra = sum(1 for index in range(len(instance)) if index not in evaluated)
+    if extra:
+        yield jsonschema.ValidationError(f"Unevaluated items are not allowed ({extra} unexpected)")
+
+
+def _unevaluated_properties(validator: Any, unevaluated: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """2020-12 ``unevaluatedProperties``, with the evaluated keys in a set (jsonschema scans a list)."""
+    if not validator.is_type(instance, "object"):
+        return
+    evaluated = set(find_evaluated_property_keys_by_schema(validator, instance, schema))
+    for key in instance:
+        if key in evaluated:
+            continue
+        if next(validator.descend(instance[key], unevaluated, path=key, schema_path=key), None) is not None:
+            how = "not allowed" if unevaluated is False else "not valid under the given schema"
+            yield jsonschema.ValidationError(f"Unevaluated property {key!r} is {how}")
+            return
+
+
+def _more_values_than(value: Any, limit: int) -> bool:
+    """Whether a JSON value holds more than ``limit`` values (itself, containers and scalars inside),
+    counted without recursion and only as far as needed."""
+    seen, stack = 1, [value]
+    while stack:
+        item = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        seen += len(children)
+        if seen > limit:
+            return True
+        stack.extend(children)
+    return False
+
+
+def _path(path: Any) -> str:
+    """A JSON location as pydantic writes it in its errors: ``a.0.b``."""
+    return ".".join(str(part) for part in path)
+
+
+def _shorten(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 _CONTENT_TYPES = (mt.TextContent, mt.ImageContent, mt.AudioContent, mt.EmbeddedResource, mt.ResourceLink)

@@ -32,39 +32,129 @@ class EventStore(Protocol):
     async def forget_session(self, session_id: str) -> None: ...
 
 
-class InMemoryEventStore:
-    """A bounded in-memory store: the newest ``max_events_per_stream`` events of each stream, for at most
-    ``max_sessions`` sessions (the least recently written session is dropped first)."""
+_MIB = 1024 * 1024
+_GET_STREAM = 0
+"""The standalone GET stream's id (its events are not tied to a request)."""
 
-    def __init__(self, *, max_events_per_stream: int = 100, max_sessions: int = 10_000) -> None:
+
+class _Session:
+    """What the in-memory store keeps of one session."""
+
+    __slots__ = ("bytes", "streams")
+
+    def __init__(self) -> None:
+        self.streams: OrderedDict[int, deque[StoredEvent]] = OrderedDict()
+        """Each stream's kept events, oldest first; the least recently written stream first."""
+        self.bytes = 0
+        """The size of the data of every kept event."""
+
+
+class InMemoryEventStore:
+    """A bounded in-memory store.  Each bound drops the oldest first, so what is kept of a stream is its
+    newest events (less any event too large to keep):
+
+    - ``max_events_per_stream`` (100): the newest events of each stream;
+    - ``max_streams_per_session`` (32): the most recently written streams of a session; writing a new
+      stream beyond it drops the session's least recently written stream, except stream 0 (the standalone
+      GET stream: it lives as long as the session and carries whatever is not tied to a request, while
+      a POST stream is finished once its response is written), which the byte bound trims instead;
+    - ``max_bytes_per_session`` (16 MiB of event data): beyond it the oldest events of the session's least
+      recently written streams (stream 0 included) are dropped until it fits; a single event larger than
+      the bound is not stored at all (a client that resumes its stream misses it);
+    - ``max_sessions`` (10 000): the least recently written session is dropped first.
+
+    Storing an event costs O(1) amortized: byte counts are kept as events come and go.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_events_per_stream: int = 100,
+        max_streams_per_session: int = 32,
+        max_bytes_per_session: int = 16 * _MIB,
+        max_sessions: int = 10_000,
+    ) -> None:
+        for name, value in (
+            ("max_events_per_stream", max_events_per_stream),
+            ("max_streams_per_session", max_streams_per_session),
+            ("max_bytes_per_session", max_bytes_per_session),
+            ("max_sessions", max_sessions),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, not {value}")
         self._per_stream = max_events_per_stream
+        self._max_streams = max_streams_per_session
+        self._max_bytes = max_bytes_per_session
         self._max_sessions = max_sessions
-        self._sessions: OrderedDict[str, dict[int, deque[StoredEvent]]] = OrderedDict()
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
 
     async def store(self, session_id: str, event: StoredEvent) -> None:
         self.store_nowait(session_id, event)
 
     def store_nowait(self, session_id: str, event: StoredEvent) -> None:
-        streams = self._sessions.get(session_id)
-        if streams is None:
-            streams = self._sessions[session_id] = {}
+        """Keep ``event``, then drop what the bounds no longer allow (never ``event`` itself, unless
+        it alone is larger than ``max_bytes_per_session``: then it is not kept)."""
+        size = len(event.data)
+        if size > self._max_bytes:
+            return
+        session = self._session(session_id)
+        events = self._stream(session, event.stream_id)
+        if len(events) >= self._per_stream:
+            session.bytes -= len(events.popleft().data)
+        events.append(event)
+        session.bytes += size
+        while session.bytes > self._max_bytes:
+            self._trim_oldest(session)
+
+    def _session(self, session_id: str) -> _Session:
+        """The session's record, now the most recently written (the least recent one goes if too many)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = _Session()
             while len(self._sessions) > self._max_sessions:
                 self._sessions.popitem(last=False)
         else:
             self._sessions.move_to_end(session_id)
-        events = streams.get(event.stream_id)
+        return session
+
+    def _stream(self, session: _Session, stream_id: int) -> deque[StoredEvent]:
+        """The stream's events, now the most recently written (the least recent one goes if too many)."""
+        events = session.streams.get(stream_id)
         if events is None:
-            events = streams[event.stream_id] = deque(maxlen=self._per_stream)
-        events.append(event)
+            events = session.streams[stream_id] = deque()
+            if len(session.streams) > self._max_streams:
+                self._drop_stream(session, keep=stream_id)
+        else:
+            session.streams.move_to_end(stream_id)
+        return events
+
+    def _drop_stream(self, session: _Session, *, keep: int) -> None:
+        """Drop the least recently written stream other than stream 0 and ``keep`` (stream 0 only if it
+        is the one other stream, which takes ``max_streams_per_session=1``)."""
+        victim = next((s for s in session.streams if s not in (_GET_STREAM, keep)), _GET_STREAM)
+        session.bytes -= sum(len(e.data) for e in session.streams.pop(victim))
+
+    def _trim_oldest(self, session: _Session) -> None:
+        """Drop the oldest event of the least recently written stream (and the stream, if emptied)."""
+        stream_id, events = next(iter(session.streams.items()))
+        session.bytes -= len(events.popleft().data)
+        if not events:
+            del session.streams[stream_id]
 
     async def replay_after(self, session_id: str, stream_id: int, seq: int) -> list[StoredEvent]:
-        events = self._sessions.get(session_id, {}).get(stream_id, ())
+        session = self._sessions.get(session_id)
+        events = session.streams.get(stream_id, ()) if session is not None else ()
         return [e for e in events if e.seq > seq]
 
     async def forget_session(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
 
     def statistics(self) -> dict[str, int]:
-        streams = sum(len(s) for s in self._sessions.values())
-        events = sum(len(e) for s in self._sessions.values() for e in s.values())
-        return {"sessions": len(self._sessions), "streams": streams, "events": events}
+        """Sessions, streams and events kept, and the bytes of event data they hold."""
+        sessions = self._sessions.values()
+        return {
+            "sessions": len(self._sessions),
+            "streams": sum(len(s.streams) for s in sessions),
+            "events": sum(len(e) for s in sessions for e in s.streams.values()),
+            "bytes": sum(s.bytes for s in sessions),
+        }
