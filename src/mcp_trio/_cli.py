@@ -105,6 +105,8 @@ _CONFIG_OPTIONS: dict[str, type] = {
     "init_timeout": float,
     "keepalive_interval": float,
     "shutdown_grace": float,
+    "write_timeout": float,
+    "body_timeout": float,
     "max_sessions": int,
     "max_body_size": int,
     "sse_retry_ms": int,

@@ -346,7 +346,7 @@ async def main(serve):
     return {"states_300ms_after_close": after_close, "release_s": released}
 
 async def bounded_main():
-    with trio.fail_after(10):
+    with trio.fail_after(20):
         if MODE == "beside":
             await main(serve_hypercorn)
         outcome = await main(serve_hypercorn if MODE == "fixed" else stock_serve)
@@ -377,7 +377,7 @@ async def test_unpatched_hypercorn_keeps_closed_idle_connection_until_keep_alive
     # remove mcp_trio._server.hypercorn_patch (see its docstring).
     # "beside": the same holds for stock hypercorn in a process that imported and ran mcp_trio's server.
     keep_alive_timeout = 1.5
-    with trio.fail_after(12):
+    with trio.fail_after(40):
         for mode in ("stock", "beside"):
             unpatched = await run_experiment(mode, keep_alive_timeout)
             assert unpatched["hypercorn_untouched"]

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from mcp_trio import RemoteProtocolError
 from mcp_trio._protocol import jsonrpc
 
+finite_floats = st.floats(allow_nan=False, allow_infinity=False)  # NaN and infinities are no JSON: -32700
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none() | st.booleans() | st.integers() | finite_floats | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
@@ -21,7 +22,7 @@ envelopes = st.fixed_dictionaries(
     {},
     optional={
         "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
-        "id": st.one_of(st.integers(), st.text(max_size=5), st.none(), st.booleans(), st.floats()),
+        "id": st.one_of(st.integers(), st.text(max_size=5), st.none(), st.booleans(), finite_floats),
         "method": st.one_of(st.text(max_size=10), st.integers()),
         "params": json_values,
         "result": json_values,

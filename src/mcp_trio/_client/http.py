@@ -19,7 +19,7 @@ from .._protocol.sse import ServerSentEvent, SSEDecoder
 
 __all__ = ["HTTPTransport", "MessageStream", "SessionExpired", "TransportError"]
 
-logger = logging.getLogger("mcp_trio.client")
+logger = logging.getLogger(__name__)
 
 OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
 ACCEPT = "application/json, text/event-stream"

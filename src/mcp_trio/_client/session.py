@@ -23,7 +23,7 @@ from .stdio import StdioTransport, start_process
 
 __all__ = ["ClientSession", "Subscription", "open_client_session", "open_stdio_client"]
 
-logger = logging.getLogger("mcp_trio.client")
+logger = logging.getLogger(__name__)
 
 Mode = Literal["auto", "legacy", "modern"]
 SamplingHandler = Callable[[mt.CreateMessageRequestParams], Awaitable[mt.CreateMessageResult]]

@@ -15,7 +15,7 @@ from .http import OnMessage, TransportError
 
 __all__ = ["StdioTransport"]
 
-logger = logging.getLogger("mcp_trio.client")
+logger = logging.getLogger(__name__)
 MAX_LINE = 4 * 1024 * 1024
 
 

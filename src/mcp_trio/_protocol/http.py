@@ -24,6 +24,7 @@ __all__ = [
     "RequestFacts",
     "accepts",
     "check_delete",
+    "check_duplicates",
     "check_get",
     "check_method",
     "check_origin",
@@ -55,31 +56,47 @@ class RequestFacts:
     mcp_name: str | None = None
     mcp_params: tuple[tuple[str, str], ...] = ()
     """``Mcp-Param-{Name}`` headers as ``(name lower-case, raw value)``."""
+    conflicts: tuple[str, ...] = ()
+    """Lower-case names of headers above sent more than once with different values (``accept`` excepted:
+    its copies are joined); the first copy is the one kept."""
 
     @classmethod
     def from_headers(cls, method: str, headers: Iterable[tuple[bytes, bytes]]) -> RequestFacts:
-        """Build facts from ASGI-style ``(name, value)`` byte pairs; repeated headers keep the first."""
+        """Build facts from ASGI-style ``(name, value)`` byte pairs (names lower-case, as ASGI promises).
+
+        Repeated ``Accept`` headers are joined with ``", "``; any other repeated header keeps its first
+        copy, and is listed in ``conflicts`` if a later copy differs (see :func:`check_duplicates`)."""
         found: dict[bytes, str] = {}
-        params: list[tuple[str, str]] = []
+        params: dict[str, str] = {}
+        conflicts: tuple[str, ...] = ()
         for name, value in headers:
-            if name in _WANTED and name not in found:
-                found[name] = value.decode("latin-1").strip()
+            if name in _WANTED:
+                text = value.decode("latin-1").strip()
+                first = found.setdefault(name, text)
+                if first is not text and first != text:
+                    if name == b"accept":
+                        found[name] = f"{first}, {text}"
+                    elif name.decode() not in conflicts:
+                        conflicts += (name.decode(),)
             elif name.startswith(b"mcp-param-"):
-                params.append((name[10:].decode("latin-1"), value.decode("latin-1").strip()))
-        length = found.get(b"content-length")
+                key, text = name[10:].decode("latin-1"), value.decode("latin-1").strip()
+                first = params.setdefault(key, text)
+                if first is not text and first != text and f"mcp-param-{key}" not in conflicts:
+                    conflicts += (f"mcp-param-{key}",)
         return cls(
             method=method,
             host=found.get(b"host"),
             origin=found.get(b"origin"),
             accept=found.get(b"accept"),
             content_type=found.get(b"content-type"),
-            content_length=int(length) if length is not None and length.isdigit() else None,
+            content_length=_content_length(found.get(b"content-length")),
             session_id=found.get(b"mcp-session-id"),
             protocol_version=found.get(b"mcp-protocol-version"),
             last_event_id=found.get(b"last-event-id"),
             mcp_method=found.get(b"mcp-method"),
             mcp_name=found.get(b"mcp-name"),
-            mcp_params=tuple(params),
+            mcp_params=tuple(params.items()),
+            conflicts=conflicts,
         )
 
 
@@ -97,6 +114,30 @@ _WANTED = frozenset(
         b"mcp-name",
     }
 )
+_HUGE = 10**18
+"""Stands for a ``Content-Length`` of more than 18 digits (far more than any body we accept)."""
+
+
+def _content_length(value: str | None) -> int | None:
+    """A ``Content-Length`` of ASCII digits as an int; None when absent or malformed."""
+    if value is None or not (value.isascii() and value.isdigit()):
+        return None
+    digits = value.lstrip("0")
+    return int(digits or "0") if len(digits) <= 18 else _HUGE
+
+
+_ERA_HEADERS = frozenset({"mcp-method", "mcp-name", "mcp-protocol-version"})
+"""Headers whose conflicting copies :func:`check_duplicates` leaves to the era that reads them (with
+``Mcp-Param-*``): ``modern.check_headers`` answers -32020 and :func:`check_protocol_version` -32600."""
+
+
+def check_duplicates(facts: RequestFacts) -> None:
+    """400 for conflicting copies of a transport header (``Host``, ``Origin``, ``Content-Type``,
+    ``Content-Length``, ``Mcp-Session-Id``, ``Last-Event-ID``): which copy a proxy or a load balancer
+    reads is anyone's guess, so none is trusted."""
+    names = [n for n in facts.conflicts if n not in _ERA_HEADERS and not n.startswith("mcp-param-")]
+    if names:
+        raise RemoteProtocolError(f"Bad Request: conflicting duplicate {', '.join(names)} headers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +179,7 @@ class OriginPolicy:
 def _split_port(hostport: str) -> tuple[str, str | None]:
     """``'h:80'`` -> ``('h', '80')``; ``'[::1]:80'`` -> ``('[::1]', '80')``; no port -> ``(h, None)``."""
     head, sep, tail = hostport.rpartition(":")
-    if sep and tail.isdigit() and not head.endswith(":"):
+    if sep and tail.isascii() and tail.isdigit() and not head.endswith(":"):
         return head, tail
     return hostport, None
 
@@ -230,6 +271,8 @@ def check_protocol_version(facts: RequestFacts) -> versions.Revision:
     """The revision a request speaks, by its header (absent: 2025-03-26); 400 when unsupported."""
     if facts.protocol_version is None:
         return versions.DEFAULT_HEADER_REVISION
+    if "mcp-protocol-version" in facts.conflicts:
+        raise RemoteProtocolError("Bad Request: conflicting duplicate mcp-protocol-version headers")
     found = versions.revision(facts.protocol_version)
     if found is None or found.stateless:
         supported = ", ".join(r.name for r in versions.LEGACY)

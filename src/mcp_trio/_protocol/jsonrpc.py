@@ -7,6 +7,8 @@ carries the JSON-RPC code to answer with); envelopes in, bytes out.
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +46,12 @@ class Incoming:
 def parse_body(body: bytes, *, allow_batch: bool) -> Incoming:
     """Parse one POST body into JSON-RPC envelopes.
 
-    Raises :class:`RemoteProtocolError` with ``-32700`` for bytes that are not UTF-8 JSON and
-    ``-32600`` for JSON that is not a valid message (or a batch where batches are not allowed).
+    Raises :class:`RemoteProtocolError` with ``-32700`` for bytes that are not UTF-8 JSON (or JSON that
+    cannot be represented faithfully: ``NaN``, out-of-range or overlong numbers, strings with a lone
+    UTF-16 surrogate) and ``-32600`` for JSON that is not a valid message (or a batch where batches are
+    not allowed).
     """
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise RemoteProtocolError("Parse error: body is not valid JSON", code=mt.PARSE_ERROR) from exc
+    data = _decode(body)
     if isinstance(data, list):
         if not allow_batch:
             raise RemoteProtocolError("Invalid Request: JSON-RPC batches are not supported by this revision")
@@ -58,6 +59,61 @@ def parse_body(body: bytes, *, allow_batch: bool) -> Incoming:
             raise RemoteProtocolError("Invalid Request: empty batch")
         return Incoming(tuple(parse_message(item) for item in data), batch=True)
     return Incoming((parse_message(data),), batch=False)
+
+
+class _Unrepresentable(ValueError):
+    """JSON text that is well-formed but holds a value we refuse (its message says which)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Unrepresentable(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _Unrepresentable(f"number {text[:20]!r} is out of range")
+    return number
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _decode(body: bytes) -> Any:
+    """The JSON value of a body, or a -32700 :class:`RemoteProtocolError`."""
+    try:
+        # Strict decoding: ``json.loads(bytes)`` lets UTF-8-encoded surrogates through.
+        text = body.decode(json.detect_encoding(body))
+        data = _DECODER.decode(text)
+    except _Unrepresentable as exc:
+        raise RemoteProtocolError(f"Parse error: {exc}", code=mt.PARSE_ERROR) from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise RemoteProtocolError("Parse error: body is not valid JSON", code=mt.PARSE_ERROR) from exc
+    except ValueError as exc:  # the only other one: an integer longer than int() accepts (4300 digits)
+        raise RemoteProtocolError("Parse error: a number has too many digits", code=mt.PARSE_ERROR) from exc
+    if ("\\ud" in text or "\\uD" in text) and _has_surrogate(data):
+        raise RemoteProtocolError(
+            "Parse error: a string holds a lone UTF-16 surrogate (not Unicode text)", code=mt.PARSE_ERROR
+        )
+    return data
+
+
+def _has_surrogate(value: Any) -> bool:
+    """Whether a decoded JSON value holds a string (key or value) with a lone surrogate (iterative: the
+    walk visits each node once, however deep)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def parse_message(data: Any) -> Message:
@@ -82,7 +138,29 @@ def parse_message(data: Any) -> Message:
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    """Compact UTF-8 JSON that any peer can parse, whatever a handler put in ``obj``.
+
+    NaN and the infinities are not JSON: they go out as ``null`` (as JavaScript's ``JSON.stringify``
+    does). A string with a lone surrogate cannot be UTF-8: that character goes out as its ``\\uXXXX``
+    escape (surrogates can only stand inside JSON strings, where that escape is what ``ensure_ascii``
+    would write). A circular or unserializable ``obj`` still raises, as ``json.dumps`` does."""
+    try:
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:  # NaN or an infinity; a circular structure raises again here
+        json.dumps(obj, separators=(",", ":"))
+        text = json.dumps(_finite(obj), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8", "backslashreplace")
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by ``None``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: _finite(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(value) for value in obj]
+    return obj
 
 
 def response(request_id: mt.RequestId, result: dict[str, Any]) -> dict[str, Any]:

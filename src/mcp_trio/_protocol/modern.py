@@ -8,10 +8,10 @@ import binascii
 import hashlib
 import hmac
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import mcp_types as mt
@@ -35,8 +35,12 @@ __all__ = [
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 """Methods that need ``Mcp-Name``, and the param it mirrors."""
 
-_SENTINEL = re.compile(r"^=\?base64\?([A-Za-z0-9+/=]*)\?=$")
+_SENTINEL = re.compile(r"=\?base64\?(.*)\?=", re.DOTALL)
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
+_STATE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}")
+"""A sealed ``requestState``: unpadded URL-safe base64 of the payload, a dot, then that of its HMAC."""
+_METADATA_HEADERS = frozenset({"mcp-method", "mcp-name", "mcp-protocol-version"})
 
 
 def header_mismatch(message: str, request_id: mt.RequestId | None = None) -> RemoteProtocolError:
@@ -59,15 +63,16 @@ def meta_version(params: Mapping[str, Any] | None) -> object:
 
 
 def decode_header_value(value: str) -> str:
-    """A header value as sent: plain visible ASCII, or the ``=?base64?...?=`` form of UTF-8 text."""
-    found = _SENTINEL.match(value)
+    """A header value as sent: plain visible ASCII, or the ``=?base64?...?=`` form of UTF-8 text (a value
+    of that shape is never plain: clients must encode such a value, so it must hold valid base64)."""
+    found = _SENTINEL.fullmatch(value)
     if found is None:
         if not all(0x20 <= ord(c) <= 0x7E or c == "\t" for c in value):
             raise ValueError("invalid characters")
         return value
     try:
         return base64.b64decode(found.group(1), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # binascii.Error, UnicodeDecodeError, or non-ASCII text
         raise ValueError("invalid base64 value") from exc
 
 
@@ -130,14 +135,16 @@ def _value_at(arguments: Any, path: tuple[str, ...]) -> Any:
 
 
 def _same(header: str, value: Any) -> bool:
+    """Whether a decoded ``Mcp-Param`` value mirrors a body value: strings exactly, booleans as ``true``
+    or ``false``, numbers as a plain decimal of the same value (``42.0`` is 42, 9007199254740993 is not
+    9007199254740992; ``+42``, ``4_2``, ``4.2e1``, ``nan`` or a padded ``42`` are no numbers here)."""
     if isinstance(value, bool):
         return header == ("true" if value else "false")
     if isinstance(value, (int, float)):
-        try:
-            number = float(header)
-        except ValueError:
+        if _DECIMAL.fullmatch(header) is None:
             return False
-        return math.isfinite(number) and number == value
+        # An int compares exactly; a float was rounded to binary when the body was parsed, so is the header.
+        return (Decimal(header) if isinstance(value, int) else float(header)) == value
     return isinstance(value, str) and header == value
 
 
@@ -150,9 +157,11 @@ def check_headers(
 ) -> versions.Revision:
     """Validate a modern request's metadata headers against its body; return its revision.
 
-    -32020 (HeaderMismatch) for a missing, malformed or mismatched ``MCP-Protocol-Version``,
-    ``Mcp-Method``, ``Mcp-Name`` or ``Mcp-Param-*``; -32022 for a version we do not serve.
+    -32020 (HeaderMismatch) for a missing, malformed, mismatched or conflicting (sent twice, differently)
+    ``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` or ``Mcp-Param-*``; -32022 for a version we
+    do not serve.
     """
+    _check_conflicts(facts, request_id)
     if facts.protocol_version is None:
         raise header_mismatch("MCP-Protocol-Version header is required", request_id)
     check_meta(request_id, params)
@@ -175,6 +184,13 @@ def check_headers(
     if header_params:
         _check_params(facts, request_id, (params or {}).get("arguments"), header_params)
     return found
+
+
+def _check_conflicts(facts: RequestFacts, request_id: mt.RequestId | None) -> None:
+    """Two different copies of a metadata header: an intermediary may have routed on either one."""
+    for name in facts.conflicts:
+        if name in _METADATA_HEADERS or name.startswith("mcp-param-"):
+            raise header_mismatch(f"conflicting duplicate {name} headers", request_id)
 
 
 def check_meta(request_id: mt.RequestId | None, params: Mapping[str, Any] | None) -> None:
@@ -229,18 +245,23 @@ def _check_params(
     arguments: Any,
     header_params: Mapping[str, tuple[str, ...]],
 ) -> None:
+    """Every ``Mcp-Param`` header the tool declares: required when the body has a value for it, then
+    equal to it; well-formed whenever sent; and not sent for an absent or null body value (a conforming
+    client omits it there, and a header the body does not back is the mismatch this check exists for)."""
     sent = dict(facts.mcp_params)
     for name, path in header_params.items():
         value = _value_at(arguments, path)
         raw = sent.get(name)
-        if value is None:
-            continue
         if raw is None:
-            raise header_mismatch(f"Mcp-Param-{name} header is required", request_id)
+            if value is not None:
+                raise header_mismatch(f"Mcp-Param-{name} header is required", request_id)
+            continue
         try:
             decoded = decode_header_value(raw)
         except ValueError as exc:
             raise header_mismatch(f"Mcp-Param-{name} header: {exc}", request_id) from exc
+        if value is None:
+            raise header_mismatch(f"Mcp-Param-{name} header is sent but the body has no value", request_id)
         if not _same(decoded, value):
             raise header_mismatch(
                 f"Mcp-Param-{name} header value {decoded!r} does not match body value {value!r}", request_id
@@ -262,8 +283,10 @@ class RequestState:
     def open(self, state: str, binding: str, now: float) -> dict[str, Any]:
         """The responses sealed in ``state``; ValueError if it was altered, expired, or is for another
         request."""
-        body, dot, signature = state.partition(".")
-        if not dot or not hmac.compare_digest(signature, self._sign(body)):
+        if not _STATE.fullmatch(state):  # also keeps non-ASCII text away from compare_digest
+            raise ValueError("requestState failed verification")
+        body, _, signature = state.partition(".")
+        if not hmac.compare_digest(signature, self._sign(body)):
             raise ValueError("requestState failed verification")
         try:
             payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 import secrets
 
 from .._exceptions import LocalProtocolError
@@ -57,8 +58,13 @@ def make_event_id(stream_id: int, seq: int) -> str:
     return f"{stream_id}-{seq}"
 
 
+_EVENT_ID = re.compile(r"([0-9]+)-([0-9]+)")
+
+
 def parse_event_id(event_id: str) -> tuple[int, int] | None:
-    stream, sep, seq = event_id.partition("-")
-    if not sep or not stream.isdigit() or not seq.isdigit() or len(event_id) > 40:
+    """``(stream, seq)`` of an event id made by :func:`make_event_id`; None for anything else (ASCII
+    digits only, at most 40 characters)."""
+    found = _EVENT_ID.fullmatch(event_id) if len(event_id) <= 40 else None
+    if found is None:
         return None
-    return int(stream), int(seq)
+    return int(found.group(1)), int(found.group(2))

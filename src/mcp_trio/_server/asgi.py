@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import mcp_types as mt
+import pydantic_core
 import trio
 
 from .._app.server import MCPServer
@@ -22,14 +23,18 @@ from .._protocol import http, jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._protocol.session import parse_event_id
 from .config import ServerConfig
+from .hypercorn_server import CANCELLABLE_SEND
 from .manager import SessionManager
 from .session import Session
 from .stateless import ModernEndpoint
-from .streams import Exchange, Stream, content_length
+from .streams import TRANSPORT_ERRORS, Exchange, GuardedSend, Stream, content_length
 
 __all__ = ["MCPApp"]
 
-logger = logging.getLogger("mcp_trio")
+logger = logging.getLogger(__name__)
+
+STALLED_AFTER = 1.0
+"""A send under way for longer than this (seconds) counts as stalled in :meth:`MCPApp.statistics`."""
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -49,6 +54,8 @@ class MCPApp:
         self.config = config or ServerConfig()
         self.manager = SessionManager(server, self.config)
         self.modern = ModernEndpoint(server, self.config)
+        self._sends: set[GuardedSend] = set()
+        """Sends under way (each HTTP request's, while one is being written)."""
         extra_hosts = self.config.allowed_hosts or frozenset()
         extra_origins = self.config.allowed_origins or frozenset()
         loopback = http.OriginPolicy.loopback()
@@ -88,6 +95,9 @@ class MCPApp:
         store = self.manager.event_store
         if store is not None and hasattr(store, "statistics"):
             stats["event_store"] = store.statistics()
+        now = trio.current_time()
+        stats["writes_in_progress"] = len(self._sends)
+        stats["writes_stalled"] = sum(now - guard.since > STALLED_AFTER for guard in self._sends)
         return stats
 
     # -- ASGI -------------------------------------------------------------------------------
@@ -98,6 +108,8 @@ class MCPApp:
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+        elif kind == "websocket":  # not served: the server answers the upgrade with 403
+            await send({"type": "websocket.close", "code": 1008})
         else:
             raise RuntimeError(f"mcp_trio does not serve ASGI {kind!r} scopes")
 
@@ -117,17 +129,26 @@ class MCPApp:
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _http(self, scope: Scope, receive: Receive, raw_send: Send) -> None:
-        send = _uncancellable(raw_send)
+        extensions = scope.get("extensions")
+        abortable = isinstance(extensions, dict) and CANCELLABLE_SEND in extensions
+        send = GuardedSend(raw_send, abortable=abortable, in_progress=self._sends)
+        try:
+            await self._route(scope, receive, send)
+        except TRANSPORT_ERRORS:  # the connection was abandoned (a send was cut): nothing more to say
+            return
+
+    async def _route(self, scope: Scope, receive: Receive, send: GuardedSend) -> None:
         path = scope.get("path", "/")
-        if self.config.stats_path is not None and path == self.config.stats_path:
-            await _respond(send, 200, json.dumps(self.statistics()).encode())
-            return
-        if self.config.path is not None and path.rstrip("/") != self.config.path.rstrip("/"):
-            await _respond(send, 404, jsonrpc.error_body(RemoteProtocolError("Not Found", http_status=404)))
-            return
         facts = http.RequestFacts.from_headers(scope["method"], scope.get("headers", ()))
         try:
+            if self.config.stats_path is not None and path == self.config.stats_path:
+                http.check_origin(facts, self._origin_policy(scope))
+                await _respond(send, 200, json.dumps(self.statistics()).encode())
+                return
+            if self.config.path is not None and path.rstrip("/") != self.config.path.rstrip("/"):
+                raise RemoteProtocolError("Not Found", http_status=404)
             http.check_method(facts)
+            http.check_duplicates(facts)
             http.check_origin(facts, self._origin_policy(scope))
             if facts.method == "POST":
                 await self._post(facts, receive, send)
@@ -149,9 +170,9 @@ class MCPApp:
 
     # -- POST -------------------------------------------------------------------------------
 
-    async def _post(self, facts: http.RequestFacts, receive: Receive, send: Send) -> None:
+    async def _post(self, facts: http.RequestFacts, receive: Receive, send: GuardedSend) -> None:
         http.check_post(facts, max_body_size=self.config.max_body_size, json_only=False)
-        body = await _read_body(receive, self.config.max_body_size)
+        body = await _read_body(receive, self.config.max_body_size, self.config.body_timeout)
         incoming = jsonrpc.parse_body(body, allow_batch=True)
         initialize = [m for m in incoming.requests if m.method == "initialize"]
         first = incoming.messages[0]
@@ -172,13 +193,14 @@ class MCPApp:
         await self._post_legacy(facts, incoming, receive, send)
 
     async def _post_legacy(
-        self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: Send
+        self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: GuardedSend
     ) -> None:
         session = self._session(facts)
         if incoming.batch and not session.revision.batches:
             raise RemoteProtocolError(
                 f"Invalid Request: JSON-RPC batches are not supported in {session.revision.name}"
             )
+        session.check_request_ids(incoming.requests)
         with session.activity():
             for message in incoming.messages:
                 if isinstance(message, mt.JSONRPCNotification):
@@ -190,14 +212,14 @@ class MCPApp:
                 await _respond(send, 202, b"", content_type=None)
                 return
             stream = session.open_post_stream(requests, batch=incoming.batch)
-            exchange = Exchange(send)
-            session.connect(stream, exchange)
-            for request in requests:
-                session.start_request(request)
-            await _wait(exchange, receive, quick=self.config.sse_start_delay)
+            exchange = Exchange(send, send)
+            with session.connection(stream, exchange):
+                for request in requests:
+                    session.start_request(request)
+                await _wait(exchange, receive, quick=self.config.sse_start_delay)
 
     async def _post_modern(
-        self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: Send
+        self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: GuardedSend
     ) -> None:
         """A 2026-era POST: one request (or notification), validated against its headers."""
         (message,) = incoming.messages if not incoming.batch else (None,)
@@ -226,25 +248,24 @@ class MCPApp:
             return None
         return self.server.tool_header_params(message.params.get("name"))
 
-    async def _initialize(self, request: mt.JSONRPCRequest, receive: Receive, send: Send) -> None:
+    async def _initialize(self, request: mt.JSONRPCRequest, receive: Receive, send: GuardedSend) -> None:
         try:
             revision, params, result = self.server.initialize(request.params)
+            client_info, client_capabilities = _client_declarations(params)
         except RPCError as exc:
             raise RemoteProtocolError(exc.message, code=exc.code, request_id=request.id) from exc
-        try:
+        try:  # validated: only now is a session made
             session = await self.manager.create(revision)
         except SessionError as exc:
             raise http.server_busy() from exc
-        session.client_info = params.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
-        session.client_capabilities = params.capabilities.model_dump(
-            by_alias=True, exclude_none=True, mode="json"
-        )
+        session.client_info = client_info
+        session.client_capabilities = client_capabilities
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
-            exchange = Exchange(_with_session_header(send, session.id))
-            session.connect(stream, exchange)
-            await session.answer_now(request.id, jsonrpc.response(request.id, result))
-            await _wait(exchange, receive)
+            exchange = Exchange(_with_session_header(send, session.id), send)
+            with session.connection(stream, exchange):
+                await session.answer_now(request.id, jsonrpc.response(request.id, result))
+                await _wait(exchange, receive)
 
     def _session(self, facts: http.RequestFacts) -> Session:
         session_id = http.check_session_header(facts)
@@ -255,7 +276,7 @@ class MCPApp:
 
     # -- GET and DELETE -----------------------------------------------------------------------
 
-    async def _get(self, facts: http.RequestFacts, receive: Receive, send: Send) -> None:
+    async def _get(self, facts: http.RequestFacts, receive: Receive, send: GuardedSend) -> None:
         _refuse_modern(facts)
         http.check_get(facts)
         session = self._session(facts)
@@ -266,11 +287,11 @@ class MCPApp:
             stream_id, replay_after = parsed
             stream = session.stream_for_resume(stream_id) or Stream(stream_id)
         with session.activity():
-            exchange = Exchange(send)
-            session.connect(stream, exchange, replay_after)
-            await _wait(exchange, receive)
+            exchange = Exchange(send, send)
+            with session.connection(stream, exchange, replay_after):
+                await _wait(exchange, receive)
 
-    async def _delete(self, facts: http.RequestFacts, send: Send) -> None:
+    async def _delete(self, facts: http.RequestFacts, send: GuardedSend) -> None:
         _refuse_modern(facts)
         session = self._session(facts)
         http.check_protocol_version(facts)
@@ -278,21 +299,16 @@ class MCPApp:
         await _respond(send, 200, b"", content_type=None)
 
 
-def _uncancellable(send: Send) -> Send:
-    """Every ASGI send runs to its end, even when its task is being cancelled.
-
-    Cancellation (a DELETE, a disconnect, shutdown) reaches writers at any await.  Inside hypercorn's
-    ``send`` that is fatal: its ``http.response.start`` writes the head and only then records that the
-    response started, so a cancel in between leaves it believing no response was sent; when the app
-    returns it then sends a 500 head into a response already under way, h11 raises, and the exception
-    ends the whole server.  A shielded send finishes (the socket write beneath is shielded by hypercorn
-    anyway), and the cancellation lands at the next checkpoint."""
-
-    async def send_whole(message: dict[str, Any]) -> None:
-        with trio.CancelScope(shield=True):
-            await send(message)
-
-    return send_whole
+def _client_declarations(params: mt.InitializeRequestParams) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``clientInfo`` and ``capabilities`` of an ``initialize`` as JSON; -32602 for values that cannot
+    be serialized back (nesting deeper than pydantic serializes, and the like)."""
+    try:
+        info = params.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
+        capabilities = params.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
+        jsonrpc.encode({"i": info, "c": capabilities})
+    except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
+        raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
+    return info, capabilities
 
 
 def _refuse_modern(facts: http.RequestFacts) -> None:
@@ -322,8 +338,8 @@ async def _wait(exchange: Exchange, receive: Receive, *, quick: float = 0.0) -> 
                     exchange.cancel_writer()
                     break
         await exchange.done.wait()
-    if exchange.finished:
-        return
+    if exchange.finished or (exchange.guard is not None and exchange.guard.broken):
+        return  # a response cut short (the client stopped reading) ends with its connection
     if exchange.started:
         await exchange.body(b"", more=False)
     else:  # the session ended before the writer could start the response
@@ -341,20 +357,27 @@ def _with_session_header(send: Send, session_id: str) -> Send:
     return send_with_header
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
+async def _read_body(receive: Receive, limit: int, within: float) -> bytes:
+    """The whole request body: 413 past ``limit`` bytes, 408 if it takes longer than ``within``."""
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            http.body_too_large(limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    with trio.move_on_after(within):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                http.body_too_large(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+    raise RemoteProtocolError(
+        f"Request Timeout: the body did not arrive within {within:g} s",
+        http_status=408,
+        headers=(("connection", "close"),),
+    )
 
 
 class _ClientGone(Exception):

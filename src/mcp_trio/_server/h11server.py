@@ -23,6 +23,7 @@ Only HTTP/1.1 (and 1.0) over plain TCP: no TLS, no HTTP/2, no WebSocket.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -35,11 +36,16 @@ import h11
 import trio
 
 from .asgi import MCPApp
+from .containment import contained, split_fatal
+from .hypercorn_server import CANCELLABLE_SEND
 from .streams import content_length
 
 __all__ = ["H11Config", "serve_h11"]
 
-logger = logging.getLogger("mcp_trio.h11")
+logger = logging.getLogger(__name__)
+
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+"""``accept`` errors worth waiting out (as ``trio.serve_listeners`` does); any other is raised."""
 
 _RECEIVE_SIZE = 65536
 _DISCONNECT = {"type": "http.disconnect"}
@@ -60,6 +66,9 @@ class H11Config:
     shutdown_grace: float = 5.0
     """After the app has closed its sessions, how long responses still under way may take (seconds)."""
     backlog: int | None = None
+    write_timeout: float | None = None
+    """A socket write that cannot complete within this closes its connection (seconds).  None: the
+    app's ``config.write_timeout``."""
 
 
 class _Gone(Exception):
@@ -71,6 +80,7 @@ class _Connection:
 
     __slots__ = (
         "_body_done",
+        "_broken",
         "_disconnected",
         "_idle_scope",
         "_pending_start",
@@ -83,6 +93,7 @@ class _Connection:
         "conn",
         "server_addr",
         "stream",
+        "write_timeout",
     )
 
     def __init__(
@@ -101,10 +112,23 @@ class _Connection:
         self._pending_start: dict[str, Any] | None = None
         self._started = False
         self._response_done = False
+        self._broken = False
+        """A write failed, timed out or was cancelled: the connection can only be closed."""
+        self.write_timeout = config.write_timeout if config.write_timeout is not None else (
+            app.config.write_timeout
+        )
 
     # -- connection loop -----------------------------------------------------------------------
 
     async def run(self, shutting_down: Callable[[], bool]) -> None:
+        try:
+            with contained("HTTP/1.1 connection"):
+                await self._loop(shutting_down)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def _loop(self, shutting_down: Callable[[], bool]) -> None:
         try:
             while not shutting_down():
                 try:
@@ -120,9 +144,6 @@ class _Connection:
                 self.conn.start_next_cycle()
         except _Gone:
             return
-        finally:
-            with trio.CancelScope(shield=True):
-                await self.stream.aclose()
 
     def close_if_idle(self) -> None:
         if self._idle_scope is not None:
@@ -224,17 +245,21 @@ class _Connection:
             "headers": list(request.headers),  # (lowercased name, value), as ASGI wants
             "client": self.client,
             "server": self.server_addr,
+            "extensions": {CANCELLABLE_SEND: {}},
         }
         try:
             await self.app(scope, self._asgi_receive, self._asgi_send)
         except _Gone:
             return False
-        except Exception:
-            logger.exception("ASGI app failed on %s %s", scope["method"], scope["path"])
-            if not self._started and not self._disconnected:
+        except BaseException as exc:  # containment: the app's failure ends this request only
+            fatal, rest = split_fatal(exc)
+            if fatal is not None:
+                raise
+            logger.error("ASGI app failed on %s %s", scope["method"], scope["path"], exc_info=rest)
+            if not self._started and not self._disconnected and not self._broken:
                 await self._simple_response(500)
             return False
-        if self._disconnected:
+        if self._disconnected or self._broken:
             return False
         if self._pending_start is not None:  # a head and no body message: an empty body
             await self._asgi_send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -307,6 +332,8 @@ class _Connection:
             return  # the client is gone: dropped (the app learns of it from receive())
         body = message.get("body", b"")
         more = message.get("more_body", False)
+        if self._request is not None and self._request.method == b"HEAD":
+            body = b""  # a HEAD response has a head only
         conn = self.conn
         data = b""
         start = self._pending_start
@@ -317,27 +344,55 @@ class _Connection:
             if not more and not any(name.lower() == b"content-length" for name, _ in headers):
                 headers.append(content_length(body))
             status = start["status"]
-            data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status))) or b""
+            try:
+                data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+            except h11.LocalProtocolError as exc:
+                self._protocol_error(exc)
+                return
+            data = data or b""
         elif not self._started:
             raise RuntimeError("ASGI: http.response.body before http.response.start")
-        if body:
-            data += conn.send(h11.Data(data=body)) or b""
-        if not more:
-            data += conn.send(h11.EndOfMessage()) or b""
-            self._response_done = True
+        try:
+            if body:
+                data += conn.send(h11.Data(data=body)) or b""
+            if not more:
+                data += conn.send(h11.EndOfMessage()) or b""
+                self._response_done = True
+        except h11.LocalProtocolError as exc:  # more body than its content-length, and the like
+            self._protocol_error(exc)
+            return
         if data:
             try:
                 await self._write(data)
             except _Gone:
                 self._disconnected = True
 
+    def _protocol_error(self, exc: h11.LocalProtocolError) -> None:
+        """The app broke HTTP/1.1 mid-response: nothing more is sent, the connection will close."""
+        logger.error("ASGI app broke HTTP/1.1 (%s); closing the connection", exc)
+        self._broken = True
+        self._disconnected = True
+
     async def _write(self, data: bytes | None) -> None:
+        """Write within ``write_timeout``; a write that fails, times out or is cancelled leaves the
+        stream unusable (part of the bytes may be out), so nothing more is written and it closes."""
         if not data:
             return
+        if self._broken:
+            raise _Gone
+        written = False
         try:
-            await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            with trio.fail_after(self.write_timeout):
+                await self.stream.send_all(data)
+            written = True
+        except trio.TooSlowError as exc:
+            logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
             raise _Gone from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise _Gone from exc
+        finally:
+            if not written:
+                self._broken = True
 
 
 async def serve_h11(
@@ -384,8 +439,10 @@ async def serve_h11(
                 stream = await listener.accept()
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 return
-            except OSError as exc:  # out of file descriptors and the like: wait, then go on
-                logger.warning("accept failed: %r", exc)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_RESOURCES:
+                    raise
+                logger.warning("accept failed, retrying in 0.1 s: %r", exc)  # out of file descriptors...
                 await trio.sleep(0.1)
                 continue
             nursery.start_soon(handle, stream)

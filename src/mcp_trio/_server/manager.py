@@ -17,7 +17,7 @@ from .streams import Stream
 
 __all__ = ["SessionManager"]
 
-logger = logging.getLogger("mcp_trio")
+logger = logging.getLogger(__name__)
 
 
 class SessionManager:

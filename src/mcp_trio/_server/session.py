@@ -18,19 +18,20 @@ import trio
 
 from .._app.context import Context
 from .._app.outgoing import PendingRequests, ask_concurrently
-from .._exceptions import RPCError
+from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, sse
 from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
 from .._protocol.versions import Revision
+from .containment import contained
 from .eventstore import EventStore, StoredEvent
-from .streams import CUT, END, Exchange, Outgoing, Stream, content_length
+from .streams import CUT, END, TRANSPORT_ERRORS, Exchange, Outgoing, Stream, content_length
 
 if TYPE_CHECKING:
     from .manager import SessionManager
 
 __all__ = ["Session"]
 
-logger = logging.getLogger("mcp_trio")
+logger = logging.getLogger(__name__)
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -64,6 +65,8 @@ class Session:
         self._next_stream_id = 1
         self._request_streams: dict[mt.RequestId, Stream] = {}
         self._inflight: dict[mt.RequestId, trio.CancelScope] = {}
+        self._exchanges: set[Exchange] = set()
+        """Every exchange (HTTP response) of the session not yet done: closing aborts their sends."""
         self._nursery: trio.Nursery | None = None
         self._cancel_scope = trio.CancelScope()
         self._busy = 0
@@ -75,7 +78,7 @@ class Session:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The session's life, as a task of the manager's nursery.  Never raises but Cancelled."""
         try:
-            with self._cancel_scope:
+            with contained(f"session {self.id}"), self._cancel_scope:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     self._manager.server.attach(self)
@@ -83,8 +86,6 @@ class Session:
                     await self._watch_expiry()
                     self.closing = True  # before the nursery can close: no new task is offered to it
                     nursery.cancel_scope.cancel()
-        except* Exception:
-            logger.exception("session %s failed; closing it", self.id)
         finally:
             self.closing = True
             self._manager.server.detach(self)
@@ -99,9 +100,13 @@ class Session:
                     await self._store.forget_session(self.id)
 
     def close(self) -> None:
-        """End the session now: cancels its nursery, so every stream and handler of it ends."""
+        """End the session now: cancels its nursery, so every stream and handler of it ends; a send
+        stuck on a client that stopped reading is cut rather than waited for."""
         self.closing = True
         self._cancel_scope.cancel()
+        for exchange in self._exchanges:
+            if exchange.guard is not None:
+                exchange.guard.abort()
 
     async def aclose(self) -> None:
         self.close()
@@ -192,6 +197,18 @@ class Session:
             self._request_streams[request.id] = stream
         return stream
 
+    def check_request_ids(self, requests: tuple[mt.JSONRPCRequest, ...]) -> None:
+        """400 for a request whose id is already in flight in this session (or repeated in its batch):
+        its answer could not be told apart.  Nothing of the session changes."""
+        seen: set[mt.RequestId] = set()
+        for request in requests:
+            if request.id in self._request_streams or request.id in self._inflight or request.id in seen:
+                raise RemoteProtocolError(
+                    f"Invalid Request: request id {request.id!r} is already in use in this session",
+                    request_id=request.id,
+                )
+            seen.add(request.id)
+
     def start_request(self, request: mt.JSONRPCRequest) -> None:
         self.nursery.start_soon(self._run_request, request, name=f"mcp request {request.id!r}")
 
@@ -205,20 +222,22 @@ class Session:
                 message = await self._answer(ctx, request)
             finally:
                 del self._inflight[request.id]
-        if scope.cancelled_caught:  # notifications/cancelled: no response is sent
-            await self._flush_json(self._forget_request(request.id))
-            return
-        await self.send_message(message, request.id)
+        if not scope.cancelled_caught:  # (notifications/cancelled: no response is sent)
+            with contained(f"answer to {request.method}") as failure:
+                await self.send_message(message, request.id)
+                return
+            assert failure.caught is not None
+        await self._flush_json(self._forget_request(request.id))
 
     async def _answer(self, ctx: Context, request: mt.JSONRPCRequest) -> dict[str, Any]:
-        try:
-            result = await self._manager.server.handle_request(ctx, request.method, request.params)
-        except RPCError as exc:
-            return jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
-        except Exception:
-            logger.exception("handler of %s failed", request.method)
-            return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
-        return jsonrpc.response(request.id, result)
+        with contained(f"handler of {request.method}") as failure:
+            try:
+                result = await self._manager.server.handle_request(ctx, request.method, request.params)
+            except RPCError as exc:
+                return jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
+            return jsonrpc.response(request.id, result)
+        assert failure.caught is not None
+        return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
 
     async def answer_now(self, request_id: mt.RequestId, message: dict[str, Any]) -> None:
         """Send a response computed without a handler task (``initialize``)."""
@@ -276,12 +295,16 @@ class Session:
         if not stream.complete:
             return None
         if stream.json_mode:
-            del self._streams[stream.id]
+            self._forget_stream(stream)
             return stream
         self._queue(stream, END)
         if stream.exchange is None:
-            del self._streams[stream.id]
+            self._forget_stream(stream)
         return None
+
+    def _forget_stream(self, stream: Stream) -> None:
+        if self._streams.get(stream.id) is stream:
+            del self._streams[stream.id]
 
     async def _flush_json(self, stream: Stream | None) -> None:
         """Send a complete JSON-mode stream as one HTTP response, unless its client has gone."""
@@ -306,12 +329,27 @@ class Session:
         try:
             await exchange.start(status, headers)
             await exchange.body(body, more=False)
-        except Exception as exc:
+        except TRANSPORT_ERRORS as exc:
             logger.debug("response of session %s: send failed: %r", self.id, exc)
+        except Exception:
+            logger.exception("response of session %s: send failed", self.id)
         finally:
             exchange.writer_done()
 
     # -- stream connections -----------------------------------------------------------------
+
+    @contextmanager
+    def connection(
+        self, stream: Stream, exchange: Exchange, replay_after: int | None = None
+    ) -> Iterator[None]:
+        """While its request task waits: ``exchange`` carries ``stream`` (see :meth:`connect`), and the
+        session's end cuts a send of it that is stuck."""
+        self._exchanges.add(exchange)
+        try:
+            self.connect(stream, exchange, replay_after)
+            yield
+        finally:
+            self._exchanges.discard(exchange)
 
     def connect(self, stream: Stream, exchange: Exchange, replay_after: int | None = None) -> None:
         """Start the writer of ``exchange`` in the session's nursery (the caller waits on it); a
@@ -353,7 +391,7 @@ class Session:
         stream.exchange = None
         del self._request_streams[related]
         stream.pending.discard(related)
-        del self._streams[stream.id]
+        self._forget_stream(stream)
         data = jsonrpc.encode(message)
         seq = stream.allocate_seq()
         if self._store is not None:  # if the client has gone, the response stays in the event store
@@ -372,7 +410,10 @@ class Session:
         return sse.encode_event(data.decode(), id=event_id)
 
     def stream_for_resume(self, stream_id: int) -> Stream | None:
-        return self._streams.get(stream_id)
+        """The live SSE stream a ``Last-Event-ID`` names (a JSON-mode answer is never resumed: its
+        request keeps it)."""
+        stream = self._streams.get(stream_id)
+        return None if stream is None or stream.json_mode else stream
 
     @property
     def get_stream(self) -> Stream:
@@ -384,12 +425,14 @@ class Session:
         try:
             with trio.CancelScope() as exchange.writer_scope:
                 await self._pump_sse(stream, exchange, receive, first)
-        except Exception as exc:  # the server failed to send: the connection is gone
+        except TRANSPORT_ERRORS as exc:  # the connection is gone, or was cut
             logger.debug("stream %s of session %s: send failed: %r", stream.id, self.id, exc)
+        except Exception:
+            logger.exception("stream %s of session %s: writer failed", stream.id, self.id)
         finally:
             stream.detach(exchange)
             if stream.complete:
-                self._streams.pop(stream.id, None)
+                self._forget_stream(stream)
             exchange.writer_done()
 
     async def _pump_sse(
@@ -410,9 +453,9 @@ class Session:
             for event in await self._replay(stream.id, first):
                 out.append(self._sse_event(stream.id, event.seq, event.data))  # replays need a store
                 last = event.seq
-            if stream.id not in self._streams:
+            if self._streams.get(stream.id) is not stream:
                 await exchange.body(b"".join(out), more=False)
-                return  # resumed a finished stream: the replay was all of it
+                return  # resumed a finished (or unknown) stream: the replay was all of it
         elif first <= -2:
             last = -first - 2
             out.append(self._priming_event(stream.id, last))

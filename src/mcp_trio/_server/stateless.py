@@ -25,11 +25,12 @@ from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, sse, versions
 from .._protocol.modern import RequestState
 from .config import ServerConfig
-from .streams import content_length
+from .containment import split_fatal
+from .streams import GuardedSend, content_length
 
 __all__ = ["ModernEndpoint"]
 
-logger = logging.getLogger("mcp_trio")
+logger = logging.getLogger(__name__)
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -54,10 +55,10 @@ class Responder:
     """One HTTP answer whose kind is decided late: the first notification makes it an SSE stream; a
     final message with no notification before it is sent as one JSON body (with a fitting status)."""
 
-    __slots__ = ("_json_only", "_send", "gone", "streaming")
+    __slots__ = ("_json_only", "gone", "send", "streaming")
 
     def __init__(self, send: Send, *, json_only: bool) -> None:
-        self._send = send
+        self.send = send
         self._json_only = json_only
         self.streaming = False
         self.gone = False
@@ -67,24 +68,24 @@ class Responder:
             return  # nobody listens, or a JSON answer cannot carry notifications
         if not self.streaming:
             self.streaming = True
-            await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         await self._event(message)
 
     async def _event(self, message: dict[str, Any]) -> None:
         data = sse.encode_event(jsonrpc.encode(message).decode())
-        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
 
     async def finish(self, message: dict[str, Any], status: int = 200) -> None:
         if self.gone:
             return
         if self.streaming:
             await self._event(message)
-            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         body = jsonrpc.encode(message)
         headers = [*JSON_HEADERS, content_length(body)]
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class RequestPeer:
@@ -104,6 +105,9 @@ class RequestPeer:
         self.subscriptions: set[str] = set()
         self.known: dict[str, Any] = {}
         self.used: dict[str, Any] = {}
+        self.missing: dict[str, dict[str, Any]] = {}
+        """Input requests the handler made that the client has not answered yet (from any of its
+        tasks): they all go into the one input-required result."""
         self._responder = responder
 
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
@@ -122,7 +126,11 @@ class RequestPeer:
     ) -> dict[str, Any]:
         missing = {key: wire for key, wire in requests.items() if key not in self.known}
         if missing:
-            raise InputRequired(missing)
+            self.missing.update(missing)
+            # Let the handler's other tasks that are ready run to their own requests first, so that
+            # one result gathers them all; then stop the handler.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise InputRequired(self.missing)
         answers = {key: self.known[key] for key in requests}
         self.used.update(answers)
         return answers
@@ -189,6 +197,13 @@ class Listener:
         pass
 
 
+def _only(exc: BaseException | None, kind: type[BaseException]) -> bool:
+    """Whether ``exc`` is a ``kind``, or a group of nothing else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(kind)[1] is None
+    return isinstance(exc, kind)
+
+
 def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
 
@@ -239,10 +254,13 @@ class ModernEndpoint:
         except RPCError as exc:
             error = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
             return error, HTTP_STATUS.get(exc.code, 200)
-        except InputRequired as needed:
-            return self._input_required(request, needed, peer), 200
-        except Exception:
-            logger.exception("handler of %s failed", request.method)
+        except BaseException as exc:
+            fatal, rest = split_fatal(exc)
+            if fatal is not None:
+                raise
+            if _only(rest, InputRequired) and peer.missing:  # from any number of the handler's tasks
+                return self._input_required(request, peer), 200
+            logger.error("handler of %s failed", request.method, exc_info=rest)
             return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error"), 500
         return jsonrpc.response(request.id, result), 200
 
@@ -265,9 +283,7 @@ class ModernEndpoint:
             known.update(responses)
         return known
 
-    def _input_required(
-        self, request: mt.JSONRPCRequest, needed: InputRequired, peer: RequestPeer
-    ) -> dict[str, Any]:
+    def _input_required(self, request: mt.JSONRPCRequest, peer: RequestPeer) -> dict[str, Any]:
         if request.method not in mtm.INPUT_REQUIRED_METHODS:
             return jsonrpc.error_envelope(
                 request.id, mt.INTERNAL_ERROR, f"{request.method} cannot ask the client for input"
@@ -276,7 +292,7 @@ class ModernEndpoint:
         expires = self.clock() + self.config.request_state_ttl
         result = {
             "resultType": "input_required",
-            "inputRequests": needed.requests,
+            "inputRequests": peer.missing,
             "requestState": self.state.seal(self._binding(request.method, params), peer.used, expires),
             "_meta": self.server.result_meta(),
         }
@@ -301,7 +317,12 @@ class ModernEndpoint:
                 code=mt.INTERNAL_ERROR,
                 request_id=request.id,
             )
-        accepted = self.server.subscription_filter(params.notifications)
+        try:
+            accepted = self.server.subscription_filter(params.notifications)
+        except RPCError as exc:
+            raise RemoteProtocolError(
+                exc.message, code=exc.code, request_id=request.id, data=exc.data
+            ) from exc
         return Listener(request.id, accepted, self.config.stream_buffer)
 
     async def _listen(self, listener: Listener, send: Send) -> None:
@@ -362,10 +383,13 @@ async def _body(send: Send, data: bytes) -> None:
 
 
 async def _watch_disconnect(receive: Receive, scope: trio.CancelScope, responder: Responder) -> None:
-    """The sibling of every modern request: a client disconnect cancels the request's scope."""
+    """The sibling of every modern request: a client disconnect cancels the request's scope (and cuts
+    a send stuck on it)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             responder.gone = True
+            if isinstance(responder.send, GuardedSend):
+                responder.send.abort()
             scope.cancel()
             return

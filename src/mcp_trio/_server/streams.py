@@ -16,11 +16,68 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-__all__ = ["CUT", "END", "Exchange", "Outgoing", "Stream", "content_length"]
+__all__ = ["CUT", "END", "Exchange", "GuardedSend", "Outgoing", "Stream", "content_length"]
 
-logger = logging.getLogger("mcp_trio")
+logger = logging.getLogger(__name__)
 
 ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
+
+ABORT_GRACE = 0.1
+"""How long a send under way may still take once its exchange is abandoned (seconds): long enough for
+a healthy write, far shorter than a write to a client that stopped reading."""
+
+TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+"""What a send to a client that has gone may raise; anything else is a bug and is logged at ERROR."""
+
+
+class GuardedSend:
+    """The ASGI ``send`` of one HTTP request: every message is sent whole, even while its task is being
+    cancelled, unless the exchange is abandoned (:meth:`abort`) on a server where that is safe.
+
+    Cancellation (a DELETE, a disconnect, shutdown) reaches writers at any await.  Inside hypercorn's
+    own ``send`` that is fatal: its ``http.response.start`` writes the head and only then records that
+    the response started, so a cancel in between makes it send a 500 head into a response already
+    under way, and h11's error ends the whole server.  So each send runs in a shielded scope.  A
+    client that stops reading would then hold its writer (and its session) for as long as it likes:
+    on servers that say cancelling a send is safe (mcp_trio's own, through the
+    ``mcp_trio.cancellable_send`` scope extension), :meth:`abort` gives a send under way
+    :data:`ABORT_GRACE` more, then cuts it; the server closes that connection and every later send
+    raises ``BrokenResourceError``.  Elsewhere sends are never cut: the server's own write timeout
+    (if any) is what ends them.
+    """
+
+    __slots__ = ("_in_progress", "_scope", "_send", "abortable", "broken", "since")
+
+    def __init__(self, send: ASGISend, *, abortable: bool, in_progress: set[GuardedSend]) -> None:
+        self._send = send
+        self.abortable = abortable
+        self.broken = False
+        self.since = 0.0
+        """When the send under way started (for statistics)."""
+        self._scope: trio.CancelScope | None = None
+        self._in_progress = in_progress
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if self.broken:
+            raise trio.BrokenResourceError("the connection was abandoned")
+        with trio.CancelScope(shield=True) as scope:
+            self._scope = scope
+            self.since = trio.current_time()
+            self._in_progress.add(self)
+            try:
+                await self._send(message)
+            finally:
+                self._scope = None
+                self._in_progress.discard(self)
+        if scope.cancelled_caught:
+            self.broken = True
+            raise trio.BrokenResourceError("a send was cut: the client does not read")
+
+    def abort(self) -> None:
+        """The exchange is abandoned: a send under way gets :data:`ABORT_GRACE` more, then is cut."""
+        scope = self._scope
+        if self.abortable and scope is not None:
+            scope.deadline = min(scope.deadline, trio.current_time() + ABORT_GRACE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +104,12 @@ class Exchange:
     """One HTTP response in progress.  The writer (in the session's nursery) sends through it; the
     request task waits until :attr:`done`, then ends the response if the writer could not."""
 
-    __slots__ = ("done", "finished", "send", "started", "wait_scope", "writer_scope", "writing")
+    __slots__ = ("done", "finished", "guard", "send", "started", "wait_scope", "writer_scope", "writing")
 
-    def __init__(self, send: ASGISend) -> None:
+    def __init__(self, send: ASGISend, guard: GuardedSend | None = None) -> None:
         self.send = send
+        self.guard = guard
+        """The guarded send beneath ``send``: :meth:`cancel_writer` aborts a send under way."""
         self.started = False
         self.finished = False
         self.writing = False
@@ -74,8 +133,11 @@ class Exchange:
             self.wait_scope.cancel()
 
     def cancel_writer(self) -> None:
-        """Stop writing: cancel the writer task, or, for an exchange that no task writes yet (a JSON
-        answer still being computed), abandon it so that its request task stops waiting."""
+        """Stop writing: cancel the writer task (and cut a send it is stuck in), or, for an exchange
+        that no task writes yet (a JSON answer still being computed), abandon it so that its request
+        task stops waiting."""
+        if self.guard is not None:
+            self.guard.abort()
         if self.writer_scope is not None:
             self.writer_scope.cancel()
         elif not self.writing:

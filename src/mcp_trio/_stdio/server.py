@@ -50,11 +50,12 @@ from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._server.config import ServerConfig
+from .._server.containment import contained
 from .._server.stateless import SUBSCRIPTION_ID_KEY, Listener, ModernEndpoint, Responder
 
 __all__ = ["StdioConnection", "serve_stdio"]
 
-logger = logging.getLogger("mcp_trio")
+logger = logging.getLogger(__name__)
 
 READ_SIZE = 64 * 1024
 
@@ -293,15 +294,14 @@ class StdioConnection:
         params = request.params
         meta = params.get("_meta") if params else None
         ctx = Context(request.id, request.method, self, meta if isinstance(meta, dict) else {})
-        try:
-            result = await self.server.handle_request(ctx, request.method, request.params)
-        except RPCError as exc:
-            message = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
-        except Exception:
-            logger.exception("handler of %s failed", request.method)
-            message = jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
-        else:
-            message = jsonrpc.response(request.id, result)
+        message = jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
+        with contained(f"handler of {request.method}"):
+            try:
+                result = await self.server.handle_request(ctx, request.method, request.params)
+            except RPCError as exc:
+                message = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
+            else:
+                message = jsonrpc.response(request.id, result)
         await self.write(message, call)
 
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
@@ -395,11 +395,9 @@ class StdioConnection:
         self._nursery.start_soon(self._task, fn, call, *args, name=f"mcp request {request_id!r}")
 
     async def _task(self, fn: Callable[..., Awaitable[None]], call: _Call, *args: Any) -> None:
-        try:
-            with call.scope:
+        try:  # a bug must not end the server (handler errors are answered before this)
+            with contained(f"stdio: the task of request {call.id!r}"), call.scope:
                 await fn(call, *args)
-        except Exception:  # a bug must not end the server (handler errors are answered before this)
-            logger.exception("stdio: the task of request %r failed", call.id)
         finally:
             if self._inflight.get(call.id) is call:
                 del self._inflight[call.id]

@@ -1,0 +1,301 @@
+"""The hostile-input findings against ``mcp-trio demo``, each as a test (run on hypercorn and, in the
+test command's second pass, on ``serve_h11``).
+
+Each malformed input gets a clean 4xx (or a JSON-RPC error) and never a 5xx; the session it arrived on
+stays usable; nothing is left behind (the server returns to its baseline afterwards).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import mcp_types as mt
+import pytest
+import trio
+from mcp_http import (
+    POST_HEADERS,
+    Baseline,
+    DemoServer,
+    MCPClient,
+    assert_back_to_baseline,
+    fetch_stats,
+    http_client,
+)
+
+from mcp_trio._protocol import versions
+
+MODERN = versions.LATEST_MODERN.name
+SESSION_VERSION = "2025-11-25"
+
+
+def modern_call(name: str, arguments: dict[str, Any], **params: Any) -> tuple[bytes, dict[str, str]]:
+    meta = {versions.PROTOCOL_VERSION_META_KEY: MODERN, mt.CLIENT_CAPABILITIES_META_KEY: {"elicitation": {}}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": meta, **params},
+    }
+    headers = {**POST_HEADERS, "mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": name}
+    return json.dumps(body).encode(), headers
+
+
+async def post_raw(
+    http: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str] | list[tuple[str, str]]
+) -> httpx.Response:
+    response = await http.post(url, content=body, headers=headers)
+    assert response.status_code < 500, (response.status_code, response.text)
+    return response
+
+
+async def session_of(http: httpx.AsyncClient, url: str) -> MCPClient:
+    client = MCPClient(http, url)
+    await client.initialize()
+    await client.initialized()
+    return client
+
+
+def call_body(request_id: int, text: str) -> bytes:
+    # text is inserted raw: it may hold JSON escapes Python's json.dumps would never write
+    return (
+        b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"}}}'
+        % (request_id, text.encode())
+    )
+
+
+HOSTILE_BODIES = {
+    "lone surrogate": call_body(11, "\\ud800"),
+    "lone low surrogate": call_body(12, "a\\udfffb"),
+    "huge integer": b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}',
+    "NaN": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":NaN}}}',
+    "Infinity": b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":-Infinity}}',
+    "overflowing float": b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":1e999}}',
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_BODIES))
+async def test_hostile_bodies_get_parse_errors_and_the_session_goes_on(
+    demo_server: DemoServer, baseline: Baseline, name: str
+) -> None:
+    async with http_client() as http:
+        with trio.fail_after(10):
+            client = await session_of(http, demo_server.url)
+            response = await post_raw(
+                http, demo_server.url, HOSTILE_BODIES[name], client.headers(**POST_HEADERS)
+            )
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["code"] == mt.PARSE_ERROR, response.text
+            assert await client.echo("still here") == "still here"
+            # 2026: the same body is refused the same way.
+            body, headers = modern_call("echo", {"text": "x"})
+            response = await post_raw(http, demo_server.url, HOSTILE_BODIES[name], headers)
+            assert response.status_code == 400 and response.json()["error"]["code"] == mt.PARSE_ERROR
+            response = await post_raw(http, demo_server.url, body, headers)
+            assert response.json()["result"]["content"][0]["text"] == "x"
+            await client.delete()
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_hostile_initialize_leaves_no_session(demo_server: DemoServer, baseline: Baseline) -> None:
+    deep: Any = {}
+    for _ in range(400):  # deeper than pydantic serializes, shallower than json.loads refuses
+        deep = {"x": deep}
+    bodies = [
+        b'{"jsonrpc":"2.0","id":"\\ud800","method":"initialize","params":{}}',
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": SESSION_VERSION,
+                    "capabilities": {"experimental": {"deep": deep}},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        ).encode(),
+    ]
+    async with http_client() as http:
+        with trio.fail_after(10):
+            for body in bodies:
+                response = await post_raw(http, demo_server.url, body, POST_HEADERS)
+                assert response.status_code == 400, response.text
+                assert "mcp-session-id" not in response.headers
+                assert (await fetch_stats(demo_server))["sessions"] == 0
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_odd_last_event_id_and_request_state(demo_server: DemoServer, baseline: Baseline) -> None:
+    async with http_client() as http:
+        with trio.fail_after(10):
+            client = await session_of(http, demo_server.url)
+            for event_id in ("0-\u00b2", "\u00b2-0", "1-\u0661", "0-1" + "9" * 60):
+                headers = [*client.headers(accept="text/event-stream").items()]
+                headers.append(("last-event-id", event_id.encode()))  # type: ignore[arg-type]
+                async with http.stream("GET", demo_server.url, headers=headers) as response:
+                    assert response.status_code in (200, 400), response.status_code
+            body, headers = modern_call(
+                "test_input_required_result_request_state", {}, requestState="caf\u00e9.sig"
+            )
+            response = await post_raw(http, demo_server.url, body.decode().encode("utf-8"), headers)
+            assert response.json()["error"]["code"] == mt.INVALID_PARAMS, response.text
+            assert await client.echo("ok") == "ok"
+            await client.delete()
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_a_request_id_in_flight_cannot_be_reused(demo_server: DemoServer, baseline: Baseline) -> None:
+    async with http_client() as http:
+        with trio.fail_after(10):
+            client = await session_of(http, demo_server.url)
+            slow = {
+                "jsonrpc": "2.0",
+                "id": 77,
+                "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"seconds": 0.5}},
+            }
+            first = await client.post_stream(slow)
+            assert first.status_code == 200
+            again = {**slow, "params": {"name": "echo", "arguments": {"text": "thief"}}}
+            response = await post_raw(
+                http, demo_server.url, json.dumps(again).encode(), client.headers(**POST_HEADERS)
+            )
+            assert response.status_code == 400, response.text
+            assert response.json()["id"] == 77 and response.json()["error"]["code"] == mt.INVALID_REQUEST
+            answer = None
+            while (message := await first.next_message()) is not None:
+                answer = message
+            await first.aclose()
+            assert answer is not None and answer["id"] == 77, answer
+            assert answer["result"]["content"][0]["text"] != "thief", answer
+            assert await client.echo("after") == "after"
+            await client.delete()
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_a_batch_repeating_a_request_id_is_refused(demo_server: DemoServer, baseline: Baseline) -> None:
+    async with http_client() as http:
+        with trio.fail_after(10):
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-03-26",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+            response = await http.post(demo_server.url, json=init, headers=POST_HEADERS)
+            session = {
+                "mcp-session-id": response.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-03-26",
+            }
+            headers = {**POST_HEADERS, **session}
+            ping = {"jsonrpc": "2.0", "id": 3, "method": "ping"}
+            response = await post_raw(http, demo_server.url, json.dumps([ping, ping]).encode(), headers)
+            assert response.status_code == 400, response.text
+            response = await http.post(demo_server.url, json=[ping], headers=headers)
+            assert response.status_code == 200, response.text
+            await http.delete(demo_server.url, headers=session)
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+@pytest.mark.server_flags("--json-response")
+async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, baseline: Baseline) -> None:
+    async with http_client() as http:
+        with trio.fail_after(10):
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": SESSION_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+            response = await http.post(demo_server.url, json=init, headers=POST_HEADERS)
+            assert response.status_code == 200 and response.json()["id"] == 1, response.text
+            client = MCPClient(http, demo_server.url)
+            client.session_id = response.headers["mcp-session-id"]
+            await client.initialized()
+            slow = {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"seconds": 0.5}},
+            }
+            async with trio.open_nursery() as nursery:
+                answers: list[httpx.Response] = []
+
+                async def post() -> None:
+                    answers.append(
+                        await http.post(demo_server.url, json=slow, headers=client.headers(**POST_HEADERS))
+                    )
+
+                nursery.start_soon(post)
+                await trio.sleep(0.1)
+                for stream_id in range(1, 4):  # the POST's stream is one of the first few
+                    headers = client.headers(
+                        accept="text/event-stream", **{"last-event-id": f"{stream_id}-0"}
+                    )
+                    async with http.stream("GET", demo_server.url, headers=headers) as response:
+                        assert response.status_code == 200
+                        body = await response.aread()
+                        assert b'"id":5' not in body, body
+            assert answers[0].status_code == 200 and answers[0].json()["id"] == 5, answers[0].text
+            assert "result" in answers[0].json(), answers[0].text
+            await client.delete()
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+@pytest.mark.server_flags("--body-timeout", "0.5")
+async def test_a_stalled_upload_gets_408_and_locks_nobody_out(
+    demo_server: DemoServer, baseline: Baseline
+) -> None:
+    head = (
+        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        b'accept: application/json, text/event-stream\r\ncontent-length: 100\r\n\r\n{"jsonrpc"'
+    )
+    with trio.fail_after(15):
+        streams = []
+        for _ in range(50):
+            stream = await trio.open_tcp_stream("127.0.0.1", demo_server.port)
+            await stream.send_all(head)
+            streams.append(stream)
+        async with http_client() as http:
+            client = await session_of(http, demo_server.url)  # served meanwhile
+            assert await client.echo("meanwhile") == "meanwhile"
+            await client.delete()
+        for stream in streams:
+            answer = b""
+            while chunk := await stream.receive_some(65536):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            await stream.aclose()
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_conflicting_duplicate_headers_are_refused(demo_server: DemoServer, baseline: Baseline) -> None:
+    async with http_client() as http:
+        with trio.fail_after(10):
+            body, headers = modern_call("echo", {"text": "x"})
+            pairs = [*headers.items(), ("mcp-method", "tools/list")]
+            response = await post_raw(http, demo_server.url, body, pairs)
+            assert response.status_code == 400 and response.json()["error"]["code"] == mt.HEADER_MISMATCH
+            client = await session_of(http, demo_server.url)
+            pairs = [*client.headers(**POST_HEADERS).items(), ("mcp-session-id", "another")]
+            response = await post_raw(http, demo_server.url, call_body(4, "x"), pairs)
+            assert response.status_code == 400, response.text
+            assert await client.echo("ok") == "ok"
+            await client.delete()
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_stats_refuse_a_foreign_host(demo_server: DemoServer) -> None:
+    async with http_client() as http:
+        response = await http.get(demo_server.stats_url, headers={"host": "evil.example"})
+        assert response.status_code == 421, response.text
