@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import mcp_types as mt
 import trio
 import trio.testing
 
@@ -568,3 +569,58 @@ async def test_real_process() -> None:
         for stream in (process.stdin, process.stdout):
             if stream is not None:
                 await stream.aclose()
+
+
+def containment_server() -> MCPServer:
+    """Tools whose handlers fail or ask from several tasks of their own (the review's repros)."""
+    server = MCPServer("contained")
+
+    class Misbehaving(BaseException):
+        pass
+
+    @server.tool()
+    async def group_failure() -> str:
+        async def fail() -> None:
+            raise Misbehaving("from a child task")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fail)
+            nursery.start_soon(fail)
+        return "unreachable"
+
+    @server.tool()
+    async def ask_twice(ctx: Context) -> str:
+        schema = {"type": "object", "properties": {"v": {"type": "string"}}}
+        answers: dict[str, Any] = {}
+
+        async def ask(key: str) -> None:
+            answers[key] = (await ctx.elicit(key, schema, key=key)).content
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "first")
+            nursery.start_soon(ask, "second")
+        return f"{answers['first']['v']}+{answers['second']['v']}"
+
+    return server
+
+
+async def test_handler_failures_as_groups_and_input_required_from_two_tasks_do_not_end_stdio() -> None:
+    async with open_stdio(containment_server()) as client:
+        params = {"name": "group_failure", "arguments": {}, "_meta": modern_meta()}
+        answer = await client.call(1, "tools/call", params)
+        assert answer["error"]["code"] == mt.INTERNAL_ERROR, answer
+        params = {"name": "ask_twice", "arguments": {}, "_meta": modern_meta(elicitation={})}
+        result = (await client.call(2, "tools/call", params))["result"]
+        assert result["resultType"] == "input_required"
+        assert set(result["inputRequests"]) == {"first", "second"}
+        params["inputResponses"] = {k: {"action": "accept", "content": {"v": k}} for k in ("first", "second")}
+        params["requestState"] = result["requestState"]
+        final = (await client.call(3, "tools/call", params))["result"]
+        assert final["content"][0]["text"] == "first+second", final
+        # 2025 session on the same connection: the group failure is an internal error too.
+        info = {"name": "t", "version": "1"}
+        await client.call(4, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": info})
+        await client.notify("notifications/initialized")
+        answer = await client.call(5, "tools/call", {"name": "group_failure", "arguments": {}})
+        assert answer["error"]["code"] == mt.INTERNAL_ERROR, answer
+        assert (await client.call(6, "ping"))["result"] == {}
