@@ -618,8 +618,12 @@ async def test_handler_failures_as_groups_and_input_required_from_two_tasks_do_n
         final = (await client.call(3, "tools/call", params))["result"]
         assert final["content"][0]["text"] == "first+second", final
         # 2025 session on the same connection: the group failure is an internal error too.
-        info = {"name": "t", "version": "1"}
-        await client.call(4, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": info})
+        init = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
+        await client.call(4, "initialize", init)
         await client.notify("notifications/initialized")
         answer = await client.call(5, "tools/call", {"name": "group_failure", "arguments": {}})
         assert answer["error"]["code"] == mt.INTERNAL_ERROR, answer
