@@ -78,6 +78,7 @@ def _finite_float(text: str) -> float:
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD]")
 
 
 def _decode(body: bytes) -> Any:
@@ -92,7 +93,9 @@ def _decode(body: bytes) -> Any:
         raise RemoteProtocolError("Parse error: body is not valid JSON", code=mt.PARSE_ERROR) from exc
     except ValueError as exc:  # the only other one: an integer longer than int() accepts (4300 digits)
         raise RemoteProtocolError("Parse error: a number has too many digits", code=mt.PARSE_ERROR) from exc
-    if ("\\ud" in text or "\\uD" in text) and _has_surrogate(data):
+    # Only a \uDxxx escape makes a surrogate (strict decoding refused encoded ones): look for one cheaply
+    # (most bodies hold no backslash at all), then for a lone one in the decoded strings.
+    if "\\" in text and _SURROGATE_ESCAPE.search(text) and _has_surrogate(data):
         raise RemoteProtocolError(
             "Parse error: a string holds a lone UTF-16 surrogate (not Unicode text)", code=mt.PARSE_ERROR
         )
