@@ -48,6 +48,13 @@ __all__ = [
 
 VERSION = "2025-11-25"
 POST_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+"""An ``initialize`` request (2025-11-25)."""
 STARTUP_DEADLINE = 10.0
 """Seconds the server gets to print its URL (interpreter start + imports + bind)."""
 EXIT_MARGIN = 2.0

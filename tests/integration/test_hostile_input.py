@@ -15,6 +15,7 @@ import mcp_types as mt
 import pytest
 import trio
 from mcp_http import (
+    INIT,
     POST_HEADERS,
     Baseline,
     DemoServer,
@@ -207,17 +208,7 @@ async def test_a_batch_repeating_a_request_id_is_refused(demo_server: DemoServer
 async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, baseline: Baseline) -> None:
     async with http_client() as http:
         with trio.fail_after(10):
-            init = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": SESSION_VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            }
-            response = await http.post(demo_server.url, json=init, headers=POST_HEADERS)
+            response = await http.post(demo_server.url, json=INIT, headers=POST_HEADERS)
             assert response.status_code == 200 and response.json()["id"] == 1, response.text
             client = MCPClient(http, demo_server.url)
             client.session_id = response.headers["mcp-session-id"]

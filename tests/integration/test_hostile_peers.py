@@ -18,23 +18,13 @@ import httpx
 import mcp_types as mt
 import pytest
 import trio
-from mcp_http import POST_HEADERS, read_until
+from mcp_http import INIT, POST_HEADERS, read_until
 
 from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve, serve_h11
 from mcp_trio._protocol import versions
 
 SERVERS = ["hypercorn", "hypercorn-as-shipped-path", "h11"]
 MODERN = versions.LATEST_MODERN.name
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 CHUNK = 256 * 1024  # one flood notification's payload
 
 

@@ -142,9 +142,15 @@ class _SafeH11Protocol(H11Protocol):
         except h11.LocalProtocolError as exc:
             if self.connection.their_state != h11.ERROR:
                 logger.warning("closing a connection after an HTTP/1.1 protocol error: %s", exc)
-                await self.send(Closed())
+                await self._abandon()
             return
+        await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
         await self.send(RawData(data=data))
+
+    async def _abandon(self) -> None:
+        await self.send(Closed())
 
 
 class _FastH11Protocol(_SafeH11Protocol):
@@ -154,16 +160,12 @@ class _FastH11Protocol(_SafeH11Protocol):
     _fp_batch = 0
     _fp_hold_head = False
 
-    async def _send_h11_event(self, event: Any) -> None:
-        try:
-            data = self.connection.send(event)
-        except h11.LocalProtocolError as exc:
-            if self.connection.their_state != h11.ERROR:
-                logger.warning("closing a connection after an HTTP/1.1 protocol error: %s", exc)
-                self._fp_pending = b""
-                await self.send(Closed())
-            return
+    async def _write(self, data: bytes) -> None:
         await fast.queue_write(self, data)
+
+    async def _abandon(self) -> None:
+        self._fp_pending = b""
+        await super()._abandon()
 
     async def stream_send(self, event: Any) -> None:
         await fast.before_stream_send(self, event)
