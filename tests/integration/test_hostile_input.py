@@ -290,3 +290,84 @@ async def test_stats_refuse_a_foreign_host(demo_server: DemoServer) -> None:
     async with http_client() as http:
         response = await http.get(demo_server.stats_url, headers={"host": "evil.example"})
         assert response.status_code == 421, response.text
+
+
+async def test_strict_tool_arguments_and_param_headers(demo_server: DemoServer, baseline: Baseline) -> None:
+    async with http_client() as http:
+        with trio.fail_after(10):
+            # A hand-written input schema is enforced (additionalProperties: false, the if/then rule).
+            arguments = {"name": "x", "email": "a@b", "intruder": 1}
+            body, headers = modern_call("json_schema_2020_12_tool", arguments)
+            result = (await post_raw(http, demo_server.url, body, headers)).json()["result"]
+            assert result["isError"] is True and "Invalid arguments" in result["content"][0]["text"], result
+            # Mcp-Param-* numbers: only the decimal grammar matches; a header for an absent value is refused.
+            arguments = {"region": "eu", "priority": 10}
+            body, headers = modern_call("test_custom_headers", arguments)
+            for priority in ("+10", "1_0", "1e1", "0x0A", "NaN"):
+                sent = {**headers, "mcp-param-region": "eu", "mcp-param-priority": priority}
+                response = await post_raw(http, demo_server.url, body, sent)
+                assert response.status_code == 400, (priority, response.text)
+                assert response.json()["error"]["code"] == mt.HEADER_MISMATCH
+            sent = {**headers, "mcp-param-region": "eu", "mcp-param-priority": "10.0"}
+            response = await post_raw(http, demo_server.url, body, sent)
+            assert response.json()["result"]["content"][0]["text"] == "region=eu priority=10", response.text
+            body, headers = modern_call("test_custom_headers", {"region": "eu"})
+            sent = {**headers, "mcp-param-region": "eu", "mcp-param-priority": "=?base64?***?="}
+            response = await post_raw(http, demo_server.url, body, sent)
+            assert response.status_code == 400 and response.json()["error"]["code"] == mt.HEADER_MISMATCH
+    await assert_back_to_baseline(demo_server, baseline)
+
+
+async def test_subscriptions_and_kept_events_are_bounded(demo_server: DemoServer, baseline: Baseline) -> None:
+    async with http_client() as http:
+        with trio.fail_after(30):
+            init = {**INIT, "params": {**INIT["params"], "protocolVersion": "2025-03-26"}}  # type: ignore[dict-item]
+            response = await http.post(demo_server.url, json=init, headers=POST_HEADERS)
+            session = {
+                "mcp-session-id": response.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-03-26",
+            }
+            headers = {**POST_HEADERS, **session, "accept": "application/json, text/event-stream"}
+            await http.post(
+                demo_server.url,
+                json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                headers=headers,
+            )
+            # A batch larger than the stream's queue (256) is refused whole; smaller ones are served.
+            too_big = [{"jsonrpc": "2.0", "id": n, "method": "ping"} for n in range(257)]
+            response = await post_raw(http, demo_server.url, json.dumps(too_big).encode(), headers)
+            assert response.status_code == 400 and "at most 256" in response.json()["error"]["message"]
+            answers: dict[int, Any] = {}
+            for start in range(0, 1001, 250):
+                subscribe = [
+                    {
+                        "jsonrpc": "2.0",
+                        "id": n,
+                        "method": "resources/subscribe",
+                        "params": {"uri": f"test://{n}"},
+                    }
+                    for n in range(start, min(start + 250, 1001))
+                ]
+                response = await http.post(demo_server.url, json=subscribe, headers=headers)
+                assert response.status_code == 200, response.text[:500]
+                for line in response.text.splitlines():
+                    if line.startswith("data:") and line[5:].strip():
+                        message = json.loads(line[5:])
+                        answers[message["id"]] = message
+            assert len(answers) == 1001, (len(answers), response.text[:300])
+            refused = [n for n, answer in answers.items() if "error" in answer]
+            assert len(refused) == 1 and answers[refused[0]]["error"]["code"] == mt.INVALID_PARAMS, refused
+            # 40 answers of 1 MB each: the event store keeps at most 16 MiB of this session.
+            for n in range(40):
+                call = {
+                    "jsonrpc": "2.0",
+                    "id": 2000 + n,
+                    "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"text": "x" * 1_000_000}},
+                }
+                response = await http.post(demo_server.url, json=call, headers=headers)
+                assert response.status_code == 200
+            kept = (await fetch_stats(demo_server))["event_store"]
+            assert kept["bytes"] <= 16 * 1024 * 1024 and kept["streams"] <= 32, kept
+            await http.delete(demo_server.url, headers=session)
+    await assert_back_to_baseline(demo_server, baseline)

@@ -200,6 +200,10 @@ class MCPApp:
             raise RemoteProtocolError(
                 f"Invalid Request: JSON-RPC batches are not supported in {session.revision.name}"
             )
+        if incoming.batch and len(incoming.messages) > self.config.stream_buffer:
+            raise RemoteProtocolError(
+                f"Invalid Request: a batch may hold at most {self.config.stream_buffer} messages"
+            )
         session.check_request_ids(incoming.requests)
         with session.activity():
             for message in incoming.messages:
