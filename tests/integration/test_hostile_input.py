@@ -371,3 +371,39 @@ async def test_subscriptions_and_kept_events_are_bounded(demo_server: DemoServer
             assert kept["bytes"] <= 16 * 1024 * 1024 and kept["streams"] <= 32, kept
             await http.delete(demo_server.url, headers=session)
     await assert_back_to_baseline(demo_server, baseline)
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2025-06-18"])
+async def test_a_stream_with_nothing_to_send_yet_gets_its_head_at_once(
+    demo_server: DemoServer, baseline: Baseline, version: str
+) -> None:
+    # A resumed GET with nothing to replay, and (without priming events) a slow call: the status line
+    # must not wait for the first event (serve_h11 held it back for the first body bytes).
+    async with http_client() as http:
+        init = {**INIT, "params": {**INIT["params"], "protocolVersion": version}}  # type: ignore[dict-item]
+        response = await http.post(demo_server.url, json=init, headers=POST_HEADERS)
+        session = {"mcp-session-id": response.headers["mcp-session-id"], "mcp-protocol-version": version}
+        await http.post(
+            demo_server.url,
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            headers={**POST_HEADERS, **session},
+        )
+        with trio.fail_after(2):
+            headers = {**session, "accept": "text/event-stream", "last-event-id": "0-0"}
+            async with http.stream("GET", demo_server.url, headers=headers) as resumed:
+                assert resumed.status_code == 200
+        slow = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 3}},
+        }
+        with trio.fail_after(1.5):
+            request = http.build_request(
+                "POST", demo_server.url, json=slow, headers={**POST_HEADERS, **session}
+            )
+            response = await http.send(request, stream=True)
+            assert response.status_code == 200
+        await response.aclose()
+        await http.delete(demo_server.url, headers=session)
+    await assert_back_to_baseline(demo_server, baseline)

@@ -459,6 +459,8 @@ class Session:
         elif first <= -2:
             last = -first - 2
             out.append(self._priming_event(stream.id, last))
+        if not out:  # nothing to send yet: an empty body makes servers that hold a head for one send it
+            await exchange.body(b"")
         keepalive = self._config.keepalive_interval
         while True:
             try:
