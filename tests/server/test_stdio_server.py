@@ -628,3 +628,16 @@ async def test_handler_failures_as_groups_and_input_required_from_two_tasks_do_n
         answer = await client.call(5, "tools/call", {"name": "group_failure", "arguments": {}})
         assert answer["error"]["code"] == mt.INTERNAL_ERROR, answer
         assert (await client.call(6, "ping"))["result"] == {}
+
+
+async def test_initialize_with_capabilities_too_deep_to_serialize_is_invalid_params() -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(400):  # deeper than pydantic serializes, shallower than json.loads refuses
+        deep = {"x": deep}
+    info = {"name": "t", "version": "1"}
+    async with open_stdio() as client:
+        params = {"protocolVersion": "2025-11-25", "capabilities": {"experimental": deep}, "clientInfo": info}
+        answer = await client.call(1, "initialize", params)
+        assert answer["error"]["code"] == mt.INVALID_PARAMS, answer
+        params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": info}
+        assert (await client.call(2, "initialize", params))["result"]["protocolVersion"] == "2025-11-25"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import mcp_types as mt
 import mcp_types.methods as mtm
 import pydantic
+import pydantic_core
 
 from .._exceptions import RPCError
 from .._protocol import jsonrpc, versions
@@ -27,6 +29,17 @@ MAX_URI_LENGTH = 8192
 """Default of :attr:`MCPServer.max_uri_length`: the usual limit of a URL in HTTP servers and proxies."""
 
 Handler = Callable[[Context, Any], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Initialized:
+    """An accepted ``initialize``: the negotiated revision, what the client declared (as JSON), the
+    result to answer with."""
+
+    revision: versions.Revision
+    client_info: dict[str, Any]
+    client_capabilities: dict[str, Any]
+    result: dict[str, Any]
 CompletionFn = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -222,14 +235,18 @@ class MCPServer:
             caps["completions"] = {}
         return caps
 
-    def initialize(
-        self, params: dict[str, Any] | None
-    ) -> tuple[versions.Revision, mt.InitializeRequestParams, dict[str, Any]]:
-        """Validate ``initialize`` params and answer them: the negotiated revision, the params, the result."""
+    def initialize(self, params: dict[str, Any] | None) -> Initialized:
+        """Validate ``initialize`` params and answer them (-32602 for params that are invalid, or that
+        cannot be serialized back, such as nesting deeper than pydantic serializes)."""
         try:
             request = mt.InitializeRequestParams.model_validate(params or {})
+            client_info = request.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
+            capabilities = request.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
+            jsonrpc.encode({"i": client_info, "c": capabilities})
         except pydantic.ValidationError as exc:
             raise RPCError(mt.INVALID_PARAMS, f"Invalid params: {_first_error(exc)}") from exc
+        except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
+            raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
         revision = versions.negotiate(request.protocol_version)
         result: dict[str, Any] = {
             "protocolVersion": revision.name,
@@ -238,7 +255,7 @@ class MCPServer:
         }
         if self.instructions is not None:
             result["instructions"] = self.instructions
-        return revision, request, result
+        return Initialized(revision, client_info, capabilities, result)
 
     async def handle_request(
         self, ctx: Context, method: str, params: dict[str, Any] | None

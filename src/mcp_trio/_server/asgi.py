@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import mcp_types as mt
-import pydantic_core
 import trio
 
 from .._app.server import MCPServer
@@ -254,21 +253,20 @@ class MCPApp:
 
     async def _initialize(self, request: mt.JSONRPCRequest, receive: Receive, send: GuardedSend) -> None:
         try:
-            revision, params, result = self.server.initialize(request.params)
-            client_info, client_capabilities = _client_declarations(params)
+            accepted = self.server.initialize(request.params)
         except RPCError as exc:
             raise RemoteProtocolError(exc.message, code=exc.code, request_id=request.id) from exc
         try:  # validated: only now is a session made
-            session = await self.manager.create(revision)
+            session = await self.manager.create(accepted.revision)
         except SessionError as exc:
             raise http.server_busy() from exc
-        session.client_info = client_info
-        session.client_capabilities = client_capabilities
+        session.client_info = accepted.client_info
+        session.client_capabilities = accepted.client_capabilities
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
             exchange = Exchange(_with_session_header(send, session.id), send)
             with session.connection(stream, exchange):
-                await session.answer_now(request.id, jsonrpc.response(request.id, result))
+                await session.answer_now(request.id, jsonrpc.response(request.id, accepted.result))
                 await _wait(exchange, receive)
 
     def _session(self, facts: http.RequestFacts) -> Session:
@@ -301,18 +299,6 @@ class MCPApp:
         http.check_protocol_version(facts)
         await session.aclose()
         await _respond(send, 200, b"", content_type=None)
-
-
-def _client_declarations(params: mt.InitializeRequestParams) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``clientInfo`` and ``capabilities`` of an ``initialize`` as JSON; -32602 for values that cannot
-    be serialized back (nesting deeper than pydantic serializes, and the like)."""
-    try:
-        info = params.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
-        capabilities = params.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
-        jsonrpc.encode({"i": info, "c": capabilities})
-    except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
-        raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
-    return info, capabilities
 
 
 def _refuse_modern(facts: http.RequestFacts) -> None:

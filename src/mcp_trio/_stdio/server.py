@@ -281,14 +281,12 @@ class StdioConnection:
     async def _initialize(self, request: mt.JSONRPCRequest) -> None:
         if self.revision is not None:
             raise RPCError(mt.INVALID_REQUEST, "Invalid Request: the session is already initialized")
-        revision, params, result = self.server.initialize(request.params)
-        self.revision = revision
-        self.protocol_version = revision.name
-        self.client_info = params.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
-        self.client_capabilities = params.capabilities.model_dump(
-            by_alias=True, exclude_none=True, mode="json"
-        )
-        await self.write(jsonrpc.response(request.id, result))
+        accepted = self.server.initialize(request.params)
+        self.revision = accepted.revision
+        self.protocol_version = accepted.revision.name
+        self.client_info = accepted.client_info
+        self.client_capabilities = accepted.client_capabilities
+        await self.write(jsonrpc.response(request.id, accepted.result))
 
     async def _run_request(self, call: _Call, request: mt.JSONRPCRequest) -> None:
         params = request.params
