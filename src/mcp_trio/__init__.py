@@ -3,9 +3,7 @@
 from ._app.context import Context
 from ._app.inputs import InputRequest
 from ._app.server import MCPServer
-from ._client.http import SessionExpired, TransportError
 from ._client.session import ClientSession, open_client_session, open_stdio_client
-from ._client.skills import SkillVerificationError
 from ._exceptions import (
     LocalProtocolError,
     MCPTrioError,
@@ -13,6 +11,9 @@ from ._exceptions import (
     RemoteProtocolError,
     RPCError,
     SessionError,
+    SessionExpired,
+    SkillVerificationError,
+    TransportError,
 )
 from ._server.asgi import MCPApp
 from ._server.config import ServerConfig

@@ -7,6 +7,9 @@ MCPTrioError
  |   +- RemoteProtocolError  the peer broke it; carries the HTTP status and JSON-RPC code to answer with
  +- SessionError             a session is unknown, terminated or over capacity
  +- RPCError                 a JSON-RPC error response, raised to the caller that waited for the result
+ +- TransportError           (client) the exchange with the server failed: a status, a broken stream
+ |   +- SessionExpired       (client) the server answered 404 for our session: open a new one
+ +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
 ```
 """
 
@@ -23,6 +26,9 @@ __all__ = [
     "RPCError",
     "RemoteProtocolError",
     "SessionError",
+    "SessionExpired",
+    "SkillVerificationError",
+    "TransportError",
 ]
 
 
@@ -79,3 +85,20 @@ class RPCError(MCPTrioError):
 
     def to_error_data(self) -> mt.ErrorData:
         return mt.ErrorData(code=self.code, message=self.message, data=self.data)
+
+
+class TransportError(MCPTrioError):
+    """The exchange with the server failed (a status, a stream that ended early, a broken connection)."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class SessionExpired(TransportError):
+    """The server answered 404 for our session: it is gone; open a new session."""
+
+
+class SkillVerificationError(MCPTrioError):
+    """A skill file does not match its entry (digest, size or frontmatter): it must not be used."""

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import trio
 
-from .._exceptions import MCPTrioError
+from .._exceptions import MCPTrioError, SessionExpired, TransportError
 from .._protocol import modern as modern_rules
 from .._protocol.sse import ServerSentEvent, SSEDecoder
 
@@ -24,19 +24,6 @@ logger = logging.getLogger(__name__)
 OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
 ACCEPT = "application/json, text/event-stream"
 DRAIN_SECONDS = 1.0
-
-
-class TransportError(MCPTrioError):
-    """The exchange with the server failed (a status, a stream that ended early, a broken connection)."""
-
-    def __init__(self, message: str, *, status: int | None = None, body: Any = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
-
-
-class SessionExpired(TransportError):
-    """The server answered 404 for our session: it is gone; open a new session."""
 
 
 def _header_value(value: Any) -> str:

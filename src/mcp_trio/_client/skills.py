@@ -8,15 +8,11 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from .._exceptions import MCPTrioError
+from .._exceptions import SkillVerificationError
 
 __all__ = ["SKILLS_EXTENSION", "SkillVerificationError", "check_file", "parse_frontmatter"]
 
 SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
-
-
-class SkillVerificationError(MCPTrioError):
-    """A skill file does not match its entry (digest, size or frontmatter): it must not be used."""
 
 
 def file_entry(skill: Mapping[str, Any], uri: str) -> Mapping[str, Any]:
