@@ -1,5 +1,6 @@
 """mcp_trio: the Model Context Protocol over Streamable HTTP, with Trio's structured concurrency."""
 
+from ._app.bus import LocalNotificationBus, NotificationBus
 from ._app.context import Context
 from ._app.inputs import InputRequest
 from ._app.server import MCPServer
@@ -16,7 +17,7 @@ from ._exceptions import (
     TransportError,
 )
 from ._server.asgi import MCPApp
-from ._server.config import ServerConfig
+from ._server.config import HTTPRequestInfo, ServerConfig
 from ._server.eventstore import EventStore, InMemoryEventStore, StoredEvent
 from ._server.h11server import H11Config, serve_h11
 from ._server.serve import hypercorn_config, serve
@@ -29,12 +30,15 @@ __all__ = [
     "Context",
     "EventStore",
     "H11Config",
+    "HTTPRequestInfo",
     "InMemoryEventStore",
     "InputRequest",
+    "LocalNotificationBus",
     "LocalProtocolError",
     "MCPApp",
     "MCPServer",
     "MCPTrioError",
+    "NotificationBus",
     "ProtocolError",
     "RPCError",
     "RemoteProtocolError",

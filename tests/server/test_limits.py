@@ -62,7 +62,7 @@ async def test_subscriptions_are_bounded_per_session(client: Client, app: MCPApp
     assert refused["error"] == {"code": -32602, "message": "Too many subscriptions (limit 3)"}
     await client.request(7, "resources/unsubscribe", {"uri": "test://a"})
     assert (await subscribe(client, 8, "test://d"))["result"] == {}
-    (peer,) = app.server._peers
+    (peer,) = app.server.notifications.subscribers
     assert peer.subscriptions == {"test://b", "test://c", "test://d"}
 
 
@@ -83,7 +83,7 @@ async def test_subscribed_uris_are_bounded_in_length(client: Client, app: MCPApp
     assert (await subscribe(client, 2, longest))["result"] == {}
     refused = await subscribe(client, 3, longest + "a")
     assert refused["error"] == {"code": -32602, "message": "Resource URI too long (limit 8192 characters)"}
-    (peer,) = app.server._peers
+    (peer,) = app.server.notifications.subscribers
     assert peer.subscriptions == {longest}
 
 

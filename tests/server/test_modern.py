@@ -514,7 +514,7 @@ async def test_listen_acknowledges_filters_and_tags(modern: Modern, app: MCPApp)
     assert app.statistics()["listeners"] == 1
     await stream.aclose()
     await settle()
-    assert app.statistics()["listeners"] == 0 and not server._peers
+    assert app.statistics()["listeners"] == 0 and not server.notifications.subscribers
 
 
 async def test_listen_ends_gracefully_on_shutdown(app: MCPApp) -> None:

@@ -277,10 +277,10 @@ async def test_closed_sessions_stop_listening(app: MCPApp) -> None:
     async with open_asgi_client(app) as asgi:
         client = Client(asgi, app)
         await initialize_with_caps(client)
-        assert len(server._peers) == 1
+        assert len(server.notifications.subscribers) == 1
         await client.delete()
         await settle()
-        assert len(server._peers) == 0
+        assert len(server.notifications.subscribers) == 0
 
 
 async def test_sse_polling_close_and_resume(client: Client, app: MCPApp) -> None:

@@ -381,14 +381,14 @@ async def test_eof_ends_the_server_and_cancels_handlers() -> None:
             await started.wait()
             await trio.testing.wait_all_tasks_blocked()
             assert connection.statistics()["tasks"] == 2
-            assert server._peers == {connection}
+            assert server.notifications.subscribers == {connection}
             await client_stdin.aclose()
         await server_stdout.aclose()  # the streams were ours: the server does not close them
         # the server ended on its own: nothing of it is left
         assert not nursery.child_tasks
         assert cancelled == [True, True]
         assert connection.statistics() == {"initialized": True, "inflight": 0, "tasks": 0, "outgoing": 0}
-        assert not server._peers
+        assert not server.notifications.subscribers
         assert await client.read_to_eof() == b""  # no answer for the cancelled requests
 
 

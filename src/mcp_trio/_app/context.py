@@ -81,6 +81,12 @@ class Context:
         return self.peer.protocol_version
 
     @property
+    def principal(self) -> object:
+        """Who sent the request, as ``ServerConfig.authenticate`` said (None without authentication,
+        and over stdio)."""
+        return getattr(self.peer, "principal", None)
+
+    @property
     def progress_token(self) -> mt.ProgressToken | None:
         token = self.meta.get("progressToken")
         return token if isinstance(token, (str, int)) else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -14,7 +14,8 @@ import pydantic_core
 
 from .._exceptions import RPCError
 from .._protocol import jsonrpc, versions
-from .context import LOG_LEVELS, Context, Peer
+from .bus import LocalNotificationBus, NotificationBus, Subscriber
+from .context import LOG_LEVELS, Context
 from .prompts import PromptFn, PromptSpec
 from .resources import ResourceFn, ResourceSpec
 from .tools import InvalidArguments, ToolFn, ToolSpec, to_call_tool_result
@@ -29,6 +30,8 @@ MAX_URI_LENGTH = 8192
 """Default of :attr:`MCPServer.max_uri_length`: the usual limit of a URL in HTTP servers and proxies."""
 
 Handler = Callable[[Context, Any], Awaitable[dict[str, Any]]]
+MethodHandler = Callable[[Context, "dict[str, Any] | None"], Awaitable[dict[str, Any]]]
+"""An extension's request handler (see :meth:`MCPServer.add_method`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,7 @@ class MCPServer:
         cache_ttl_ms: int = 0,
         cache_scope: Literal["public", "private"] = "private",
         max_subscriptions: int = 1000,
+        notification_bus: NotificationBus | None = None,
     ) -> None:
         self.name = name
         self.version = version
@@ -79,7 +83,11 @@ class MCPServer:
         self._templates: dict[str, ResourceSpec] = {}
         self._prompts: dict[str, PromptSpec] = {}
         self._completion: CompletionFn | None = None
-        self._peers: set[Peer] = set()
+        self.notifications: NotificationBus = (
+            LocalNotificationBus() if notification_bus is None else notification_bus
+        )
+        """Where ``notify_*`` publishes (see :mod:`mcp_trio._app.bus`)."""
+        self._extensions: dict[str, tuple[MethodHandler, frozenset[str] | None]] = {}
         self._handlers: dict[str, Handler] = {
             "ping": self._ping,
             "tools/list": self._list_tools,
@@ -194,18 +202,15 @@ class MCPServer:
 
     # -- notifications to connected clients -----------------------------------------------------
 
-    def attach(self, peer: Peer) -> None:
-        """A session (peer) starts listening for this server's notifications."""
-        self._peers.add(peer)
+    def attach(self, peer: Subscriber) -> None:
+        """A peer (session, listen stream, stdio connection) starts receiving this server's notifications."""
+        self.notifications.subscribe(peer)
 
-    def detach(self, peer: Peer) -> None:
-        self._peers.discard(peer)
+    def detach(self, peer: Subscriber) -> None:
+        self.notifications.unsubscribe(peer)
 
     async def _broadcast(self, method: str, params: dict[str, Any] | None, uri: str | None = None) -> None:
-        message = jsonrpc.notification(method, params)
-        for peer in list(self._peers):
-            if uri is None or uri in peer.subscriptions:
-                await peer.send_message(message)
+        await self.notifications.publish(jsonrpc.notification(method, params), uri)
 
     async def notify_tools_changed(self) -> None:
         """Send ``notifications/tools/list_changed`` to every connected session."""
@@ -261,6 +266,11 @@ class MCPServer:
         self, ctx: Context, method: str, params: dict[str, Any] | None
     ) -> dict[str, Any]:
         """Run the handler of one request; raises :class:`RPCError` for a JSON-RPC error answer."""
+        extension = self._extensions.get(method)
+        if extension is not None:
+            result = await extension[0](ctx, params)
+            self._add_metadata_if_modern(ctx, method, result)
+            return result
         handler = self._handlers.get(method)
         if handler is None:
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {method}")
@@ -271,16 +281,33 @@ class MCPServer:
         except (KeyError, ValueError) as exc:
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {method}") from exc
         result = await handler(ctx, request.params)
+        self._add_metadata_if_modern(ctx, method, result)
+        return mtm.serialize_server_result(method, ctx.protocol_version, result)
+
+    def _add_metadata_if_modern(self, ctx: Context, method: str, result: dict[str, Any]) -> None:
         revision = versions.revision(ctx.protocol_version)
         if revision is not None and revision.result_metadata:
             self._add_result_metadata(method, result)
-        return mtm.serialize_server_result(method, ctx.protocol_version, result)
 
     def knows(self, method: str, revision: versions.Revision) -> bool:
         """Whether ``method`` is served in ``revision`` (unknown ones get -32601)."""
+        extension = self._extensions.get(method)
+        if extension is not None:
+            return extension[1] is None or revision.name in extension[1]
         return (method in self._handlers or method == "subscriptions/listen") and (
             (method, revision.name) in mtm.CLIENT_REQUESTS
         )
+
+    def add_method(
+        self, method: str, handler: MethodHandler, *, revisions: Iterable[str] | None = None
+    ) -> None:
+        """Serve a request method of an extension (``tasks/get``, say): ``await handler(ctx, params)``
+        gets the raw params (validate them yourself) and returns the result dict; raise
+        :class:`RPCError` for an error answer.  ``revisions``: the protocol revisions it is served in
+        (default: all).  The methods of the core protocol cannot be replaced."""
+        if method in self._handlers or method == "subscriptions/listen":
+            raise ValueError(f"{method} is a method of the core protocol")
+        self._extensions[method] = (handler, frozenset(revisions) if revisions is not None else None)
 
     def tool_header_params(self, name: object) -> dict[str, tuple[str, ...]] | None:
         """The ``x-mcp-header`` parameters of a tool (header name -> argument path), if any."""

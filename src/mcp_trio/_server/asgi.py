@@ -21,7 +21,7 @@ from .._exceptions import RemoteProtocolError, RPCError, SessionError
 from .._protocol import http, jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._protocol.session import parse_event_id
-from .config import ServerConfig
+from .config import HTTPRequestInfo, ServerConfig
 from .hypercorn_server import CANCELLABLE_SEND
 from .manager import SessionManager
 from .session import Session
@@ -149,16 +149,32 @@ class MCPApp:
             http.check_method(facts)
             http.check_duplicates(facts)
             http.check_origin(facts, self._origin_policy(scope))
+            principal = await self._authenticate(scope)
             if facts.method == "POST":
-                await self._post(facts, receive, send)
+                await self._post(facts, receive, send, principal)
             elif facts.method == "GET":
-                await self._get(facts, receive, send)
+                await self._get(facts, receive, send, principal)
             else:
-                await self._delete(facts, send)
+                await self._delete(facts, send, principal)
         except RemoteProtocolError as exc:
             await _reject(send, exc)
         except _ClientGone:
             return
+
+    async def _authenticate(self, scope: Scope) -> object:
+        """The principal of a request, by ``config.authenticate`` (None without one); the hook raises
+        :class:`RemoteProtocolError` (401, 403) to refuse."""
+        hook = self.config.authenticate
+        if hook is None:
+            return None
+        client = scope.get("client")
+        info = HTTPRequestInfo(
+            method=scope["method"],
+            path=scope.get("path", "/"),
+            headers=tuple((bytes(name).lower(), bytes(value)) for name, value in scope.get("headers", ())),
+            client=(str(client[0]), int(client[1])) if client else None,
+        )
+        return await hook(info)
 
     def _origin_policy(self, scope: Scope) -> http.OriginPolicy:
         enabled = self.config.dns_rebinding_protection
@@ -169,7 +185,9 @@ class MCPApp:
 
     # -- POST -------------------------------------------------------------------------------
 
-    async def _post(self, facts: http.RequestFacts, receive: Receive, send: GuardedSend) -> None:
+    async def _post(
+        self, facts: http.RequestFacts, receive: Receive, send: GuardedSend, principal: object
+    ) -> None:
         http.check_post(facts, max_body_size=self.config.max_body_size, json_only=False)
         body = await _read_body(receive, self.config.max_body_size, self.config.body_timeout)
         incoming = jsonrpc.parse_body(body, allow_batch=True)
@@ -181,20 +199,25 @@ class MCPApp:
             meta_version=modern_rules.meta_version(params),
         )
         if modern:
-            await self._post_modern(facts, incoming, receive, send)
+            await self._post_modern(facts, incoming, receive, send, principal)
             return
         http.check_protocol_version(facts)
         if initialize:
             if incoming.batch:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
-            await self._initialize(initialize[0], receive, send)
+            await self._initialize(initialize[0], receive, send, principal)
             return
-        await self._post_legacy(facts, incoming, receive, send)
+        await self._post_legacy(facts, incoming, receive, send, principal)
 
     async def _post_legacy(
-        self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: GuardedSend
+        self,
+        facts: http.RequestFacts,
+        incoming: jsonrpc.Incoming,
+        receive: Receive,
+        send: GuardedSend,
+        principal: object,
     ) -> None:
-        session = self._session(facts)
+        session = self._session(facts, principal)
         if incoming.batch and not session.revision.batches:
             raise RemoteProtocolError(
                 f"Invalid Request: JSON-RPC batches are not supported in {session.revision.name}"
@@ -222,7 +245,12 @@ class MCPApp:
                 await _wait(exchange, receive, quick=self.config.sse_start_delay)
 
     async def _post_modern(
-        self, facts: http.RequestFacts, incoming: jsonrpc.Incoming, receive: Receive, send: GuardedSend
+        self,
+        facts: http.RequestFacts,
+        incoming: jsonrpc.Incoming,
+        receive: Receive,
+        send: GuardedSend,
+        principal: object,
     ) -> None:
         """A 2026-era POST: one request (or notification), validated against its headers."""
         (message,) = incoming.messages if not incoming.batch else (None,)
@@ -244,14 +272,16 @@ class MCPApp:
                 code=mt.METHOD_NOT_FOUND,
                 request_id=message.id,
             )
-        await self.modern.handle(message, revision, receive, send)
+        await self.modern.handle(message, revision, receive, send, principal)
 
     def _header_params(self, message: mt.JSONRPCRequest) -> dict[str, tuple[str, ...]] | None:
         if message.method != "tools/call" or not message.params:
             return None
         return self.server.tool_header_params(message.params.get("name"))
 
-    async def _initialize(self, request: mt.JSONRPCRequest, receive: Receive, send: GuardedSend) -> None:
+    async def _initialize(
+        self, request: mt.JSONRPCRequest, receive: Receive, send: GuardedSend, principal: object
+    ) -> None:
         try:
             accepted = self.server.initialize(request.params)
         except RPCError as exc:
@@ -260,6 +290,7 @@ class MCPApp:
             session = await self.manager.create(accepted.revision)
         except SessionError as exc:
             raise http.server_busy() from exc
+        session.principal = principal
         session.client_info = accepted.client_info
         session.client_capabilities = accepted.client_capabilities
         with session.activity():
@@ -269,19 +300,21 @@ class MCPApp:
                 await session.answer_now(request.id, jsonrpc.response(request.id, accepted.result))
                 await _wait(exchange, receive)
 
-    def _session(self, facts: http.RequestFacts) -> Session:
+    def _session(self, facts: http.RequestFacts, principal: object) -> Session:
         session_id = http.check_session_header(facts)
         session = self.manager.get(session_id)
-        if session is None:
+        if session is None or session.principal != principal:  # a session is its creator's alone
             raise http.session_not_found()
         return session
 
     # -- GET and DELETE -----------------------------------------------------------------------
 
-    async def _get(self, facts: http.RequestFacts, receive: Receive, send: GuardedSend) -> None:
+    async def _get(
+        self, facts: http.RequestFacts, receive: Receive, send: GuardedSend, principal: object
+    ) -> None:
         _refuse_modern(facts)
         http.check_get(facts)
-        session = self._session(facts)
+        session = self._session(facts, principal)
         http.check_protocol_version(facts)
         stream, replay_after = session.get_stream, None
         parsed = parse_event_id(facts.last_event_id) if facts.last_event_id else None
@@ -293,9 +326,9 @@ class MCPApp:
             with session.connection(stream, exchange, replay_after):
                 await _wait(exchange, receive)
 
-    async def _delete(self, facts: http.RequestFacts, send: GuardedSend) -> None:
+    async def _delete(self, facts: http.RequestFacts, send: GuardedSend, principal: object) -> None:
         _refuse_modern(facts)
-        session = self._session(facts)
+        session = self._session(facts, principal)
         http.check_protocol_version(facts)
         await session.aclose()
         await _respond(send, 200, b"", content_type=None)

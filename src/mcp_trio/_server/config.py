@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from .._protocol.session import new_session_id
 from .eventstore import EventStore, InMemoryEventStore
 
-__all__ = ["ServerConfig"]
+__all__ = ["Authenticate", "HTTPRequestInfo", "ServerConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPRequestInfo:
+    """What an ``authenticate`` hook sees of an HTTP request (header names lower-case)."""
+
+    method: str
+    path: str
+    headers: tuple[tuple[bytes, bytes], ...]
+    client: tuple[str, int] | None
+
+    def header(self, name: str) -> str | None:
+        """The first value of a header (``name`` lower-case), decoded as latin-1."""
+        wanted = name.encode()
+        return next((value.decode("latin-1") for key, value in self.headers if key == wanted), None)
+
+
+Authenticate = Callable[[HTTPRequestInfo], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +72,15 @@ class ServerConfig:
     """Extra ``Origin`` values (``scheme://host[:port]``, ``scheme://host:*``) besides loopback origins."""
     event_store_factory: Callable[[], EventStore | None] = field(default=InMemoryEventStore)
     """Makes the app's event store; return None to switch resumability off."""
+    session_id_factory: Callable[[], str] = field(default=new_session_id)
+    """Makes the id of each new 2025 session: visible ASCII, unique, unguessable (256 random bits by
+    default).  A deployment can put routing information in it (a worker's prefix, say)."""
+    authenticate: Authenticate | None = None
+    """Called with each HTTP request's :class:`~mcp_trio.HTTPRequestInfo` before any JSON-RPC is read;
+    returns the principal (any object, reachable as ``Context.principal``) or raises
+    :class:`~mcp_trio.RemoteProtocolError` (``http_status=401`` with a ``www-authenticate`` header, or
+    403).  A 2025 session belongs to the principal that created it: the same session id with another
+    principal is 404.  None: no authentication."""
     request_state_secret: bytes | None = None
     """HMAC key that seals ``requestState`` of input-required results (2026 era).  None: a random key
     per app, so a retry must reach the same process; give every replica the same secret otherwise."""

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import trio
 
 from .._app.server import MCPServer
 from .._exceptions import SessionError
-from .._protocol.session import new_session_id
 from .._protocol.versions import Revision
 from .config import ServerConfig
 from .session import Session
 from .streams import Stream
 
 __all__ = ["SessionManager"]
+
+_VALID_ID = re.compile(r"[\x21-\x7e]{1,256}")
+"""A usable session id: visible ASCII (what clients may send back), not absurdly long."""
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +97,11 @@ class SessionManager:
             raise SessionError("the server is not running")
         if len(self._sessions) >= self.config.max_sessions:
             raise SessionError("too many sessions")
-        session = Session(self, new_session_id(), revision)
+        session_id = self.config.session_id_factory()
+        if not _VALID_ID.fullmatch(session_id) or session_id in self._sessions:
+            logger.error("session_id_factory returned an unusable id %r", session_id[:80])
+            raise SessionError("the session id factory returned an unusable id")
+        session = Session(self, session_id, revision)
         self._sessions[session.id] = session
         self.sessions_created += 1
         try:

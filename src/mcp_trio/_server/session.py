@@ -55,6 +55,8 @@ class Session:
         self._config = manager.config
         self._store: EventStore | None = manager.event_store
         self.session_id: str | None = session_id
+        self.principal: object = None
+        """Who created the session (``ServerConfig.authenticate``); only they may use it."""
         self.protocol_version = revision.name
         self.log_level: mt.LoggingLevel | None = None
         self.client_info: dict[str, Any] = {}
@@ -264,6 +266,20 @@ class Session:
         event = self._route(message, related)
         if event is not None and self._store is not None:
             await self._store.store(self.id, event)
+
+    def notify_nowait(self, message: dict[str, Any]) -> None:
+        """A server notification (from the notification bus): queued on the GET stream now; stored with
+        ``store_nowait`` when the event store has one, else by a task of the session."""
+        if self.closing:
+            return
+        event = self._route(message, None)
+        if event is None or self._store is None:
+            return
+        store_nowait = getattr(self._store, "store_nowait", None)
+        if store_nowait is not None:
+            store_nowait(self.id, event)
+        else:
+            self.nursery.start_soon(self._store.store, self.id, event)
 
     def _route(self, message: dict[str, Any], related: mt.RequestId | None) -> StoredEvent | None:
         """Queue a message for its SSE stream (a response on a JSON-mode stream goes through

@@ -93,6 +93,7 @@ class RequestPeer:
     notifications go, and the input responses it brought (for ``Context.ask``)."""
 
     session_id: str | None = None
+    principal: object = None
 
     def __init__(self, revision: versions.Revision, meta: Mapping[str, Any], responder: Responder) -> None:
         self.protocol_version = revision.name
@@ -167,6 +168,9 @@ class Listener:
         return {**message, "params": params}
 
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
+        self.notify_nowait(message)
+
+    def notify_nowait(self, message: dict[str, Any]) -> None:
         if self._wants(message):
             self.push(self.tag(message))
 
@@ -223,7 +227,12 @@ class ModernEndpoint:
         """Wall-clock seconds for ``requestState`` expiry (replicas sharing a secret share this clock)."""
 
     async def handle(
-        self, request: mt.JSONRPCRequest, revision: versions.Revision, receive: Receive, send: Send
+        self,
+        request: mt.JSONRPCRequest,
+        revision: versions.Revision,
+        receive: Receive,
+        send: Send,
+        principal: object = None,
     ) -> None:
         """Answer one modern request; a client disconnect cancels it and nothing is sent after."""
         responder = Responder(send, json_only=self.config.json_response)
@@ -235,18 +244,23 @@ class ModernEndpoint:
                 if listener is not None:
                     await self._listen(listener, send)
                 else:
-                    message, status = await self._answer(request, revision, responder)
+                    message, status = await self._answer(request, revision, responder, principal)
                     await responder.finish(message, status)
                 nursery.cancel_scope.cancel()
         finally:
             self.inflight -= 1
 
     async def _answer(
-        self, request: mt.JSONRPCRequest, revision: versions.Revision, responder: Responder
+        self,
+        request: mt.JSONRPCRequest,
+        revision: versions.Revision,
+        responder: Responder,
+        principal: object = None,
     ) -> tuple[dict[str, Any], int]:
         params = request.params or {}
         meta = params.get("_meta")
         peer = RequestPeer(revision, meta if isinstance(meta, dict) else {}, responder)
+        peer.principal = principal
         ctx = Context(request.id, request.method, peer, meta if isinstance(meta, dict) else {})
         try:
             peer.known = self._answers_brought(request.method, params)

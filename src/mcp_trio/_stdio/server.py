@@ -307,7 +307,12 @@ class StdioConnection:
         sent to an initialized session only, and dropped rather than waited for if stdout is behind."""
         if related is not None:
             await self.write(message, self._inflight.get(related))
-        elif self.initialized:
+        else:
+            self.notify_nowait(message)
+
+    def notify_nowait(self, message: dict[str, Any]) -> None:
+        """A server notification (from the notification bus)."""
+        if self.initialized:
             self.write_nowait(message)
 
     async def request(
