@@ -383,7 +383,7 @@ async def test_tampered_or_foreign_state_is_rejected(modern: Modern) -> None:
 @pytest.mark.parametrize("config", [ServerConfig(request_state_ttl=60)])
 async def test_state_expires(modern: Modern, app: MCPApp) -> None:
     now = [1_000_000.0]
-    app.modern.clock = lambda: now[0]
+    app._modern.clock = lambda: now[0]
     first = (await modern.call("tools/call", {"name": "two_rounds", "arguments": {}}))[1]["result"]
     now[0] += 61
     error = (

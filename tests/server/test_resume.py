@@ -50,7 +50,7 @@ async def test_resume_the_get_stream(client: Client, app: MCPApp) -> None:
     priming = await get.next_event()
     await get.aclose()
     await settle()
-    session = app.manager.get(client.session_id)
+    session = app._manager.get(client.session_id)
     await session.send_message({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
     resumed = await client.get_stream(**{"last-event-id": priming.id})
     message = await resumed.next_message()
@@ -85,7 +85,7 @@ async def test_garbage_last_event_id_is_a_plain_get(client: Client) -> None:
 
 async def test_only_later_events_of_that_stream(client: Client, app: MCPApp) -> None:
     await client.initialize()
-    session = app.manager.get(client.session_id)
+    session = app._manager.get(client.session_id)
     get = await client.get_stream()
     await get.next_event()
     for n in range(3):

@@ -84,7 +84,7 @@ class InputRequest:
         params = dict(self.params)
         if revision is not None and not revision.elicitation_modes:
             params.pop("mode", None)
-        if revision is not None and revision.stateless:
+        if revision is not None and revision.modern:
             params.pop("elicitationId", None)
         return {"method": self.method, "params": params}
 

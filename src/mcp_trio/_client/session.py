@@ -95,7 +95,7 @@ class ClientSession:
         result = await self.request("initialize", params)
         negotiated = result.get("protocolVersion")
         found = versions.revision(negotiated) if isinstance(negotiated, str) else None
-        if found is None or found.stateless:
+        if found is None or found.modern:
             raise TransportError(f"the server answered initialize with unsupported version {negotiated!r}")
         self.protocol_version = self._transport.protocol_version = found.name
         self.server_info = result.get("serverInfo") or {}

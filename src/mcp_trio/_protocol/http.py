@@ -274,7 +274,7 @@ def check_protocol_version(facts: RequestFacts) -> versions.Revision:
     if "mcp-protocol-version" in facts.conflicts:
         raise RemoteProtocolError("Bad Request: conflicting duplicate mcp-protocol-version headers")
     found = versions.revision(facts.protocol_version)
-    if found is None or found.stateless:
+    if found is None or found.modern:
         supported = ", ".join(r.name for r in versions.LEGACY)
         raise RemoteProtocolError(
             f"Bad Request: unsupported MCP-Protocol-Version {facts.protocol_version!r}"

@@ -172,7 +172,7 @@ def check_headers(
             request_id,
         )
     found = versions.revision(facts.protocol_version)
-    if found is None or not found.stateless:
+    if found is None or not found.modern:
         raise unsupported_version(facts.protocol_version, request_id)
     if facts.mcp_method is None:
         raise header_mismatch("Mcp-Method header is required", request_id)

@@ -31,7 +31,7 @@ class Revision:
     """One protocol revision and the transport behaviour that depends on it."""
 
     name: str
-    stateless: bool = False
+    modern: bool = False
     """Modern era (2026-07-28 on): no sessions; every request carries its version and capabilities in
     ``_meta``; server-to-client requests become input-required results; ``subscriptions/listen``."""
     batches: bool = False
@@ -58,7 +58,7 @@ REVISIONS: dict[str, Revision] = {
         Revision("2025-11-25", priming_event=True, elicitation_modes=True),
         Revision(
             "2026-07-28",
-            stateless=True,
+            modern=True,
             elicitation_modes=True,
             result_metadata=True,
             logs_need_opt_in=True,
@@ -67,8 +67,8 @@ REVISIONS: dict[str, Revision] = {
     )
 }
 
-LEGACY = tuple(r for r in REVISIONS.values() if not r.stateless)
-MODERN = tuple(r for r in REVISIONS.values() if r.stateless)
+LEGACY = tuple(r for r in REVISIONS.values() if not r.modern)
+MODERN = tuple(r for r in REVISIONS.values() if r.modern)
 LATEST = LEGACY[-1]
 """The newest revision an ``initialize`` handshake can negotiate."""
 LATEST_MODERN = MODERN[-1]
@@ -90,7 +90,7 @@ def negotiate(requested: str) -> Revision:
     """The revision a server answers ``initialize`` with: the client's if it is a legacy revision we
     serve, else the latest legacy one."""
     found = REVISIONS.get(requested)
-    return found if found is not None and not found.stateless else LATEST
+    return found if found is not None and not found.modern else LATEST
 
 
 def select_era(*, header_version: str | None, meta_version: object) -> bool:
@@ -103,4 +103,4 @@ def select_era(*, header_version: str | None, meta_version: object) -> bool:
     if meta_version is not None:
         return True
     found = REVISIONS.get(header_version) if header_version is not None else None
-    return found is not None and found.stateless
+    return found is not None and found.modern

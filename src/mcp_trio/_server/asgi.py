@@ -24,8 +24,8 @@ from .._protocol.session import parse_event_id
 from .config import HTTPRequestInfo, ServerConfig
 from .hypercorn_server import CANCELLABLE_SEND
 from .manager import SessionManager
+from .modern import ModernEndpoint
 from .session import Session
-from .stateless import ModernEndpoint
 from .streams import TRANSPORT_ERRORS, Exchange, GuardedSend, Stream, content_length
 
 __all__ = ["MCPApp"]
@@ -51,8 +51,8 @@ class MCPApp:
     def __init__(self, server: MCPServer, config: ServerConfig | None = None) -> None:
         self.server = server
         self.config = config or ServerConfig()
-        self.manager = SessionManager(server, self.config)
-        self.modern = ModernEndpoint(server, self.config)
+        self._manager = SessionManager(server, self.config)
+        self._modern = ModernEndpoint(server, self.config)
         self._sends: set[GuardedSend] = set()
         """Sends under way (each HTTP request's, while one is being written)."""
         extra_hosts = self.config.allowed_hosts or frozenset()
@@ -69,7 +69,7 @@ class MCPApp:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the sessions' nursery until cancelled.  Cancelling ends every session at once; call
         :meth:`aclose` first for a graceful end."""
-        await self.manager.run(task_status=task_status)
+        await self._manager.run(task_status=task_status)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MCPApp]:
@@ -85,13 +85,13 @@ class MCPApp:
         """Close every session and subscription (each open stream ends cleanly) within
         ``config.shutdown_grace``."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.modern.aclose)
-            nursery.start_soon(self.manager.aclose)
+            nursery.start_soon(self._modern.aclose)
+            nursery.start_soon(self._manager.aclose)
 
     def statistics(self) -> dict[str, Any]:
-        stats = self.manager.statistics()
-        stats.update(self.modern.statistics())
-        store = self.manager.event_store
+        stats = self._manager.statistics()
+        stats.update(self._modern.statistics())
+        store = self._manager.event_store
         if store is not None and hasattr(store, "statistics"):
             stats["event_store"] = store.statistics()
         now = trio.current_time()
@@ -272,7 +272,7 @@ class MCPApp:
                 code=mt.METHOD_NOT_FOUND,
                 request_id=message.id,
             )
-        await self.modern.handle(message, revision, receive, send, principal)
+        await self._modern.handle(message, revision, receive, send, principal)
 
     def _header_params(self, message: mt.JSONRPCRequest) -> dict[str, tuple[str, ...]] | None:
         if message.method != "tools/call" or not message.params:
@@ -287,7 +287,7 @@ class MCPApp:
         except RPCError as exc:
             raise RemoteProtocolError(exc.message, code=exc.code, request_id=request.id) from exc
         try:  # validated: only now is a session made
-            session = await self.manager.create(accepted.revision)
+            session = await self._manager.create(accepted.revision)
         except SessionError as exc:
             raise http.server_busy() from exc
         session.principal = principal
@@ -302,7 +302,7 @@ class MCPApp:
 
     def _session(self, facts: http.RequestFacts, principal: object) -> Session:
         session_id = http.check_session_header(facts)
-        session = self.manager.get(session_id)
+        session = self._manager.get(session_id)
         if session is None or session.principal != principal:  # a session is its creator's alone
             raise http.session_not_found()
         return session
@@ -337,7 +337,7 @@ class MCPApp:
 def _refuse_modern(facts: http.RequestFacts) -> None:
     """GET and DELETE do not exist in the modern era: 405 (the legacy era keeps them)."""
     found = versions.revision(facts.protocol_version) if facts.protocol_version else None
-    if found is not None and found.stateless:
+    if found is not None and found.modern:
         raise RemoteProtocolError(
             f"Method Not Allowed: {facts.method} in {found.name}",
             http_status=405,

@@ -17,7 +17,7 @@ Both eras are served on the same connection, chosen per message as over HTTP:
   list-changed and resource-updated notifications (only once the session is initialized).
   Requests other than ``ping`` before ``initialize`` get -32600.
 * **2026-07-28** (a request whose ``_meta`` names ``io.modelcontextprotocol/protocolVersion``): served
-  statelessly by the HTTP transport's own code (:class:`~mcp_trio._server.stateless.ModernEndpoint`):
+  statelessly by the HTTP transport's own code (:class:`~mcp_trio._server.modern.ModernEndpoint`):
   ``_meta`` validation (-32602), unsupported versions (-32022), unknown methods (-32601), results
   with ``resultType``/``ttlMs``/``cacheScope``/``serverInfo``, ``server/discover``, input-required
   results with a sealed ``requestState`` (MRTR), notifications related to the request, and
@@ -51,7 +51,7 @@ from .._protocol import jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._server.config import ServerConfig
 from .._server.containment import contained
-from .._server.stateless import SUBSCRIPTION_ID_KEY, Listener, ModernEndpoint, Responder
+from .._server.modern import SUBSCRIPTION_ID_KEY, Listener, ModernEndpoint, Responder
 
 __all__ = ["StdioConnection", "serve_stdio"]
 
@@ -342,7 +342,7 @@ class StdioConnection:
     def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
         """No SSE over stdio: nothing to do."""
 
-    # -- 2026: stateless requests ---------------------------------------------------------------
+    # -- 2026: modern requests ------------------------------------------------------------------
 
     def _start_modern(self, request: mt.JSONRPCRequest) -> None:
         """Validate a 2026-era request (raises for an error answer) and start its task."""
@@ -350,18 +350,18 @@ class StdioConnection:
         version = modern_rules.meta_version(request.params)
         assert isinstance(version, str)  # check_meta made sure
         revision = versions.revision(version)
-        if revision is None or not revision.stateless:
+        if revision is None or not revision.modern:
             raise modern_rules.unsupported_version(version, request.id)
         if not self.server.knows(request.method, revision):
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {request.method}")
         if request.method == "subscriptions/listen":
-            listener = self._modern._listener(request)
+            listener = self._modern.listener(request)
             self._start(request.id, self._run_listener, listener)
         else:
             self._start(request.id, self._run_modern, request, revision)
 
     async def _run_modern(self, call: _Call, request: mt.JSONRPCRequest, revision: versions.Revision) -> None:
-        message, _status = await self._modern._answer(request, revision, _LineResponder(self, call))
+        message, _status = await self._modern.answer(request, revision, _LineResponder(self, call))
         await self.write(message, call)
 
     async def _run_listener(self, call: _Call, listener: Listener) -> None:

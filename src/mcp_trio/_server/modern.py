@@ -236,7 +236,7 @@ class ModernEndpoint:
     ) -> None:
         """Answer one modern request; a client disconnect cancels it and nothing is sent after."""
         responder = Responder(send, json_only=self.config.json_response)
-        listener = self._listener(request) if request.method == "subscriptions/listen" else None
+        listener = self.listener(request) if request.method == "subscriptions/listen" else None
         self.inflight += 1
         try:
             async with trio.open_nursery() as nursery:
@@ -244,13 +244,13 @@ class ModernEndpoint:
                 if listener is not None:
                     await self._listen(listener, send)
                 else:
-                    message, status = await self._answer(request, revision, responder, principal)
+                    message, status = await self.answer(request, revision, responder, principal)
                     await responder.finish(message, status)
                 nursery.cancel_scope.cancel()
         finally:
             self.inflight -= 1
 
-    async def _answer(
+    async def answer(
         self,
         request: mt.JSONRPCRequest,
         revision: versions.Revision,
@@ -314,7 +314,7 @@ class ModernEndpoint:
 
     # -- subscriptions/listen -----------------------------------------------------------------
 
-    def _listener(self, request: mt.JSONRPCRequest) -> Listener:
+    def listener(self, request: mt.JSONRPCRequest) -> Listener:
         """Validate a ``subscriptions/listen`` request (before anything is started for it)."""
         try:
             params = mt.SubscriptionsListenRequestParams.model_validate(request.params or {})
