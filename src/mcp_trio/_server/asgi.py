@@ -363,8 +363,9 @@ async def _wait(exchange: Exchange, receive: Receive, *, quick: float = 0.0) -> 
         await exchange.done.wait()
     if exchange.finished or (exchange.guard is not None and exchange.guard.broken):
         return  # a response cut short (the client stopped reading) ends with its connection
+    exchange.end()
     if exchange.started:
-        await exchange.body(b"", more=False)
+        await exchange.send({"type": "http.response.body", "body": b"", "more_body": False})
     else:  # the session ended before the writer could start the response
         await _reject(exchange.send, http.session_not_found())
 

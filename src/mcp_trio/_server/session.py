@@ -339,9 +339,8 @@ class Session:
     ) -> None:
         """Send a whole response from the task that completed it (no writer task), unless its client
         has gone (the exchange was abandoned: client disconnect, session closed)."""
-        if exchange.done.is_set():
+        if not exchange.claim():
             return
-        exchange.writing = True
         try:
             await exchange.start(status, headers)
             await exchange.body(body, more=False)
@@ -439,6 +438,8 @@ class Session:
         self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int
     ) -> None:
         try:
+            if not exchange.claim():
+                return  # abandoned before this task could run
             with trio.CancelScope() as exchange.writer_scope:
                 await self._pump_sse(stream, exchange, receive, first)
         except TRANSPORT_ERRORS as exc:  # the connection is gone, or was cut

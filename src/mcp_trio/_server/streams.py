@@ -16,6 +16,8 @@ from typing import Any
 import mcp_types as mt
 import trio
 
+from .._protocol.exchange import ExchangeEvent, ExchangeState, transition
+
 __all__ = ["CUT", "END", "Exchange", "GuardedSend", "Outgoing", "Stream", "content_length"]
 
 logger = logging.getLogger(__name__)
@@ -101,36 +103,72 @@ CUT = Outgoing(-2, b"")
 
 
 class Exchange:
-    """One HTTP response in progress.  The writer (in the session's nursery) sends through it; the
-    request task waits until :attr:`done`, then ends the response if the writer could not."""
+    """One HTTP response in progress, owned as ``_protocol.exchange`` says: a writer (a task of the
+    session) claims it and sends through it; the request task waits until :attr:`done`, then ends the
+    response if the writer could not."""
 
-    __slots__ = ("done", "finished", "guard", "send", "started", "wait_scope", "writer_scope", "writing")
+    __slots__ = ("done", "guard", "send", "started", "state", "wait_scope", "writer_scope")
 
     def __init__(self, send: ASGISend, guard: GuardedSend | None = None) -> None:
         self.send = send
         self.guard = guard
         """The guarded send beneath ``send``: :meth:`cancel_writer` aborts a send under way."""
+        self.state = ExchangeState.PENDING
         self.started = False
-        self.finished = False
-        self.writing = False
-        """A task is sending through this exchange (set before its first send)."""
+        """The head went out (by the writer, in ``STREAMING`` or after)."""
         self.done = trio.Event()
+        """Set once the writer side is over: abandoned, or finished and its writer returned."""
         self.wait_scope: trio.CancelScope | None = None
         self.writer_scope: trio.CancelScope | None = None
 
+    def _to(self, event: ExchangeEvent) -> None:
+        self.state = transition(self.state, event)
+        if self.state is ExchangeState.ABANDONED:
+            self._wake()
+
+    def _wake(self) -> None:
+        """The writer side is over: the request task goes on."""
+        if not self.done.is_set():
+            self.done.set()
+            if self.wait_scope is not None:
+                self.wait_scope.cancel()
+
+    @property
+    def finished(self) -> bool:
+        """Its writer sent (or began to send) the end of the response."""
+        return self.state is ExchangeState.FINISHED
+
+    def claim(self) -> bool:
+        """Become its writer; False if it has one already or was abandoned (then send nothing)."""
+        if self.state is not ExchangeState.PENDING:
+            return False
+        self._to(ExchangeEvent.CLAIM)
+        return True
+
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The writer sends the head."""
+        self._to(ExchangeEvent.START)
         self.started = True
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(self, data: bytes, *, more: bool = True) -> None:
+        """The writer sends body bytes (``more=False``: the end of the response)."""
         if not more:
-            self.finished = True
+            self._to(ExchangeEvent.FINISH)
         await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
     def writer_done(self) -> None:
-        self.done.set()
-        if self.wait_scope is not None:
-            self.wait_scope.cancel()
+        """The writer stopped (in its ``finally``): unless it finished, the request task ends the rest."""
+        if self.state in (ExchangeState.CLAIMED, ExchangeState.STREAMING):
+            self._to(ExchangeEvent.RELEASE)
+        elif self.state is ExchangeState.PENDING:
+            self._to(ExchangeEvent.ABANDON)
+        else:  # FINISHED: woken only now, once the last send is over
+            self._wake()
+
+    def end(self) -> None:
+        """The request task takes over what its writer left (to end it, or to answer 404)."""
+        self._to(ExchangeEvent.END)
 
     def cancel_writer(self) -> None:
         """Stop writing: cancel the writer task (and cut a send it is stuck in), or, for an exchange
@@ -140,8 +178,8 @@ class Exchange:
             self.guard.abort()
         if self.writer_scope is not None:
             self.writer_scope.cancel()
-        elif not self.writing:
-            self.writer_done()
+        elif self.state is ExchangeState.PENDING:
+            self._to(ExchangeEvent.ABANDON)
 
 
 @dataclass(eq=False, slots=True)
