@@ -1,0 +1,412 @@
+"""The transport-neutral message connection: one client connection that carries whole JSON-RPC messages
+(a stdio line, a WebSocket frame), serving both eras on it.
+
+A :class:`MessageConnection` owns one Trio nursery: the single writer task and every handler task.  The
+transport frames bytes into messages (:meth:`MessageConnection._read_loop`, which hands each to
+:meth:`~MessageConnection.receive_message`) and writes encoded messages
+(:meth:`MessageConnection._transmit`); everything else is here, once:
+
+* **2025** (a session opened by ``initialize``): version negotiation, ``notifications/initialized``,
+  requests run as tasks, ``notifications/cancelled`` cancels a handler (no response is sent),
+  server-to-client requests (sampling, elicitation, roots) routed back to the waiting handler; progress
+  and log notifications; the server's own notifications (once the session is initialized).  Requests
+  other than ``ping`` before ``initialize`` get -32600.
+* **2026-07-28** (a request whose ``_meta`` names a protocol version): served by the HTTP transport's
+  public endpoint (:class:`~mcp_trio._server.modern.ModernEndpoint`: ``answer`` and ``listener``);
+  ``notifications/cancelled`` cancels such a request too.
+
+Bad input never ends the loop: a message that is not JSON gets -32700, one that is not a JSON-RPC message
+(or a request with an id already in flight) gets -32600, one longer than ``config.max_body_size`` gets
+-32600 and is dropped unread.  JSON-RPC batches are not supported (a JSON array gets -32600).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import mcp_types as mt
+import trio
+
+from .._app.context import Context
+from .._app.outgoing import PendingRequests, ask_concurrently
+from .._app.server import MCPServer
+from .._exceptions import RemoteProtocolError, RPCError
+from .._protocol import jsonrpc, versions
+from .._protocol import modern as modern_rules
+from .config import ServerConfig
+from .containment import contained
+from .modern import SUBSCRIPTION_ID_KEY, Listener, ModernEndpoint, Responder
+
+__all__ = ["MessageConnection"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Call:
+    """One request being handled: its cancel scope, and whether the client cancelled it (then nothing
+    more is written for it, even what was already queued)."""
+
+    __slots__ = ("cancelled", "id", "scope")
+
+    def __init__(self, request_id: mt.RequestId) -> None:
+        self.id = request_id
+        self.scope = trio.CancelScope()
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.scope.cancel()
+
+
+class _ConnectionResponder(Responder):
+    """Where a 2026 request's notifications go: the connection, tagged with the request."""
+
+    __slots__ = ("_call", "_connection")
+
+    def __init__(self, connection: MessageConnection, call: _Call) -> None:
+        super().__init__(_no_send, json_only=True)
+        self._connection = connection
+        self._call = call
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        await self._connection.write(message, self._call)
+
+    async def finish(self, message: dict[str, Any], status: int = 200) -> None:  # pragma: no cover
+        await self._connection.write(message, self._call)
+
+
+async def _no_send(message: dict[str, Any]) -> None:  # pragma: no cover - never called
+    raise AssertionError("a message connection has no HTTP response")
+
+
+class MessageConnection:
+    """One client connection that carries whole JSON-RPC messages, and (once ``initialize`` is answered)
+    its 2025 session.  Transport-neutral: a subclass frames the bytes (:meth:`_read_loop` reads
+    messages and hands each to :meth:`receive_message`; :meth:`_transmit` writes a batch of them).
+
+    It is the :class:`~mcp_trio.Peer` of 2025-era handlers.  Every task it starts runs in the nursery
+    of :meth:`run`: the single writer (the only code that writes to the transport, so messages never
+    interleave) and every handler.
+    """
+
+    session_id: str | None = None
+
+    def __init__(self, server: MCPServer, config: ServerConfig | None = None) -> None:
+        self.server = server
+        self.config = config = config or ServerConfig()
+        self.max_message = config.max_body_size
+        self._modern = ModernEndpoint(server, config)
+        # the 2025 session
+        self.revision: versions.Revision | None = None
+        self.initialized = False
+        self.protocol_version = versions.LATEST.name
+        self.log_level: mt.LoggingLevel | None = None
+        self.client_info: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.subscriptions: set[str] = set()
+        # tasks and messages
+        self.closing = False
+        self._inflight: dict[mt.RequestId, _Call] = {}
+        self._outgoing = PendingRequests()
+        self._running = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        self._writer_done = trio.Event()
+        self._queue_send, self._queue_receive = trio.open_memory_channel[tuple[_Call | None, bytes]](
+            max(1, config.stream_buffer)
+        )
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until the input ends (or the output breaks)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._write_loop, name="mcp stdio writer")
+            self.server.attach(self)
+            try:
+                task_status.started()
+                await self._read_loop()
+                await self._shutdown()
+            finally:
+                self.closing = True
+                self.server.detach(self)
+                nursery.cancel_scope.cancel()
+
+    async def _shutdown(self) -> None:
+        """End of input: requests already read get ``shutdown_grace`` to finish (so a script piped in
+        gets its answers), then the rest are cancelled; what is queued is flushed."""
+        grace = self.config.shutdown_grace
+        with trio.move_on_after(grace):
+            await self._idle.wait()
+        self.closing = True
+        for call in list(self._inflight.values()):
+            call.cancel()
+        with trio.move_on_after(grace):
+            await self._idle.wait()
+        self._queue_send.close()  # the writer sends what is queued, then ends
+        with trio.move_on_after(grace):
+            await self._writer_done.wait()
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "initialized": self.initialized,
+            "inflight": len(self._inflight),
+            "tasks": self._running,
+            "outgoing": len(self._outgoing),
+        }
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        """Read messages until the input ends, handing each to :meth:`receive_message` (and telling
+        :meth:`refuse_oversized` of one longer than ``max_message``)."""
+        raise NotImplementedError
+
+    async def _transmit(self, messages: list[bytes]) -> None:
+        """Write encoded messages, in order (``BrokenResourceError``/``ClosedResourceError``: gone)."""
+        raise NotImplementedError
+
+    async def refuse_oversized(self) -> None:
+        """A message longer than ``max_message`` was dropped unread: tell the client (-32600)."""
+        logger.warning("dropped a message longer than %d bytes", self.max_message)
+        message = f"Invalid Request: message longer than {self.max_message} bytes"
+        await self.write(jsonrpc.error_envelope(None, mt.INVALID_REQUEST, message))
+
+    async def receive_message(self, line: bytes) -> None:
+        """One message from the client (surrounding whitespace ignored)."""
+        line = line.strip()
+        if not line:
+            return
+        try:
+            incoming = jsonrpc.parse_body(line, allow_batch=False)
+        except RemoteProtocolError as exc:
+            await self.write(jsonrpc.error_envelope(exc.request_id, exc.code, exc.message, exc.data))
+            return
+        (message,) = incoming.messages
+        if isinstance(message, mt.JSONRPCRequest):
+            await self._receive_request(message)
+        elif isinstance(message, mt.JSONRPCNotification):
+            self._receive_notification(message)
+        else:
+            self._receive_response(message)
+
+    async def _receive_request(self, request: mt.JSONRPCRequest) -> None:
+        if request.id in self._inflight:
+            await self._error(request.id, mt.INVALID_REQUEST, f"Invalid Request: id {request.id!r} is in use")
+            return
+        try:
+            if modern_rules.meta_version(request.params) is not None:
+                self._start_modern(request)
+            elif request.method == "initialize":
+                await self._initialize(request)
+            elif self.revision is None and request.method != "ping":
+                raise RPCError(
+                    mt.INVALID_REQUEST,
+                    "Invalid Request: send initialize first (or name a protocol version in _meta)",
+                )
+            else:
+                self._start(request.id, self._run_request, request)
+        except RPCError as exc:
+            await self._error(request.id, exc.code, exc.message, exc.data)
+        except RemoteProtocolError as exc:
+            await self._error(request.id, exc.code, exc.message, exc.data)
+
+    def _receive_notification(self, message: mt.JSONRPCNotification) -> None:
+        if message.method == "notifications/initialized":
+            if self.revision is not None:
+                self.initialized = True
+        elif message.method == "notifications/cancelled":
+            request_id = (message.params or {}).get("requestId")
+            call = self._inflight.get(request_id) if isinstance(request_id, (str, int)) else None
+            if call is not None:
+                call.cancel()
+
+    def _receive_response(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> None:
+        """A client's answer to a server-to-client request: wakes the handler waiting for it."""
+        if not self._outgoing.deliver(message):
+            logger.debug("response %r has no waiting request", message.id)
+
+    # -- 2025: the session ----------------------------------------------------------------------
+
+    async def _initialize(self, request: mt.JSONRPCRequest) -> None:
+        if self.revision is not None:
+            raise RPCError(mt.INVALID_REQUEST, "Invalid Request: the session is already initialized")
+        accepted = self.server.initialize(request.params)
+        self.revision = accepted.revision
+        self.protocol_version = accepted.revision.name
+        self.client_info = accepted.client_info
+        self.client_capabilities = accepted.client_capabilities
+        await self.write(jsonrpc.response(request.id, accepted.result))
+
+    async def _run_request(self, call: _Call, request: mt.JSONRPCRequest) -> None:
+        params = request.params
+        meta = params.get("_meta") if params else None
+        ctx = Context(request.id, request.method, self, meta if isinstance(meta, dict) else {})
+        message = jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
+        with contained(f"handler of {request.method}"):
+            try:
+                result = await self.server.handle_request(ctx, request.method, request.params)
+            except RPCError as exc:
+                message = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
+            else:
+                message = jsonrpc.response(request.id, result)
+        await self.write(message, call)
+
+    async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
+        """A handler's notification (related to its request), or one of the server's own: these are
+        sent to an initialized session only, and dropped rather than waited for if the client is behind."""
+        if related is not None:
+            await self.write(message, self._inflight.get(related))
+        else:
+            self.notify_nowait(message)
+
+    def notify_nowait(self, message: dict[str, Any]) -> None:
+        """A server notification (from the notification bus)."""
+        if self.initialized:
+            self.write_nowait(message)
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
+    ) -> dict[str, Any]:
+        """Send a server-to-client request and wait for the client's answer."""
+        if self.revision is None:
+            raise RPCError(mt.INTERNAL_ERROR, f"{method}: no 2025 session to send requests on")
+        call = self._inflight.get(related) if related is not None else None
+        return await self._outgoing.call(
+            method,
+            params,
+            lambda message: self.write(message, call),
+            self._notice_cancelled,
+        )
+
+    def _notice_cancelled(self, notice: dict[str, Any]) -> None:
+        if not self.closing:  # tell the client we no longer wait for it
+            self.write_nowait(notice)
+
+    async def ask(
+        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
+    ) -> dict[str, Any]:
+        """Input requests of a handler: sent as server-to-client requests, concurrently."""
+        return await ask_concurrently(self.request, requests, related)
+
+    def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
+        """No SSE over stdio: nothing to do."""
+
+    # -- 2026: modern requests ------------------------------------------------------------------
+
+    def _start_modern(self, request: mt.JSONRPCRequest) -> None:
+        """Validate a 2026-era request (raises for an error answer) and start its task."""
+        modern_rules.check_meta(request.id, request.params)
+        version = modern_rules.meta_version(request.params)
+        assert isinstance(version, str)  # check_meta made sure
+        revision = versions.revision(version)
+        if revision is None or not revision.modern:
+            raise modern_rules.unsupported_version(version, request.id)
+        if not self.server.knows(request.method, revision):
+            raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {request.method}")
+        if request.method == "subscriptions/listen":
+            listener = self._modern.listener(request)
+            self._start(request.id, self._run_listener, listener)
+        else:
+            self._start(request.id, self._run_modern, request, revision)
+
+    async def _run_modern(self, call: _Call, request: mt.JSONRPCRequest, revision: versions.Revision) -> None:
+        message, _status = await self._modern.answer(request, revision, _ConnectionResponder(self, call))
+        await self.write(message, call)
+
+    async def _run_listener(self, call: _Call, listener: Listener) -> None:
+        """A ``subscriptions/listen`` request: its acknowledgement, then the server's notifications it
+        asked for, until the client cancels it (or it falls behind: then it just ends)."""
+        self.server.attach(listener)
+        try:
+            accepted = listener.wanted.model_dump(by_alias=True, exclude_none=True, mode="json")
+            ack = jsonrpc.notification(
+                "notifications/subscriptions/acknowledged", {"notifications": accepted}
+            )
+            await self.write(listener.tag(ack), call)
+            while True:
+                try:
+                    item = await listener.receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    return
+                if item is None:  # closed gracefully: the completion result
+                    done = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listener.request_id}}
+                    await self.write(jsonrpc.response(listener.request_id, done), call)
+                    return
+                await self.write(item, call)
+        finally:
+            self.server.detach(listener)
+
+    # -- tasks ----------------------------------------------------------------------------------
+
+    def _start(self, request_id: mt.RequestId, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run ``fn(call, *args)`` as the task of one request, in the connection's nursery."""
+        assert self._nursery is not None, "connection not running"
+        call = self._inflight[request_id] = _Call(request_id)
+        self._running += 1
+        self._idle = trio.Event()
+        self._nursery.start_soon(self._task, fn, call, *args, name=f"mcp request {request_id!r}")
+
+    async def _task(self, fn: Callable[..., Awaitable[None]], call: _Call, *args: Any) -> None:
+        try:  # a bug must not end the server (handler errors are answered before this)
+            with contained(f"the task of request {call.id!r}"), call.scope:
+                await fn(call, *args)
+        finally:
+            if self._inflight.get(call.id) is call:
+                del self._inflight[call.id]
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
+
+    async def _error(self, request_id: mt.RequestId, code: int, message: str, data: Any = None) -> None:
+        await self.write(jsonrpc.error_envelope(request_id, code, message, data))
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def write(self, message: dict[str, Any], call: _Call | None = None) -> None:
+        """Queue one message for the client (waiting while the queue is full).  Nothing is written for a
+        request the client cancelled, nor after the connection ends."""
+        if call is not None and call.cancelled:
+            return
+        try:
+            await self._queue_send.send((call, jsonrpc.encode(message)))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    def write_nowait(self, message: dict[str, Any]) -> None:
+        """Queue a message without waiting; dropped (with a warning) if the queue is full."""
+        try:
+            self._queue_send.send_nowait((None, jsonrpc.encode(message)))
+        except trio.WouldBlock:
+            logger.warning("the client is behind; dropped %s", message.get("method", "a message"))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    async def _write_loop(self) -> None:
+        """The one writer of the transport: sends queued messages (several at once when they pile up)."""
+        try:
+            async with self._queue_receive:
+                async for call, line in self._queue_receive:
+                    lines = [line] if call is None or not call.cancelled else []
+                    while len(lines) < 64:
+                        try:
+                            call, line = self._queue_receive.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        if call is None or not call.cancelled:
+                            lines.append(line)
+                    if lines:
+                        await self._transmit(lines)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            logger.info("the client's side is gone (%r); shutting down", exc)
+            self.closing = True
+            assert self._nursery is not None
+            self._nursery.cancel_scope.cancel()
+        finally:
+            self._writer_done.set()
+
+
