@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 
-from .._exceptions import LocalProtocolError
+from .table import TransitionTable
 
 __all__ = ["ExchangeEvent", "ExchangeState", "transition"]
 
@@ -48,20 +48,16 @@ class ExchangeEvent(enum.Enum):
 
 
 _S, _E = ExchangeState, ExchangeEvent
-_TRANSITIONS: dict[tuple[ExchangeState, ExchangeEvent], ExchangeState] = {
-    (_S.PENDING, _E.CLAIM): _S.CLAIMED,
-    (_S.PENDING, _E.ABANDON): _S.ABANDONED,
-    (_S.CLAIMED, _E.START): _S.STREAMING,
-    (_S.CLAIMED, _E.RELEASE): _S.ABANDONED,
-    (_S.STREAMING, _E.FINISH): _S.FINISHED,
-    (_S.STREAMING, _E.RELEASE): _S.ABANDONED,
-    (_S.ABANDONED, _E.END): _S.CLOSED,
-}
-
-
-def transition(state: ExchangeState, event: ExchangeEvent) -> ExchangeState:
-    """The state after ``event``; :class:`LocalProtocolError` if it is not allowed (a bug)."""
-    try:
-        return _TRANSITIONS[state, event]
-    except KeyError:
-        raise LocalProtocolError(f"exchange cannot {event.value} when {state.value}") from None
+transition = TransitionTable[ExchangeState, ExchangeEvent](
+    "exchange",
+    {
+        (_S.PENDING, _E.CLAIM): _S.CLAIMED,
+        (_S.PENDING, _E.ABANDON): _S.ABANDONED,
+        (_S.CLAIMED, _E.START): _S.STREAMING,
+        (_S.CLAIMED, _E.RELEASE): _S.ABANDONED,
+        (_S.STREAMING, _E.FINISH): _S.FINISHED,
+        (_S.STREAMING, _E.RELEASE): _S.ABANDONED,
+        (_S.ABANDONED, _E.END): _S.CLOSED,
+    },
+)
+"""The exchange's state after an event; :class:`LocalProtocolError` if it is not allowed (a bug)."""

@@ -6,7 +6,7 @@ import enum
 import re
 import secrets
 
-from .._exceptions import LocalProtocolError
+from .table import TransitionTable
 
 __all__ = [
     "SessionEvent",
@@ -30,22 +30,18 @@ class SessionEvent(enum.Enum):
     CLOSE = "close"
 
 
-# Rule 1 (as in h11): every state change is a row of this table, nothing else changes state.
-_TRANSITIONS: dict[tuple[SessionState, SessionEvent], SessionState] = {
-    (SessionState.INITIALIZING, SessionEvent.INITIALIZED): SessionState.ACTIVE,
-    (SessionState.ACTIVE, SessionEvent.INITIALIZED): SessionState.ACTIVE,
-    (SessionState.INITIALIZING, SessionEvent.CLOSE): SessionState.CLOSED,
-    (SessionState.ACTIVE, SessionEvent.CLOSE): SessionState.CLOSED,
-    (SessionState.CLOSED, SessionEvent.INITIALIZED): SessionState.CLOSED,
-    (SessionState.CLOSED, SessionEvent.CLOSE): SessionState.CLOSED,
-}
-
-
-def transition(state: SessionState, event: SessionEvent) -> SessionState:
-    try:
-        return _TRANSITIONS[state, event]
-    except KeyError:
-        raise LocalProtocolError(f"session cannot go from {state.value} on {event.value}") from None
+transition = TransitionTable[SessionState, SessionEvent](
+    "session",
+    {
+        (SessionState.INITIALIZING, SessionEvent.INITIALIZED): SessionState.ACTIVE,
+        (SessionState.ACTIVE, SessionEvent.INITIALIZED): SessionState.ACTIVE,
+        (SessionState.INITIALIZING, SessionEvent.CLOSE): SessionState.CLOSED,
+        (SessionState.ACTIVE, SessionEvent.CLOSE): SessionState.CLOSED,
+        (SessionState.CLOSED, SessionEvent.INITIALIZED): SessionState.CLOSED,
+        (SessionState.CLOSED, SessionEvent.CLOSE): SessionState.CLOSED,
+    },
+)
+"""The session's state after an event (every state change is a row of this table)."""
 
 
 def new_session_id() -> str:
