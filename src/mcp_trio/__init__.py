@@ -21,6 +21,7 @@ from ._server.config import HTTPRequestInfo, ServerConfig
 from ._server.eventstore import EventStore, InMemoryEventStore, StoredEvent
 from ._server.h11server import H11Config, serve_h11
 from ._server.serve import hypercorn_config, serve
+from ._server.session import LocalSessionRegistry, SessionRegistry
 from ._stdio import serve_stdio
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __all__ = [
     "InputRequest",
     "LocalNotificationBus",
     "LocalProtocolError",
+    "LocalSessionRegistry",
     "MCPApp",
     "MCPServer",
     "MCPTrioError",
@@ -45,6 +47,7 @@ __all__ = [
     "ServerConfig",
     "SessionError",
     "SessionExpired",
+    "SessionRegistry",
     "SkillVerificationError",
     "StoredEvent",
     "TransportError",

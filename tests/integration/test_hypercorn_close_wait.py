@@ -388,3 +388,29 @@ async def test_unpatched_hypercorn_keeps_closed_idle_connection_until_keep_alive
         assert fixed["hypercorn_untouched"]
         assert fixed["states_300ms_after_close"] == [], fixed
         assert fixed["release_s"] < RELEASE_BUDGET, fixed
+
+
+async def test_an_unexpected_hypercorn_is_served_as_shipped_and_said_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Where a function the fixes rely on is not the code they were written for (or has no source),
+    # mcp_trio's server fails safe: hypercorn as shipped, with a warning saying why.
+    from mcp_trio._server import hypercorn_server
+
+    monkeypatch.setitem(hypercorn_server._EXPECTED, "TCPServer.run", "0" * 16)
+    hypercorn_server.hypercorn_fixes_available.cache_clear()
+    try:
+        assert "TCPServer.run" in (hypercorn_server.hypercorn_fixes_available() or "")
+        with trio.fail_after(5):
+            async with running_server() as server:
+                stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+                async with stream:
+                    assert await get(stream, bytearray(), "/ping") == b"/ping"
+                    # Idle now: hypercorn's own idle-timer task, not the fast path's watchdog.
+                    await wait_until(lambda: count_tasks(IDLE_TASK) == 1, within=1.0)
+                    assert count_tasks(FAST_PATH_IDLE_TASK) == 0
+        assert any("as shipped" in record.getMessage() for record in caplog.records)
+    finally:
+        monkeypatch.undo()
+        hypercorn_server.hypercorn_fixes_available.cache_clear()
+    assert hypercorn_server.hypercorn_fixes_available() is None

@@ -15,6 +15,7 @@ from mcp_trio import (
     HTTPRequestInfo,
     InMemoryEventStore,
     LocalNotificationBus,
+    LocalSessionRegistry,
     MCPApp,
     MCPServer,
     RemoteProtocolError,
@@ -116,6 +117,32 @@ async def test_an_unusable_session_id_is_a_503_not_a_crash(bad: str) -> None:
         )
         assert response.status == 503
         assert app.statistics()["sessions"] == 0
+
+
+async def test_sessions_are_found_through_the_registry() -> None:
+    class Recording(LocalSessionRegistry):
+        def __init__(self) -> None:
+            super().__init__()
+            self.log: list[str] = []
+
+        def add(self, session: Any) -> None:
+            self.log.append(f"add {session.id}")
+            super().add(session)
+
+        def remove(self, session: Any) -> None:
+            self.log.append(f"remove {session.id}")
+            super().remove(session)
+
+    registry = Recording()
+    app = MCPApp(small_server(), ServerConfig(session_registry_factory=lambda: registry))
+    async with open_asgi_client(app) as asgi:
+        client = Client(asgi, app)
+        await client.initialize()
+        assert client.session_id in registry and len(registry) == 1
+        assert (await client.request(2, "ping"))["result"] == {}
+        assert (await client.delete()).status == 200
+        assert registry.log == [f"add {client.session_id}", f"remove {client.session_id}"]
+        assert len(registry) == 0
 
 
 async def authenticate(request: HTTPRequestInfo) -> str:

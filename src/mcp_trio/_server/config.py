@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .._protocol.session import new_session_id
 from .eventstore import EventStore, InMemoryEventStore
+
+if TYPE_CHECKING:
+    from .session import SessionRegistry
 
 __all__ = ["Authenticate", "HTTPRequestInfo", "ServerConfig"]
 
@@ -27,6 +31,12 @@ class HTTPRequestInfo:
 
 
 Authenticate = Callable[[HTTPRequestInfo], Awaitable[object]]
+
+
+def _local_registry() -> SessionRegistry:
+    from .session import LocalSessionRegistry  # the session module imports this one
+
+    return LocalSessionRegistry()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,8 @@ class ServerConfig:
     session_id_factory: Callable[[], str] = field(default=new_session_id)
     """Makes the id of each new 2025 session: visible ASCII, unique, unguessable (256 random bits by
     default).  A deployment can put routing information in it (a worker's prefix, say)."""
+    session_registry_factory: Callable[[], SessionRegistry] = field(default=_local_registry)
+    """Makes the app's registry of live sessions (:class:`~mcp_trio.LocalSessionRegistry` by default)."""
     authenticate: Authenticate | None = None
     """Called with each HTTP request's :class:`~mcp_trio.HTTPRequestInfo` before any JSON-RPC is read;
     returns the principal (any object, reachable as ``Context.principal``) or raises

@@ -12,7 +12,7 @@ from .._app.server import MCPServer
 from .._exceptions import SessionError
 from .._protocol.versions import Revision
 from .config import ServerConfig
-from .session import Session
+from .session import Session, SessionRegistry
 from .streams import Stream
 
 __all__ = ["SessionManager"]
@@ -30,7 +30,7 @@ class SessionManager:
         self.server = server
         self.config = config
         self.event_store = config.event_store_factory()
-        self._sessions: dict[str, Session] = {}
+        self._sessions: SessionRegistry = config.session_registry_factory()
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self.sessions_created = 0
@@ -102,7 +102,7 @@ class SessionManager:
             logger.error("session_id_factory returned an unusable id %r", session_id[:80])
             raise SessionError("the session id factory returned an unusable id")
         session = Session(self, session_id, revision)
-        self._sessions[session.id] = session
+        self._sessions.add(session)
         self.sessions_created += 1
         try:
             await self._nursery.start(session.run, name=f"mcp session {session.id[:8]}")
@@ -116,13 +116,12 @@ class SessionManager:
         return None if session is None or session.closing else session
 
     def forget(self, session: Session) -> None:
-        if self._sessions.get(session.id) is session:
-            del self._sessions[session.id]
+        self._sessions.remove(session)
 
     async def aclose(self, grace: float | None = None) -> None:
         """Close every session; wait (up to ``grace`` seconds) for them to end.  New ones are refused."""
         self._closing = True
-        sessions = list(self._sessions.values())
+        sessions = list(self._sessions)
         for session in sessions:
             session.close()
         with trio.move_on_after(self.config.shutdown_grace if grace is None else grace):
@@ -133,7 +132,7 @@ class SessionManager:
         return len(self._sessions)
 
     def statistics(self) -> dict[str, Any]:
-        per_session = [s.statistics() for s in self._sessions.values()]
+        per_session = [s.statistics() for s in self._sessions]
         return {
             "sessions": len(self._sessions),
             "sessions_created": self.sessions_created,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as mt
 import trio
@@ -29,7 +29,7 @@ from .streams import CUT, END, TRANSPORT_ERRORS, Exchange, Outgoing, Stream, con
 if TYPE_CHECKING:
     from .manager import SessionManager
 
-__all__ = ["Session"]
+__all__ = ["LocalSessionRegistry", "Session", "SessionRegistry"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,52 @@ SSE_HEADERS = [
 ]
 JSON_HEADERS = [(b"content-type", b"application/json")]
 GET_STREAM = 0
+
+
+class SessionRegistry(Protocol):
+    """Where a server finds its live 2025 sessions by id.  The default keeps them in this process; a
+    deployment across workers can also record, say, which worker owns which id.  Sessions are added when
+    their ``initialize`` is answered and removed (in a ``finally``) when they end."""
+
+    def add(self, session: Session) -> None: ...
+
+    def get(self, session_id: str) -> Session | None: ...
+
+    def remove(self, session: Session) -> None:
+        """Forget ``session`` (only if it is the one registered under its id)."""
+        ...
+
+    def __contains__(self, session_id: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[Session]: ...
+
+    def __len__(self) -> int: ...
+
+
+class LocalSessionRegistry:
+    """The sessions of this process, in a dict."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+
+    def add(self, session: Session) -> None:
+        self._sessions[session.id] = session
+
+    def get(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def remove(self, session: Session) -> None:
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._sessions
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._sessions.values()))
+
+    def __len__(self) -> int:
+        return len(self._sessions)
 
 
 class Session:
