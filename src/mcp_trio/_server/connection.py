@@ -37,7 +37,7 @@ from .._protocol import jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .config import ServerConfig
 from .containment import contained
-from .modern import SUBSCRIPTION_ID_KEY, Listener, ModernEndpoint, Responder
+from .modern import Listener, ModernEndpoint, Responder
 
 __all__ = ["MessageConnection"]
 
@@ -319,27 +319,9 @@ class MessageConnection:
         await self.write(message, call)
 
     async def _run_listener(self, call: _Call, listener: Listener) -> None:
-        """A ``subscriptions/listen`` request: its acknowledgement, then the server's notifications it
-        asked for, until the client cancels it (or it falls behind: then it just ends)."""
-        self.server.attach(listener)
-        try:
-            accepted = listener.wanted.model_dump(by_alias=True, exclude_none=True, mode="json")
-            ack = jsonrpc.notification(
-                "notifications/subscriptions/acknowledged", {"notifications": accepted}
-            )
-            await self.write(listener.tag(ack), call)
-            while True:
-                try:
-                    item = await listener.receive.receive()
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    return
-                if item is None:  # closed gracefully: the completion result
-                    done = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listener.request_id}}
-                    await self.write(jsonrpc.response(listener.request_id, done), call)
-                    return
-                await self.write(item, call)
-        finally:
-            self.server.detach(listener)
+        """A ``subscriptions/listen`` request: the modern endpoint runs it, each message written for it
+        (until the client cancels it, or it falls behind: then it just ends)."""
+        await self._modern.listen(listener, lambda message: self.write(message, call))
 
     # -- tasks ----------------------------------------------------------------------------------
 

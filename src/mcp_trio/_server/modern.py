@@ -9,6 +9,7 @@ long-lived kind; each is registered with the server while open and ends graceful
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -339,42 +340,53 @@ class ModernEndpoint:
             ) from exc
         return Listener(request.id, accepted, self.config.stream_buffer)
 
-    async def _listen(self, listener: Listener, send: Send) -> None:
+    async def listen(
+        self,
+        listener: Listener,
+        emit: Callable[[dict[str, Any]], Awaitable[None]],
+        keepalive: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Run a ``subscriptions/listen`` stream over any transport: ``emit`` its acknowledgement, then
+        each notification it asked for, until the client goes (cancel it), the server shuts down (then
+        the completion result) or it falls behind (it just ends).  ``keepalive`` is awaited whenever it
+        was idle for ``keepalive_interval``."""
         self.listeners.add(listener)
         self.server.attach(listener)
         try:
-            await self._pump_listener(listener, send)
+            accepted = listener.wanted.model_dump(by_alias=True, exclude_none=True, mode="json")
+            ack = {"notifications": accepted}
+            await emit(listener.tag(jsonrpc.notification("notifications/subscriptions/acknowledged", ack)))
+            idle_after = self.config.keepalive_interval if keepalive is not None else math.inf
+            while True:
+                with trio.move_on_after(idle_after) as idle:
+                    try:
+                        item = await listener.receive.receive()
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
+                        return  # cut for falling behind: end without the completion result
+                    if item is None:
+                        done = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listener.request_id}}
+                        await emit(jsonrpc.response(listener.request_id, done))
+                        return
+                    await emit(item)
+                if idle.cancelled_caught and keepalive is not None:
+                    await keepalive()
         finally:
             self.server.detach(listener)
             self.listeners.discard(listener)
             if not self.listeners:
                 self._listeners_done.set()
 
-    async def _pump_listener(self, listener: Listener, send: Send) -> None:
+    async def _listen(self, listener: Listener, send: Send) -> None:
+        """A listen stream as an SSE response."""
+
+        async def emit(message: dict[str, Any]) -> None:
+            await _body(send, sse.encode_event(jsonrpc.encode(message).decode()))
+
+        async def keepalive() -> None:
+            await _body(send, sse.encode_comment("keep-alive"))
+
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        filter_wire = listener.wanted.model_dump(by_alias=True, exclude_none=True, mode="json")
-        ack = listener.tag(
-            jsonrpc.notification("notifications/subscriptions/acknowledged", {"notifications": filter_wire})
-        )
-        await _body(send, sse.encode_event(jsonrpc.encode(ack).decode()))
-        while True:
-            with trio.move_on_after(self.config.keepalive_interval) as idle:
-                try:
-                    item = await listener.receive.receive()
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    break  # cut for falling behind: end without the completion result
-                if item is None:
-                    done = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listener.request_id}}
-                    await _body(
-                        send,
-                        sse.encode_event(
-                            jsonrpc.encode(jsonrpc.response(listener.request_id, done)).decode()
-                        ),
-                    )
-                    break
-                await _body(send, sse.encode_event(jsonrpc.encode(item).decode()))
-            if idle.cancelled_caught:
-                await _body(send, sse.encode_comment("keep-alive"))
+        await self.listen(listener, emit, keepalive)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def aclose(self) -> None:
