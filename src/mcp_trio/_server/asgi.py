@@ -238,7 +238,7 @@ class MCPApp:
                 await _respond(send, 202, b"", content_type=None)
                 return
             stream = session.open_post_stream(requests, batch=incoming.batch)
-            exchange = Exchange(send, send)
+            exchange = Exchange(send)
             with session.connection(stream, exchange):
                 for request in requests:
                     session.start_request(request)
@@ -322,7 +322,7 @@ class MCPApp:
             stream_id, replay_after = parsed
             stream = session.stream_for_resume(stream_id) or Stream(stream_id)
         with session.activity():
-            exchange = Exchange(send, send)
+            exchange = Exchange(send)
             with session.connection(stream, exchange, replay_after):
                 await _wait(exchange, receive)
 

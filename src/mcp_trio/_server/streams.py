@@ -111,8 +111,9 @@ class Exchange:
 
     def __init__(self, send: ASGISend, guard: GuardedSend | None = None) -> None:
         self.send = send
-        self.guard = guard
-        """The guarded send beneath ``send``: :meth:`cancel_writer` aborts a send under way."""
+        self.guard = guard if guard is not None or not isinstance(send, GuardedSend) else send
+        """The guarded send beneath ``send`` (``send`` itself when it is one): :meth:`cancel_writer`
+        aborts a send under way."""
         self.state = ExchangeState.PENDING
         self.started = False
         """The head went out (by the writer, in ``STREAMING`` or after)."""
