@@ -7,8 +7,8 @@
 #
 # V is 0.1.16, 0.2.0-alpha.12 or all (default: all = both, one after the other).
 #
-# Everything is installed, idempotently, under .conformance/ (gitignored):
-#   .conformance/node22/            Node 22 from npm (`node@22`; the suite needs Node 22)
+# The suite runs on Node 22 (scripts/node22.sh: .node22/, shared with the interop tests).  The rest is
+# installed, idempotently, under .conformance/ (gitignored):
 #   .conformance/v0.1.16/           @modelcontextprotocol/conformance@0.1.16
 #   .conformance/v0.2.0-alpha.12/   @modelcontextprotocol/conformance@0.2.0-alpha.12
 #   .conformance/results/           one directory per run (the suite's checks.json files + summary)
@@ -35,7 +35,6 @@ CONF_DIR="${CONFORMANCE_DIR:-$ROOT/.conformance}"
 
 V016="0.1.16"
 VALPHA="0.2.0-alpha.12"            # newest 0.2.0 alpha on npm (npm view ... versions --json)
-NODE_SPEC="22"                     # npm package `node`, major 22
 # @modelcontextprotocol/sdk as locked in each release's package-lock.json (v0.1.16 tag: 1.27.1;
 # 0.2.0 line: 1.29.0, the floor the alpha's package.json requires).
 SDK_FOR_016="1.27.1"
@@ -69,18 +68,18 @@ suite_pkg() {  # suite_pkg VERSION SDK_VERSION
 }
 
 install_all() {
-    install_prefix "$CONF_DIR/node22" "$(printf '{\n  "private": true,\n  "dependencies": {\n    "node": "%s"\n  }\n}' "$NODE_SPEC")"
+    bash "$ROOT/scripts/node22.sh" || die "Node 22 is needed"
     install_prefix "$CONF_DIR/v$V016" "$(suite_pkg "$V016" "$SDK_FOR_016")"
     install_prefix "$CONF_DIR/v$VALPHA" "$(suite_pkg "$VALPHA" "$SDK_FOR_ALPHA")"
     local nv
-    nv="$("$CONF_DIR/node22/node_modules/node/bin/node" --version)"
-    case "$nv" in v22.*) ;; *) die "expected Node 22 in $CONF_DIR/node22, got $nv" ;; esac
+    nv="$("$ROOT/.node22/node_modules/node/bin/node" --version)"
+    case "$nv" in v22.*) ;; *) die "expected Node 22 in $ROOT/.node22, got $nv" ;; esac
 }
 
 # Node 22 first on PATH: the suite's bin starts with `#!/usr/bin/env node`, and anything it spawns
 # must get the same runtime.
 node22_env() {
-    export PATH="$CONF_DIR/node22/node_modules/node/bin:$CONF_DIR/node22/node_modules/.bin:$PATH"
+    export PATH="$ROOT/.node22/node_modules/node/bin:$PATH"
 }
 
 suite_js() {  # suite_js VERSION

@@ -1,22 +1,51 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs what the tests need, then lints, type-checks and
-# runs pytest with branch coverage.  `.ci/run` calls exactly this.
+# The whole test suite, from a fresh clone: installs what the tests need, then lints, type-checks, builds
+# the docs and runs pytest with branch coverage.  `.ci/run` calls exactly this.
+#
+# Needs: Python >= 3.11 with pip (a virtual environment is best), npm (any version: it only downloads),
+# and nginx, or root / passwordless sudo to install it from Debian's packages.  It installs:
+#   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, the python-sdk as an
+#     interop peer; about 60 MB);
+#   - nginx from Debian's packages (a real reverse proxy for the proxy tests), if missing;
+#   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
+#     conformance suite (2 x 52 MB) under .conformance/, all from the npm registry.
+# A first run downloads about 400 MB and takes about 15 minutes on 2 cores; later runs skip the installs.
+# Any install that fails stops the run with its error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v "Running pip as the 'root' user" || true
+missing=()
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    missing+=("Python >= 3.11 as python3 (found: $(python3 --version 2>&1 || echo none))")
+fi
+if ! command -v npm >/dev/null 2>&1; then
+    missing+=("npm, to download Node 22 and the conformance suite (e.g. 'apt-get install npm', or Node.js from https://nodejs.org)")
+fi
+if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
+    if [ "$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then
+        missing+=("nginx, or root / passwordless sudo so that this script can 'apt-get install nginx-light'")
+    fi
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "scripts/test.sh: cannot run the test suite; missing:" >&2
+    printf '  - %s\n' "${missing[@]}" >&2
+    exit 1
+fi
+
+echo "== install: mcp_trio[dev]"
+PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 
 # A real reverse proxy for the proxy tests: nginx from Debian's packages.
 if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null \
-            || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
-    else
-        sudo apt-get update -qq >/dev/null && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
-    fi
+    echo "== install: nginx (Debian)"
+    SUDO=(); [ "$(id -u)" = 0 ] || SUDO=(sudo -n)
+    "${SUDO[@]}" apt-get update -qq >/dev/null
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null \
+        || "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
 fi
 
-# Node 22 + the official TypeScript SDK client (interop tests) and the MCP conformance suite.
+# Node 22 (once), the official TypeScript SDK peers (interop tests) and the MCP conformance suite.
+echo "== install: Node 22, TypeScript SDK peers, conformance suite (npm)"
 bash scripts/install-node-deps.sh
 bash scripts/conformance.sh install
 
@@ -31,7 +60,8 @@ if [ $# -eq 0 ]; then
     echo "== pytest (tests/integration on the embedded h11 server)"
     MCP_TRIO_TEST_HTTP=h11 python3 -m coverage run -m pytest -q -p no:cacheprovider tests/integration \
         --ignore=tests/integration/test_hypercorn_close_wait.py --ignore=tests/integration/test_h11_server.py \
-        --ignore=tests/integration/test_hypercorn_fast_path.py --ignore=tests/integration/test_hostile_peers.py
+        --ignore=tests/integration/test_hypercorn_fast_path.py --ignore=tests/integration/test_hostile_peers.py \
+        --ignore=tests/integration/test_wheel.py
 fi
 python3 -m coverage combine -q
 python3 -m coverage report --fail-under=90 --skip-covered | tail -n 15

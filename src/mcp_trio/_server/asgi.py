@@ -291,13 +291,12 @@ class MCPApp:
         except SessionError as exc:
             raise http.server_busy() from exc
         session.principal = principal
-        session.client_info = accepted.client_info
-        session.client_capabilities = accepted.client_capabilities
+        result = session.accept(accepted)
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
             exchange = Exchange(_with_session_header(send, session.id), send)
             with session.connection(stream, exchange):
-                await session.answer_now(request.id, jsonrpc.response(request.id, accepted.result))
+                await session.answer_now(request.id, jsonrpc.response(request.id, result))
                 await _wait(exchange, receive)
 
     def _session(self, facts: http.RequestFacts, principal: object) -> Session:

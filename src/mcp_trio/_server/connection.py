@@ -23,14 +23,12 @@ Bad input never ends the loop: a message that is not JSON gets -32700, one that 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as mt
 import trio
 
-from .._app.context import Context
-from .._app.outgoing import PendingRequests, ask_concurrently
 from .._app.server import MCPServer
 from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, versions
@@ -38,6 +36,7 @@ from .._protocol import modern as modern_rules
 from .config import ServerConfig
 from .containment import contained
 from .modern import Listener, ModernEndpoint, Responder
+from .peer import SessionPeer
 
 __all__ = ["MessageConnection"]
 
@@ -81,7 +80,7 @@ async def _no_send(message: dict[str, Any]) -> None:  # pragma: no cover - never
     raise AssertionError("a message connection has no HTTP response")
 
 
-class MessageConnection:
+class MessageConnection(SessionPeer):
     """One client connection that carries whole JSON-RPC messages, and (once ``initialize`` is answered)
     its 2025 session.  Transport-neutral: a subclass frames the bytes (:meth:`_read_loop` reads
     messages and hands each to :meth:`receive_message`; :meth:`_transmit` writes a batch of them).
@@ -102,14 +101,10 @@ class MessageConnection:
         self.revision: versions.Revision | None = None
         self.initialized = False
         self.protocol_version = versions.LATEST.name
-        self.log_level: mt.LoggingLevel | None = None
-        self.client_info: dict[str, Any] = {}
-        self.client_capabilities: dict[str, Any] = {}
-        self.subscriptions: set[str] = set()
+        self._init_session()
         # tasks and messages
         self.closing = False
         self._inflight: dict[mt.RequestId, _Call] = {}
-        self._outgoing = PendingRequests()
         self._running = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -190,9 +185,9 @@ class MessageConnection:
         if isinstance(message, mt.JSONRPCRequest):
             await self._receive_request(message)
         elif isinstance(message, mt.JSONRPCNotification):
-            self._receive_notification(message)
+            self.receive_notification(message)
         else:
-            self._receive_response(message)
+            self.receive_response(message)
 
     async def _receive_request(self, request: mt.JSONRPCRequest) -> None:
         if request.id in self._inflight:
@@ -215,21 +210,6 @@ class MessageConnection:
         except RemoteProtocolError as exc:
             await self._error(request.id, exc.code, exc.message, exc.data)
 
-    def _receive_notification(self, message: mt.JSONRPCNotification) -> None:
-        if message.method == "notifications/initialized":
-            if self.revision is not None:
-                self.initialized = True
-        elif message.method == "notifications/cancelled":
-            request_id = (message.params or {}).get("requestId")
-            call = self._inflight.get(request_id) if isinstance(request_id, (str, int)) else None
-            if call is not None:
-                call.cancel()
-
-    def _receive_response(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> None:
-        """A client's answer to a server-to-client request: wakes the handler waiting for it."""
-        if not self._outgoing.deliver(message):
-            logger.debug("response %r has no waiting request", message.id)
-
     # -- 2025: the session ----------------------------------------------------------------------
 
     async def _initialize(self, request: mt.JSONRPCRequest) -> None:
@@ -237,24 +217,19 @@ class MessageConnection:
             raise RPCError(mt.INVALID_REQUEST, "Invalid Request: the session is already initialized")
         accepted = self.server.initialize(request.params)
         self.revision = accepted.revision
-        self.protocol_version = accepted.revision.name
-        self.client_info = accepted.client_info
-        self.client_capabilities = accepted.client_capabilities
-        await self.write(jsonrpc.response(request.id, accepted.result))
+        await self.write(jsonrpc.response(request.id, self.accept(accepted)))
+
+    def _initialized(self) -> None:
+        if self.revision is not None:
+            self.initialized = True
+
+    def _cancel_request(self, request_id: mt.RequestId) -> None:
+        call = self._inflight.get(request_id)
+        if call is not None:
+            call.cancel()
 
     async def _run_request(self, call: _Call, request: mt.JSONRPCRequest) -> None:
-        params = request.params
-        meta = params.get("_meta") if params else None
-        ctx = Context(request.id, request.method, self, meta if isinstance(meta, dict) else {})
-        message = jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
-        with contained(f"handler of {request.method}"):
-            try:
-                result = await self.server.handle_request(ctx, request.method, request.params)
-            except RPCError as exc:
-                message = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
-            else:
-                message = jsonrpc.response(request.id, result)
-        await self.write(message, call)
+        await self.write(await self.answer(request), call)
 
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
         """A handler's notification (related to its request), or one of the server's own: these are
@@ -275,23 +250,13 @@ class MessageConnection:
         """Send a server-to-client request and wait for the client's answer."""
         if self.revision is None:
             raise RPCError(mt.INTERNAL_ERROR, f"{method}: no 2025 session to send requests on")
-        call = self._inflight.get(related) if related is not None else None
-        return await self._outgoing.call(
-            method,
-            params,
-            lambda message: self.write(message, call),
-            self._notice_cancelled,
-        )
+        return await super().request(method, params, related)
 
-    def _notice_cancelled(self, notice: dict[str, Any]) -> None:
-        if not self.closing:  # tell the client we no longer wait for it
-            self.write_nowait(notice)
+    async def _send_request(self, message: dict[str, Any], related: mt.RequestId | None) -> None:
+        await self.write(message, self._inflight.get(related) if related is not None else None)
 
-    async def ask(
-        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
-    ) -> dict[str, Any]:
-        """Input requests of a handler: sent as server-to-client requests, concurrently."""
-        return await ask_concurrently(self.request, requests, related)
+    def _send_notice(self, notice: dict[str, Any], related: mt.RequestId | None) -> None:
+        self.write_nowait(notice)  # tell the client we no longer wait for it
 
     def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
         """No SSE over stdio: nothing to do."""

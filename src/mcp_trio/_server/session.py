@@ -9,21 +9,20 @@ task waiting on a writer then finishes its HTTP response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as mt
 import trio
 
-from .._app.context import Context
-from .._app.outgoing import PendingRequests, ask_concurrently
-from .._exceptions import RemoteProtocolError, RPCError
+from .._exceptions import RemoteProtocolError
 from .._protocol import jsonrpc, sse
 from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
 from .._protocol.versions import Revision
 from .containment import contained
 from .eventstore import EventStore, StoredEvent
+from .peer import SessionPeer
 from .streams import CUT, END, TRANSPORT_ERRORS, Exchange, Outgoing, Stream, content_length
 
 if TYPE_CHECKING:
@@ -88,7 +87,7 @@ class LocalSessionRegistry:
         return len(self._sessions)
 
 
-class Session:
+class Session(SessionPeer):
     """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`."""
 
     def __init__(self, manager: SessionManager, session_id: str, revision: Revision) -> None:
@@ -98,17 +97,14 @@ class Session:
         self.closing = False
         self.closed = trio.Event()
         self._manager = manager
+        self.server = manager.server
         self._config = manager.config
         self._store: EventStore | None = manager.event_store
         self.session_id: str | None = session_id
         self.principal: object = None
         """Who created the session (``ServerConfig.authenticate``); only they may use it."""
         self.protocol_version = revision.name
-        self.log_level: mt.LoggingLevel | None = None
-        self.client_info: dict[str, Any] = {}
-        self.client_capabilities: dict[str, Any] = {}
-        self.subscriptions: set[str] = set()
-        self._outgoing = PendingRequests()
+        self._init_session()
         self._streams: dict[int, Stream] = {GET_STREAM: Stream(GET_STREAM)}
         self._next_stream_id = 1
         self._request_streams: dict[mt.RequestId, Stream] = {}
@@ -197,37 +193,21 @@ class Session:
 
     # -- incoming ---------------------------------------------------------------------------
 
-    def receive_notification(self, message: mt.JSONRPCNotification) -> None:
-        if message.method == "notifications/initialized":
-            self.state = transition(self.state, SessionEvent.INITIALIZED)
-            self._wake.set()
-        elif message.method == "notifications/cancelled":
-            request_id = (message.params or {}).get("requestId")
-            scope = self._inflight.get(request_id) if isinstance(request_id, (str, int)) else None
-            if scope is not None:
-                scope.cancel()
+    def _initialized(self) -> None:
+        self.state = transition(self.state, SessionEvent.INITIALIZED)
+        self._wake.set()
 
-    def receive_response(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> None:
-        """A client's answer to a server-to-client request: wakes the handler waiting for it."""
-        if not self._outgoing.deliver(message):
-            logger.debug("session %s: response %r has no waiting request", self.id, message.id)
+    def _cancel_request(self, request_id: mt.RequestId) -> None:
+        scope = self._inflight.get(request_id)
+        if scope is not None:
+            scope.cancel()
 
-    async def request(
-        self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
-    ) -> dict[str, Any]:
-        """Send a server-to-client request (on the related request's stream) and wait for the answer."""
-        return await self._outgoing.call(
-            method,
-            params,
-            lambda message: self.send_message(message, related),
-            lambda notice: None if self.closing else self._route(notice, related),
-        )
+    async def _send_request(self, message: dict[str, Any], related: mt.RequestId | None) -> None:
+        """A server-to-client request goes on the related request's stream."""
+        await self.send_message(message, related)
 
-    async def ask(
-        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
-    ) -> dict[str, Any]:
-        """Input requests of a handler: sent as server-to-client requests, concurrently."""
-        return await ask_concurrently(self.request, requests, related)
+    def _send_notice(self, notice: dict[str, Any], related: mt.RequestId | None) -> None:
+        self._route(notice, related)
 
     def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
         """Cut the live connection of a stream (the request's, or the GET stream); the stream goes on
@@ -261,13 +241,10 @@ class Session:
         self.nursery.start_soon(self._run_request, request, name=f"mcp request {request.id!r}")
 
     async def _run_request(self, request: mt.JSONRPCRequest) -> None:
-        params = request.params
-        meta = params.get("_meta") if params else None
-        ctx = Context(request.id, request.method, self, meta if isinstance(meta, dict) else {})
         with trio.CancelScope() as scope:
             self._inflight[request.id] = scope
             try:
-                message = await self._answer(ctx, request)
+                message = await self.answer(request)
             finally:
                 del self._inflight[request.id]
         if not scope.cancelled_caught:  # (notifications/cancelled: no response is sent)
@@ -276,16 +253,6 @@ class Session:
                 return
             assert failure.caught is not None
         await self._flush_json(self._forget_request(request.id))
-
-    async def _answer(self, ctx: Context, request: mt.JSONRPCRequest) -> dict[str, Any]:
-        with contained(f"handler of {request.method}") as failure:
-            try:
-                result = await self._manager.server.handle_request(ctx, request.method, request.params)
-            except RPCError as exc:
-                return jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
-            return jsonrpc.response(request.id, result)
-        assert failure.caught is not None
-        return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
 
     async def answer_now(self, request_id: mt.RequestId, message: dict[str, Any]) -> None:
         """Send a response computed without a handler task (``initialize``)."""

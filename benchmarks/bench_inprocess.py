@@ -1,0 +1,129 @@
+"""Our own request path in process: direct ASGI calls, no sockets, no HTTP server.
+
+    python3 benchmarks/bench_inprocess.py [--calls N] [--mode json|sse|modern]
+
+Prints the wall time per tools/call.  The numbers that survive a noisy machine are instruction counts:
+run it under callgrind at two call counts and take the difference per call (``--compare`` does exactly
+that for two source trees, e.g. HEAD and an older commit checked out with ``git worktree``)::
+
+    python3 benchmarks/bench_inprocess.py --compare /tmp/old/src src
+
+Each tree's ``mcp_trio`` is imported from the given ``src`` folder (``PYTHONPATH``), so both run with the
+same interpreter and dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+POST = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+MODERN = "2026-07-28"
+
+
+def _call(request_id: int, modern: bool) -> bytes:
+    params: dict[str, Any] = {"name": "add", "arguments": {"a": request_id, "b": 1}}
+    if modern:
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
+
+
+async def _run(calls: int, mode: str) -> float:
+    import trio
+
+    from mcp_trio import MCPApp, MCPServer, ServerConfig
+    from mcp_trio.testing import open_asgi_client
+
+    server = MCPServer("bench", "1")
+
+    @server.tool()
+    async def add(a: int, b: int) -> str:
+        return str(a + b)
+
+    app = MCPApp(server, ServerConfig(json_response=mode == "json"))
+    async with open_asgi_client(app) as client:
+        headers = dict(POST)
+        if mode == "modern":
+            headers["mcp-protocol-version"] = MODERN
+            headers["mcp-method"] = "tools/call"
+            headers["mcp-name"] = "add"
+        else:
+            init = {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "b", "version": "1"},
+                },
+            }
+            response = await client.request("POST", headers=headers, body=json.dumps(init).encode())
+            await response.read()
+            headers["mcp-session-id"] = response.headers["mcp-session-id"]
+            headers["mcp-protocol-version"] = "2025-11-25"
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await (await client.request("POST", headers=headers, body=json.dumps(note).encode())).read()
+        start = time.perf_counter()
+        for i in range(1, calls + 1):
+            response = await client.request("POST", headers=headers, body=_call(i, mode == "modern"))
+            body = await response.read()
+            if response.status != 200 or str(i + 1).encode() not in body:
+                raise SystemExit(f"bad answer: {response.status} {body[:200]!r}")
+        elapsed = time.perf_counter() - start
+        await trio.lowlevel.checkpoint()
+    return elapsed
+
+
+def _instructions(src: str, mode: str, calls: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "cg.out")
+        env = {**os.environ, "PYTHONPATH": os.path.abspath(src), "PYTHONHASHSEED": "0"}
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
+             "--calls", str(calls), "--mode", mode],
+            env=env, check=True, capture_output=True,
+        )
+        with open(out) as f:
+            for line in f:
+                if line.startswith("summary:") or line.startswith("totals:"):
+                    return int(line.split()[1])
+    raise SystemExit("no callgrind summary")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--mode", choices=["json", "sse", "modern"], default="json")
+    parser.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to compare under callgrind")
+    args = parser.parse_args()
+    if args.compare:
+        low, high = 100, 600
+        modes = ["json", "sse", "modern"] if args.mode == "json" else [args.mode]
+        print("| tree | " + " | ".join(f"{m}: instructions per call" for m in modes) + " |")
+        print("|---|" + "---|" * len(modes))
+        for src in args.compare:
+            cells = []
+            for mode in modes:
+                per = (_instructions(src, mode, high) - _instructions(src, mode, low)) / (high - low)
+                cells.append(f"{per / 1e6:.3f} M")
+            print(f"| {src} | " + " | ".join(cells) + " |")
+        return
+    import trio
+
+    elapsed = trio.run(_run, args.calls, args.mode)
+    print(f"{args.mode}: {args.calls} calls, {elapsed / args.calls * 1e6:.1f} us per call")
+
+
+if __name__ == "__main__":
+    main()
