@@ -31,7 +31,8 @@ RUNS = [
 
 
 def suite_installed() -> bool:
-    return (ROOT / ".node22").is_dir() and (ROOT / ".conformance").is_dir() and shutil.which("npm") is not None
+    installed = (ROOT / ".node22").is_dir() and (ROOT / ".conformance").is_dir()
+    return installed and shutil.which("npm") is not None
 
 
 @pytest.mark.deadline(300)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 import httpx
 import mcp_types as mt
@@ -21,19 +22,102 @@ from . import skills as skills_ext
 from .http import HTTPTransport, MessageStream, SessionExpired, TransportError, _ErrorAnswer, modern_headers
 from .stdio import StdioTransport, start_process
 
-__all__ = ["ClientSession", "Subscription", "open_client_session", "open_stdio_client"]
+__all__ = [
+    "ClientSession",
+    "ElicitationHandler",
+    "LogHandler",
+    "NotificationHandler",
+    "ProgressHandler",
+    "RootsHandler",
+    "SamplingHandler",
+    "Subscription",
+    "open_client_session",
+    "open_stdio_client",
+]
 
 logger = logging.getLogger(__name__)
 
 Mode = Literal["auto", "legacy", "modern"]
-SamplingHandler = Callable[[mt.CreateMessageRequestParams], Awaitable[mt.CreateMessageResult]]
-ElicitationHandler = Callable[[mt.ElicitRequestParams], Awaitable[mt.ElicitResult]]
-RootsHandler = Callable[[], Awaitable[mt.ListRootsResult]]
-NotificationHandler = Callable[[dict[str, Any]], Awaitable[None]]
-ProgressHandler = Callable[[float, float | None, str | None], Awaitable[None]]
+
+# The callbacks.  Each may be a plain function or an async one (or anything callable: a
+# functools.partial, an object with a plain or an async __call__): the client calls it and awaits what
+# it returns if that is awaitable.  A plain callback runs directly in a Trio task of the session, so it
+# must not block; do blocking work in an async callback with ``await trio.to_thread.run_sync(...)``.
+
+SamplingHandler: TypeAlias = Callable[
+    [mt.CreateMessageRequestParams], Awaitable[mt.CreateMessageResult] | mt.CreateMessageResult
+]
+"""``sampling=``: ``(CreateMessageRequestParams) -> CreateMessageResult``, plain or async.  Answers the
+server's ``sampling/createMessage``; raise :class:`RPCError` to answer an error."""
+
+ElicitationHandler: TypeAlias = Callable[
+    [mt.ElicitRequestParams], Awaitable[mt.ElicitResult] | mt.ElicitResult
+]
+"""``elicitation=``: ``(ElicitRequestParams) -> ElicitResult``, plain or async (the params are an
+``ElicitRequestFormParams`` or an ``ElicitRequestURLParams``).  Answers ``elicitation/create``."""
+
+RootsHandler: TypeAlias = Callable[[], Awaitable[mt.ListRootsResult] | mt.ListRootsResult]
+"""``roots=``: ``() -> ListRootsResult``, plain or async.  Answers ``roots/list``."""
+
+LogHandler: TypeAlias = Callable[[mt.LoggingMessageNotificationParams], Awaitable[None] | None]
+"""``on_log=``: ``(LoggingMessageNotificationParams) -> None``, plain or async.  Gets each
+``notifications/message`` (level, logger, data)."""
+
+NotificationHandler: TypeAlias = Callable[[dict[str, Any]], Awaitable[None] | None]
+"""``on_notification=``: ``(message: dict) -> None``, plain or async.  Gets every notification the
+server sends, as the JSON-RPC message (progress and log messages included)."""
+
+ProgressHandler: TypeAlias = Callable[[float, float | None, str | None], Awaitable[None] | None]
+"""``progress=`` of :meth:`ClientSession.call_tool` and :meth:`ClientSession.request`:
+``(progress, total, message) -> None``, plain or async; ``total`` and ``message`` may be None."""
+
+_SIGNATURES = {
+    "progress": "(progress, total, message) -> None",
+    "sampling": "(CreateMessageRequestParams) -> CreateMessageResult",
+    "elicitation": "(ElicitRequestParams) -> ElicitResult",
+    "roots": "() -> ListRootsResult",
+    "on_log": "(LoggingMessageNotificationParams) -> None",
+    "on_notification": "(message: dict) -> None",
+}
 M = TypeVar("M", bound=pydantic.BaseModel)
+R = TypeVar("R")
 MAX_INPUT_ROUNDS = 10
 Transport = HTTPTransport | StdioTransport
+
+
+def _check_callback(name: str, value: object) -> None:
+    """Refuse, at once, a callback that cannot be called."""
+    if value is None or callable(value):
+        return
+    hint = " (pass the function itself, not the result of calling it)" if inspect.isawaitable(value) else ""
+    raise TypeError(f"{name}= takes a function {_SIGNATURES[name]}, plain or async{hint}; got {value!r:.200}")
+
+
+async def _call(fn: Callable[..., Awaitable[R] | R], *args: Any) -> R:
+    """Call a user callback, plain or async.
+
+    Calling it and awaiting the result if it is awaitable covers every kind at once: coroutine
+    functions, ``functools.partial`` of them, objects with an async ``__call__``, plain functions that
+    return an awaitable, and plain functions (whose result is used as it is)."""
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        return cast(R, await result)
+    return result
+
+
+@dataclass(eq=False)
+class _Call:
+    """One request in flight: its progress callback, its cancel scope, and the first exception a
+    callback raised for it (the request then fails with that exception)."""
+
+    progress: ProgressHandler | None
+    scope: trio.CancelScope
+    failure: Exception | None = None
+
+    def fail(self, exc: Exception) -> None:
+        if self.failure is None:
+            self.failure = exc
+        self.scope.cancel()
 
 
 class ClientSession:
@@ -50,6 +134,7 @@ class ClientSession:
         roots: RootsHandler | None,
         on_notification: NotificationHandler | None,
         log_level: mt.LoggingLevel | None,
+        on_log: LogHandler | None = None,
     ) -> None:
         self._transport = transport
         self._nursery = nursery
@@ -59,7 +144,9 @@ class ClientSession:
         self._elicitation = elicitation
         self._roots = roots
         self._on_notification = on_notification
-        self._progress: dict[Any, ProgressHandler] = {}
+        self._on_log = on_log
+        self._progress: dict[Any, _Call] = {}
+        self._failure: Exception | None = None  # a session-level callback failed: the session ends
         self.log_level = log_level
         self.modern = False
         self.protocol_version: str | None = None
@@ -73,6 +160,12 @@ class ClientSession:
         """The session ends: requests still waiting (in any task) fail promptly."""
         for scope in self._running:
             scope.cancel()
+
+    def _fail(self, exc: Exception) -> None:
+        """A callback failed outside any request: the session ends, and its block raises ``exc``."""
+        if self._failure is None:
+            self._failure = exc
+        self._nursery.cancel_scope.cancel()
 
     # -- handshake ----------------------------------------------------------------------------
 
@@ -150,8 +243,12 @@ class ClientSession:
     ) -> dict[str, Any]:
         """Send a request; return its result (raises :class:`RPCError` for an error answer).
 
+        ``progress`` (plain or async, see ``ProgressHandler``) gets the request's progress
+        notifications; if it raises, the request is cancelled and this raises its exception.
+
         Cancelling the caller cancels the request: the POST is abandoned (which is the cancellation of
         a 2026-era request) and a 2025-era session also gets ``notifications/cancelled``."""
+        _check_callback("progress", progress)
         params = dict(params or {})
         if self.modern:
             params["_meta"] = {**self._meta(), **params.get("_meta", {})}
@@ -166,34 +263,39 @@ class ClientSession:
         self, method: str, params: dict[str, Any], progress: ProgressHandler | None
     ) -> dict[str, Any]:
         request_id = next(self._ids)
+        call = _Call(progress, trio.CancelScope())
         if progress is not None:
             params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": request_id}}
-            self._progress[request_id] = progress
+            self._progress[request_id] = call
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params or self.modern:
             message["params"] = params
         extra = (
             modern_headers(message, self._header_params.get(params.get("name", ""))) if self.modern else None
         )
+
+        async def on_message(message: dict[str, Any]) -> None:  # what arrives on this request's answer
+            await self._dispatch(message, call)
+
         answer = None
         try:
-            with trio.CancelScope() as scope:  # cancelled if the session ends first
-                self._running.add(scope)
+            with call.scope:  # cancelled if the session ends first, or if a callback fails
+                self._running.add(call.scope)
                 try:
-                    answer = await self._transport.post(message, self._dispatch, extra_headers=extra)
+                    answer = await self._transport.post(message, on_message, extra_headers=extra)
                 except _ErrorAnswer as exc:
                     answer = exc.body
                 finally:
-                    self._running.discard(scope)
+                    self._running.discard(call.scope)
         except trio.Cancelled:
-            # HTTP 2026: abandoning the POST is the cancellation; elsewhere the server is told
-            stdio = isinstance(self._transport, StdioTransport)
-            if (stdio or not self.modern) and method != "initialize":
-                with trio.CancelScope(shield=True), trio.move_on_after(1):
-                    await self.notify("notifications/cancelled", {"requestId": request_id})
+            await self._abandon(method, request_id)
             raise
         finally:
             self._progress.pop(request_id, None)
+        if call.failure is not None:
+            if answer is None:
+                await self._abandon(method, request_id)
+            raise call.failure
         if answer is None:
             raise TransportError(f"{method}: the session ended before the answer arrived")
         if "error" in answer:
@@ -202,16 +304,34 @@ class ClientSession:
         result: dict[str, Any] = answer.get("result") or {}
         return result
 
+    async def _abandon(self, method: str, request_id: int) -> None:
+        """We gave up on a request.  HTTP 2026: abandoning the POST is the cancellation; elsewhere the
+        server is told."""
+        stdio = isinstance(self._transport, StdioTransport)
+        if (stdio or not self.modern) and method != "initialize":
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                try:
+                    await self.notify("notifications/cancelled", {"requestId": request_id})
+                except (TransportError, httpx.HTTPError) as exc:
+                    logger.info("could not cancel the server's %s: %r", method, exc)
+
     async def _answer_inputs(self, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-        """Answer the input requests of an input-required result, for the retry."""
+        """Answer the input requests of an input-required result, for the retry.  A handler's exception
+        (there is no error answer to an input request) cancels the others and is raised as it is."""
         answers: dict[str, Any] = {}
 
         async def answer(key: str, request: dict[str, Any]) -> None:
+            await trio.lowlevel.checkpoint_if_cancelled()  # a sibling failed already
             answers[key] = await self._serve(request.get("method", ""), request.get("params") or {})
 
-        async with trio.open_nursery() as nursery:
-            for key, request in (result.get("inputRequests") or {}).items():
-                nursery.start_soon(answer, key, request)
+        try:
+            async with trio.open_nursery() as nursery:
+                for key, request in (result.get("inputRequests") or {}).items():
+                    nursery.start_soon(answer, key, request)
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         retry = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
         retry["inputResponses"] = answers
         if "requestState" in result:
@@ -224,18 +344,55 @@ class ClientSession:
             message["params"] = params
         await self._transport.post(message, self._dispatch)
 
-    async def _dispatch(self, message: dict[str, Any]) -> None:
-        """A message from the server that is not the awaited response."""
+    async def _dispatch(self, message: dict[str, Any], call: _Call | None = None) -> None:
+        """A message from the server that is not the awaited response.  ``call`` is the request on
+        whose answer it arrived (None: the GET stream, stdio's reader).
+
+        A callback that raises fails the request it belongs to: the progress callback's own request,
+        else ``call``; with no request, the session (:meth:`_fail`)."""
         if "method" in message and "id" in message:
             self._nursery.start_soon(self._answer_server_request, message)
             return
-        if message.get("method") == "notifications/progress":
-            params = message.get("params") or {}
-            handler = self._progress.get(params.get("progressToken"))
-            if handler is not None:
-                await handler(params.get("progress", 0), params.get("total"), params.get("message"))
-        if self._on_notification is not None and "method" in message:
-            await self._on_notification(message)
+        method = message.get("method")
+        if not isinstance(method, str) or (call is not None and call.failure is not None):
+            return  # a stray response, or the rest of the answer of a request that failed already
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method == "notifications/progress":
+            owner = self._progress.get(params.get("progressToken"))
+            if owner is not None and owner.progress is not None and owner.failure is None:
+                try:
+                    progress = params.get("progress", 0)
+                    await _call(owner.progress, progress, params.get("total"), params.get("message"))
+                except Exception as exc:
+                    owner.fail(exc)
+                    await trio.lowlevel.checkpoint()  # the failed request, if it is this task, ends here
+                    return
+        elif method == "notifications/message" and self._on_log is not None:
+            try:
+                log = mt.LoggingMessageNotificationParams.model_validate(params)
+            except pydantic.ValidationError as exc:
+                logger.info("a malformed log notification was not passed to on_log: %s", exc)
+            else:
+                if not await self._run_callback(self._on_log, log, call):
+                    return
+        if self._on_notification is not None:
+            await self._run_callback(self._on_notification, message, call)
+
+    async def _run_callback(
+        self, fn: Callable[[Any], Awaitable[None] | None], arg: Any, call: _Call | None
+    ) -> bool:
+        """Run a notification callback; False if it raised (the failure is then routed)."""
+        try:
+            await _call(fn, arg)
+        except Exception as exc:
+            if call is not None:
+                call.fail(exc)
+            else:
+                self._fail(exc)
+            await trio.lowlevel.checkpoint()  # whoever failed, if it is this task, ends here
+            return False
+        return True
 
     async def _answer_server_request(self, message: dict[str, Any]) -> None:
         try:
@@ -258,19 +415,25 @@ class ClientSession:
 
     async def _serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Run the handler of a server-to-client request (or input request)."""
-        result: pydantic.BaseModel
+        result: object
         if method == "ping":
             return {}
         if method == "sampling/createMessage" and self._sampling is not None:
-            result = await self._sampling(mt.CreateMessageRequestParams.model_validate(params))
+            name, expected = "sampling", "CreateMessageResult"
+            result = await _call(self._sampling, mt.CreateMessageRequestParams.model_validate(params))
         elif method == "elicitation/create" and self._elicitation is not None:
-            result = await self._elicitation(
-                pydantic.TypeAdapter(mt.ElicitRequestParams).validate_python(params)
-            )
+            name, expected = "elicitation", "ElicitResult"
+            elicit_params: mt.ElicitRequestParams = pydantic.TypeAdapter(
+                mt.ElicitRequestParams
+            ).validate_python(params)
+            result = await _call(self._elicitation, elicit_params)
         elif method == "roots/list" and self._roots is not None:
-            result = await self._roots()
+            name, expected = "roots", "ListRootsResult"
+            result = await _call(self._roots)
         else:
             raise RPCError(mt.METHOD_NOT_FOUND, f"the client does not handle {method}")
+        if not isinstance(result, pydantic.BaseModel):
+            raise TypeError(f"the {name}= callback returned {result!r:.200}, not a {expected}")
         dumped: dict[str, Any] = result.model_dump(by_alias=True, exclude_none=True, mode="json")
         return dumped
 
@@ -297,6 +460,8 @@ class ClientSession:
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, *, progress: ProgressHandler | None = None
     ) -> mt.CallToolResult:
+        """``tools/call``.  ``progress`` (plain or async, see ``ProgressHandler``) gets the call's
+        progress notifications; if it raises, the call is cancelled and raises its exception."""
         params = {"name": name, "arguments": arguments or {}}
         try:
             return await self._typed(mt.CallToolResult, "tools/call", params, progress=progress)
@@ -349,7 +514,7 @@ class ClientSession:
         resources: bool = False,
         resource_uris: Sequence[str] = (),
     ) -> AsyncIterator[Subscription]:
-        """2026 era: ``subscriptions/listen``.  Yields a :class:`Subscription` once the server has
+        """2026 era: ``subscriptions/listen``.  Yields a ``Subscription`` once the server has
         acknowledged it; iterate it for the notifications asked for.  Leaving the block closes the
         stream (which ends the subscription)."""
         if not self.modern or not isinstance(self._transport, HTTPTransport):
@@ -457,6 +622,7 @@ async def open_client_session(
     elicitation: ElicitationHandler | None = None,
     roots: RootsHandler | None = None,
     on_notification: NotificationHandler | None = None,
+    on_log: LogHandler | None = None,
     log_level: mt.LoggingLevel | None = None,
     legacy_version: str = versions.LATEST.name,
     get_stream: bool = True,
@@ -469,7 +635,17 @@ async def open_client_session(
     failure there never harms requests) and sends DELETE on exit, bounded by ``delete_grace`` seconds.
     Requests still running when the block ends are cancelled.  The session owns a nursery: handlers of
     server-to-client requests and the GET stream run in it.
+
+    The callbacks (``sampling``, ``elicitation``, ``roots``, ``on_log``, ``on_notification``, and
+    ``progress=`` of :meth:`ClientSession.call_tool`) may be plain or async functions; a plain one runs
+    in a Trio task of the session and must not block.  Anything that is not callable is refused with
+    :class:`TypeError` before anything is sent.  An exception from ``sampling``, ``elicitation`` or
+    ``roots`` is the error answer to the server's request (2025 era), or is raised out of the call
+    whose input it was to provide (2026 era); one from ``progress`` is raised out of its call; one from
+    ``on_log`` or ``on_notification`` out of the call whose answer carried the notification, or, for a
+    notification that arrived outside any call, out of this block, which it ends.
     """
+    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level)
     own_http = http is None
     client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
     transport = HTTPTransport(client, url)
@@ -482,7 +658,6 @@ async def open_client_session(
                 except TransportError as exc:
                     logger.info("DELETE failed: %r", exc)
 
-    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, log_level)
     try:
         async with _run_session(transport, handlers, mode, legacy_version, get_stream, finish) as session:
             yield session
@@ -503,6 +678,7 @@ async def open_stdio_client(
     elicitation: ElicitationHandler | None = None,
     roots: RootsHandler | None = None,
     on_notification: NotificationHandler | None = None,
+    on_log: LogHandler | None = None,
     log_level: mt.LoggingLevel | None = None,
     legacy_version: str = versions.LATEST.name,
     terminate_grace: float = 2.0,
@@ -510,14 +686,16 @@ async def open_stdio_client(
     """Start ``command`` as an MCP server speaking stdio and open a session with it.
 
     On exit the child's stdin is closed; a child still running ``terminate_grace`` seconds later gets
-    SIGTERM, then SIGKILL after as long again.  The child is always reaped."""
+    SIGTERM, then SIGKILL after as long again.  The child is always reaped.  The callbacks are those of
+    :func:`open_client_session`; everything a stdio server sends outside a response arrives outside
+    any call, so an exception from ``on_log`` or ``on_notification`` ends the session."""
+    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level)
     process = await start_process(command, env)
     transport = StdioTransport(process)
 
     async def finish(session: ClientSession) -> None:
         await transport.aclose(terminate_grace)
 
-    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, log_level)
     try:
         async with _run_session(transport, handlers, mode, legacy_version, False, finish) as session:
             yield session
@@ -532,7 +710,12 @@ class _Handlers:
     elicitation: ElicitationHandler | None
     roots: RootsHandler | None
     on_notification: NotificationHandler | None
+    on_log: LogHandler | None
     log_level: mt.LoggingLevel | None
+
+    def __post_init__(self) -> None:
+        for name in ("sampling", "elicitation", "roots", "on_notification", "on_log"):
+            _check_callback(name, getattr(self, name))
 
 
 @asynccontextmanager
@@ -546,6 +729,7 @@ async def _run_session(
 ) -> AsyncIterator[ClientSession]:
     """The life of a session over any transport, in its own nursery."""
     body_error: BaseException | None = None
+    session: ClientSession | None = None
     try:
         async with trio.open_nursery() as nursery:
             session = ClientSession(
@@ -556,6 +740,7 @@ async def _run_session(
                 elicitation=handlers.elicitation,
                 roots=handlers.roots,
                 on_notification=handlers.on_notification,
+                on_log=handlers.on_log,
                 log_level=handlers.log_level,
             )
             if isinstance(transport, StdioTransport):
@@ -579,6 +764,9 @@ async def _run_session(
         if len(group.exceptions) == 1 and body_error is None:  # a failure while opening the session
             raise group.exceptions[0] from None
         raise
+    failure = session._failure if session is not None else None
+    if failure is not None and (body_error is None or isinstance(body_error, trio.Cancelled)):
+        raise failure  # a callback failed outside any request: that ended the session
     if body_error is not None:
         raise body_error
 
