@@ -49,8 +49,9 @@ echo "== install: Node 22, TypeScript SDK peers, conformance suite (npm)"
 bash scripts/install-node-deps.sh
 bash scripts/conformance.sh install
 
-echo "== ruff"; python3 -m ruff check src tests benchmarks
+echo "== ruff"; python3 -m ruff check src tests benchmarks docs
 echo "== mypy"; python3 -m mypy
+echo "== docs"; bash scripts/docs.sh -q
 echo "== pytest"
 python3 -m coverage erase
 python3 -m coverage run -m pytest -q -p no:cacheprovider "$@"

@@ -86,7 +86,7 @@ class MCPServer:
         self.notifications: NotificationBus = (
             LocalNotificationBus() if notification_bus is None else notification_bus
         )
-        """Where ``notify_*`` publishes (see :mod:`mcp_trio._app.bus`)."""
+        """Where ``notify_*`` publishes (see :class:`~mcp_trio.NotificationBus`)."""
         self._extensions: dict[str, tuple[MethodHandler, frozenset[str] | None]] = {}
         self._handlers: dict[str, Handler] = {
             "ping": self._ping,
@@ -169,7 +169,8 @@ class MCPServer:
         argument_descriptions: dict[str, str] | None = None,
     ) -> Callable[[F], F]:
         """Decorator: register an async function as a prompt; its parameters are the arguments.
-        Return a string (one user message), content blocks, ``PromptMessage``s, or ``GetPromptResult``."""
+        Return a string (one user message), content blocks, ``PromptMessage`` models, or a
+        ``GetPromptResult``."""
         options = {
             "name": name,
             "title": title,

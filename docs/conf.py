@@ -1,0 +1,139 @@
+"""Sphinx configuration of the mcp_trio documentation.
+
+Build it with ``bash scripts/docs.sh`` (``sphinx-build -W --keep-going -n -b html docs docs/_build/html``):
+warnings are errors and every cross-reference must resolve.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+# Document the source tree next to this file, installed or not.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+import mcp_types
+import sphinx.util.inspect
+import sphinx.util.logging
+
+import mcp_trio
+import mcp_trio._server.config
+import mcp_trio.testing
+
+logger = sphinx.util.logging.getLogger(__name__)
+
+project = "mcp_trio"
+author = "the mcp_trio authors"
+copyright = "the mcp_trio authors"
+try:
+    release = mcp_trio.__version__
+except AttributeError:  # pragma: no cover - the package always defines it today
+    from importlib.metadata import version as _version
+
+    release = _version("mcp_trio")
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinxcontrib_trio",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build"]
+
+# -- MyST: the pages stay Markdown ------------------------------------------------------------
+myst_enable_extensions = ["colon_fence"]
+# "transport.md#configuration-serverconfig" style links resolve to heading anchors.
+myst_heading_anchors = 3
+
+# -- autodoc -------------------------------------------------------------------------------------
+# sphinxcontrib-trio marks async functions and (async) context managers ("await", "async with") by
+# extending autodoc's class-based documenters, which Sphinx 9 keeps behind this switch.
+autodoc_use_legacy_class_based = True
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_typehints_format = "short"
+autodoc_class_signature = "mixed"
+autodoc_default_options = {
+    "members": True,
+    "undoc-members": True,
+}
+
+# Annotations are strings (``from __future__ import annotations``). mcp_trio's modules spell the
+# wire models ``mt.X`` (``import mcp_types as mt``): show them as ``mcp_types.X``, and aliases such as
+# ``mt.ProgressToken`` by name instead of their expansion (``Annotated[int, Strict()] | str``).
+autodoc_type_aliases = {
+    f"mt.{name}": f"mcp_types.{name}" for name in dir(mcp_types) if not name.startswith("_")
+}
+
+
+def _alias_repr(self):
+    return self.name
+
+
+# Sphinx unwraps such an alias only when it is a whole annotation; inside one (``Alias | None``) it
+# prints the placeholder's repr, ``TypeAliasForwardRef('mcp_types.X')``. Print the name there too.
+sphinx.util.inspect.TypeAliasForwardRef.__repr__ = _alias_repr
+
+# ``SessionRegistry`` is imported for type checking only where ServerConfig is defined; autodoc
+# evaluates the annotations at run time, so give it the name (what ``typing.TYPE_CHECKING`` would).
+mcp_trio._server.config.SessionRegistry = mcp_trio.SessionRegistry
+
+
+def _readable_defaults(app, what, name, obj, options, signature, return_annotation):
+    """Defaults that are classes or functions (a dataclass's factories) print as their names.
+
+    Their reprs (``<class 'pkg.mod.Name'>``) are not Python, so Sphinx could not parse the signature
+    and would print it raw.
+    """
+    if signature:
+        signature = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", signature)
+        signature = re.sub(r"<function (?:[\w.<>]+\.)?(\w+)(?: at 0x[0-9a-f]+)?>", r"\1", signature)
+    return signature, return_annotation
+
+
+def _check_reference_is_complete(app, env):
+    """Every name of ``mcp_trio.__all__`` and ``mcp_trio.testing.__all__`` is in the API reference."""
+    documented = {name for name, *_ in env.get_domain("py").get_objects()}
+    for module in (mcp_trio, mcp_trio.testing):
+        for name in module.__all__:
+            if f"{module.__name__}.{name}" not in documented:
+                logger.warning("%s.%s is public but not in docs/api/reference.md", module.__name__, name)
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _readable_defaults)
+    app.connect("env-check-consistency", _check_reference_is_complete)
+
+
+# -- nitpicky references --------------------------------------------------------------------------
+# The build must not need the network, so there is no intersphinx: references to other projects'
+# types (Trio, mcp-types, pydantic, hypercorn, httpx, the standard library's collections.abc) cannot
+# resolve and are ignored here, by package.
+nitpicky = True
+nitpick_ignore_regex = [
+    (r"py:.*", r"(trio|mcp_types|pydantic|hypercorn|httpx)(\..*)?"),
+    (r"py:.*", r"collections\.abc\..*"),
+]
+# Private types that public signatures mention; they are not part of the API (and not importable from
+# mcp_trio), so they are named here one by one: a new one must be documented or added on purpose.
+nitpick_ignore = [
+    ("py:class", "mcp_trio._app.server.F"),  # the decorators' type variable: they return what they got
+    ("py:class", "mcp_trio._app.server.Initialized"),
+    ("py:class", "mcp_trio._app.bus.Subscriber"),  # a peer a NotificationBus delivers to
+    ("py:class", "mcp_trio._app.context.Peer"),
+    ("py:class", "mcp_trio._server.session.Session"),
+    ("py:class", "mcp_trio._server.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]
+    ("py:class", "mcp_trio._protocol.versions.Revision"),
+    ("py:class", "mcp_trio._protocol.sse.ServerSentEvent"),  # mcp_trio.testing.Response.next_event()
+    ("py:class", "mcp_trio._client.session.Subscription"),  # ClientSession.listen(); see client.md
+    ("py:class", "mcp_trio._client.http.HTTPTransport"),
+    ("py:class", "mcp_trio._client.stdio.StdioTransport"),
+]
+
+# -- HTML ----------------------------------------------------------------------------------------
+html_theme = "furo"
+html_title = f"mcp_trio {release}"
