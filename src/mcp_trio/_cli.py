@@ -1,18 +1,37 @@
-"""The ``mcp-trio`` command: ``serve MODULE:ATTR`` and ``demo``."""
+"""The ``mcp-trio`` command.
+
+``mcp-trio serve MODULE:ATTR`` serves an :class:`MCPServer` or :class:`MCPApp` (Streamable HTTP on
+hypercorn or the embedded h11 server, or stdio), ``mcp-trio demo`` the demo server, and the client
+commands of :mod:`._cli_client` talk to a running server: ``mcp-trio tools URL`` lists its tools,
+``mcp-trio call URL TOOL`` calls one.  ``mcp-trio --help`` and ``mcp-trio COMMAND --help`` describe
+every option and the exit status; docs/cli.md is the user's guide.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from . import __version__
 from ._app.server import MCPServer
-from ._cli_client import add_client_commands, run_client_command
+from ._cli_client import (
+    EXIT_BROKEN_PIPE,
+    EXIT_CONNECTION,
+    EXIT_INTERRUPTED,
+    EXIT_STATUS_HELP,
+    EXIT_USAGE,
+    add_client_commands,
+    run_client_command,
+    single_exception,
+)
 from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
 from ._server.h11server import H11Config, serve_h11
@@ -21,15 +40,72 @@ from ._stdio import serve_stdio
 
 __all__ = ["main"]
 
+DESCRIPTION = """\
+Serve MCP servers over Streamable HTTP (or stdio) on Trio, and talk to them
+from the terminal.
+"""
+
+EPILOG = """\
+try it: run 'mcp-trio demo' in one terminal, then in another
+  mcp-trio tools http://127.0.0.1:8000/mcp
+  mcp-trio call http://127.0.0.1:8000/mcp echo --arg text=hello
+
+'mcp-trio COMMAND --help' describes a command and its options.
+
+"""
+
+SERVE_DESCRIPTION = """\
+Serve the MCPServer or MCPApp named by MODULE:ATTR until Ctrl-C or SIGTERM.
+Once listening it prints one line "mcp-trio: serving on URL" on stdout, URL
+being the MCP endpoint (http://HOST:PORT/mcp), and "mcp-trio: stopped" when
+it has shut down.  With --stdio, stdout carries only MCP messages.
+"""
+
+DEMO_DESCRIPTION = """\
+Serve mcp_trio's demo server until Ctrl-C or SIGTERM: tools (echo, add,
+count, sleep, test_image_content, ...), resources and prompts to try clients
+against.  Its endpoint is http://127.0.0.1:8000/mcp unless --bind says
+otherwise.
+"""
+
+SERVE_EPILOG = """\
+examples:
+  mcp-trio serve my_package.server:server
+  mcp-trio serve my_package.server:server --bind 0.0.0.0:8080 --http h11
+  mcp-trio serve my_package.server:make_app --stdio
+
+"""
+
+_PYTHON_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL_HELP = (
+    "level of Python logging on stderr (messages of mcp_trio and the libraries under it): "
+    "DEBUG, INFO, WARNING (default), ERROR or CRITICAL; not the MCP log level"
+)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs keep their lines (lists, examples, the exit status table)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
 
 def load_app(target: str, config: ServerConfig) -> MCPApp:
     """``package.module:attr`` naming an :class:`MCPApp`, an :class:`MCPServer` or a factory of either."""
     module_name, sep, attr = target.partition(":")
     if not sep or not attr:
         raise SystemExit(f"mcp-trio: expected MODULE:ATTR, got {target!r}")
-    obj: object = importlib.import_module(module_name)
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise  # the module exists but an import inside it failed: the traceback says where
+        raise SystemExit(f"mcp-trio: cannot import {module_name!r}: {exc}") from None
     for part in attr.split("."):
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SystemExit(f"mcp-trio: {target}: {module_name} has no attribute {attr!r}") from None
     if callable(obj) and not isinstance(obj, (MCPApp, MCPServer)):
         obj = obj()
     if isinstance(obj, MCPServer):
@@ -39,10 +115,31 @@ def load_app(target: str, config: ServerConfig) -> MCPApp:
     raise SystemExit(f"mcp-trio: {target} is neither an MCPServer nor an MCPApp")
 
 
+class CannotListen(Exception):
+    """The server could not bind its address (in use, not local, no permission): exit status 3."""
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """``exc`` if it is an OSError, else the first OSError in its exception groups, else None."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _os_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _drop_hypercorn_banner(record: logging.LogRecord) -> bool:
+    """hypercorn's "Running on http://host:port" (no MCP path): the CLI prints the endpoint itself."""
+    return not str(record.msg).startswith("Running on")
+
+
 async def run_server(
     app: MCPApp, bind: str, http_server: str = "hypercorn", *, hypercorn_fast_path: bool = True
 ) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM; print each bound URL once listening."""
+    """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening."""
     run: Callable[..., Awaitable[None]]
     if http_server == "h11":
         host, _, port = bind.rpartition(":")
@@ -55,62 +152,142 @@ async def run_server(
             shutdown_trigger=wait_for_signal,
         )
     else:
+        # hypercorn's default error log writes to stderr itself *and* propagates to the root logger:
+        # every message (its own "Running on" banner too) came out twice.  Its messages go through
+        # Python logging only, at --log-level, and the banner is left to the line printed below.
+        error_log = logging.getLogger("hypercorn.error")
+        if _drop_hypercorn_banner not in error_log.filters:
+            error_log.addFilter(_drop_hypercorn_banner)
         run = functools.partial(
             serve,
             app,
-            hypercorn_config([bind]),
+            hypercorn_config([bind], errorlog=error_log),
             shutdown_trigger=wait_for_signal,
             hypercorn_fast_path=hypercorn_fast_path,
         )
     async with trio.open_nursery() as nursery:
-        urls = await nursery.start(run)
+        try:
+            urls = await nursery.start(run)
+        except BaseException as exc:
+            cause = _os_error(exc)
+            if cause is None:
+                raise
+            raise CannotListen(f"cannot listen on {bind}: {cause}") from exc
         for url in urls:
             print(f"mcp-trio: serving on {url}{app.config.path or '/'}", flush=True)
     print("mcp-trio: stopped", flush=True)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mcp-trio", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("serve", "serve an MCPServer or MCPApp"), ("demo", "serve the demo server")):
-        cmd = sub.add_parser(name, help=help_text)
-        if name == "serve":
-            cmd.add_argument("target", metavar="MODULE:ATTR")
-        cmd.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000)")
-        cmd.add_argument("--stdio", action="store_true", help="speak MCP over stdin/stdout instead of HTTP")
-        cmd.add_argument(
-            "--http",
-            choices=("hypercorn", "h11"),
-            default="hypercorn",
-            help="HTTP server: hypercorn's trio worker (default) or the embedded Trio + h11 server",
-        )
-        cmd.add_argument(
-            "--no-hypercorn-fast-path",
-            action="store_true",
-            help="leave hypercorn's request path as shipped (docs/hypercorn.md)",
-        )
-        cmd.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
-        cmd.add_argument("--stats-path", default=None, help="serve statistics() as JSON on this path")
-        cmd.add_argument("--log-level", default="WARNING")
-        for option, kind in _CONFIG_OPTIONS.items():
-            cmd.add_argument(
-                f"--{option.replace('_', '-')}", type=kind, default=None, metavar=kind.__name__.upper()
-            )
-    add_client_commands(sub)
-    return parser
-
-
-_CONFIG_OPTIONS: dict[str, type] = {
-    "idle_timeout": float,
-    "init_timeout": float,
-    "keepalive_interval": float,
-    "shutdown_grace": float,
-    "write_timeout": float,
-    "body_timeout": float,
-    "max_sessions": int,
-    "max_body_size": int,
-    "sse_retry_ms": int,
+_CONFIG_HELP: dict[str, tuple[type, str, str]] = {
+    "idle_timeout": (float, "SECONDS", "close a session with no request or stream for this long"),
+    "init_timeout": (float, "SECONDS", "close a session not initialized this long after initialize"),
+    "keepalive_interval": (float, "SECONDS", "send a comment on idle SSE streams this often"),
+    "shutdown_grace": (float, "SECONDS", "how long open streams get to end cleanly on shutdown"),
+    "write_timeout": (float, "SECONDS", "break a connection whose socket write takes longer"),
+    "body_timeout": (float, "SECONDS", "a request body must arrive within this, else 408"),
+    "max_sessions": (int, "N", "answer initialize with 503 beyond this many live sessions"),
+    "max_body_size": (int, "BYTES", "largest request body accepted (413 beyond)"),
+    "sse_retry_ms": (int, "MS", "the SSE retry field sent to 2025-era clients, in milliseconds"),
 }
+_CONFIG_OPTIONS: dict[str, type] = {name: kind for name, (kind, _, _) in _CONFIG_HELP.items()}
+_CONFIG_DEFAULTS = {field.name: field.default for field in dataclasses.fields(ServerConfig)}
+
+
+def _number(value: object) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _add_log_level(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=_PYTHON_LOG_LEVELS,
+        default="WARNING",
+        metavar="LEVEL",
+        help=LOG_LEVEL_HELP,
+    )
+
+
+def _add_server_options(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--bind",
+        default="127.0.0.1:8000",
+        metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:8000; port 0 picks a free port)",
+    )
+    cmd.add_argument(
+        "--stdio",
+        action="store_true",
+        help="speak MCP over stdin/stdout instead of HTTP (for clients that start the server)",
+    )
+    cmd.add_argument(
+        "--http",
+        choices=("hypercorn", "h11"),
+        default="hypercorn",
+        help="HTTP server: hypercorn's trio worker (default) or the embedded Trio + h11 server",
+    )
+    cmd.add_argument(
+        "--no-hypercorn-fast-path",
+        action="store_true",
+        help="run hypercorn's request path as shipped (see the hypercorn page of the docs)",
+    )
+    cmd.add_argument(
+        "--json-response",
+        action="store_true",
+        help="answer each request with one JSON body instead of an SSE stream",
+    )
+    cmd.add_argument(
+        "--stats-path", default=None, metavar="PATH", help="serve the app's statistics as JSON on PATH"
+    )
+    _add_log_level(cmd)
+    limits = cmd.add_argument_group(
+        "session and connection limits",
+        "These and --json-response, --stats-path configure the app when\n"
+        "MODULE:ATTR names an MCPServer; an MCPApp brings its own ServerConfig.",
+    )
+    for option, (kind, metavar, text) in _CONFIG_HELP.items():
+        limits.add_argument(
+            f"--{option.replace('_', '-')}",
+            type=kind,
+            default=None,
+            metavar=metavar,
+            help=f"{text} (default {_number(_CONFIG_DEFAULTS[option])})",
+        )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-trio", description=DESCRIPTION, epilog=EPILOG + EXIT_STATUS_HELP, formatter_class=_Formatter
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    serve_cmd = sub.add_parser(
+        "serve",
+        help="serve your MCPServer or MCPApp (MODULE:ATTR) over HTTP or stdio",
+        description=SERVE_DESCRIPTION,
+        epilog=SERVE_EPILOG + EXIT_STATUS_HELP,
+        formatter_class=_Formatter,
+    )
+    serve_cmd.add_argument(
+        "target",
+        metavar="MODULE:ATTR",
+        help="package.module:name of an MCPServer, an MCPApp, or a function returning one "
+        "(the current directory is on the import path)",
+    )
+    demo_cmd = sub.add_parser(
+        "demo",
+        help="serve the built-in demo server, to try clients against",
+        description=DEMO_DESCRIPTION,
+        epilog="example:\n  mcp-trio demo --bind 127.0.0.1:8000\n\n" + EXIT_STATUS_HELP,
+        formatter_class=_Formatter,
+    )
+    for cmd in (serve_cmd, demo_cmd):
+        _add_server_options(cmd)
+    add_client_commands(sub, _Formatter)
+    for cmd in sub.choices.values():
+        if not any("--log-level" in action.option_strings for action in cmd._actions):
+            _add_log_level(cmd)
+    return parser
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -119,24 +296,58 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    if args.command in ("tools", "call"):
-        raise SystemExit(run_client_command(args))
-    config = config_from_args(args)
-    if args.command == "demo":
-        from .demo import build_demo_server
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        client = args.command in ("tools", "call")
+        code = run_client_command(args) if client else _serve_command(parser, args)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's final flush
+    except BaseException as exc:  # sorted out below; anything unexpected is re-raised
+        failure = single_exception(exc)
+        if isinstance(failure, BrokenPipeError):
+            # stdout was closed early (mcp-trio tools URL | head): no traceback; silence the final flush
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            code = EXIT_BROKEN_PIPE
+        elif isinstance(failure, KeyboardInterrupt):  # Ctrl-C before a server's signal handler was set
+            code = EXIT_INTERRUPTED
+        elif isinstance(failure, CannotListen):
+            print(f"mcp-trio: {failure}", file=sys.stderr)
+            code = EXIT_CONNECTION
+        else:
+            raise
+    raise SystemExit(code)
 
-        app = MCPApp(build_demo_server(), config)
-    else:
-        sys.path.insert(0, "")
-        app = load_app(args.target, config)
+
+def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.http == "h11" and not args.stdio:
+        _host, _, port = args.bind.rpartition(":")
+        if not port.isdigit():
+            parser.error(f"--bind: expected HOST:PORT, got {args.bind!r}")
+    config = config_from_args(args)
+    try:
+        if args.command == "demo":
+            from .demo import build_demo_server
+
+            app = MCPApp(build_demo_server(), config)
+        else:
+            sys.path.insert(0, "")
+            app = load_app(args.target, config)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
+        return EXIT_USAGE
     if args.stdio:
         # stdout carries only MCP messages (logging.basicConfig writes to stderr)
         trio.run(functools.partial(serve_stdio, app.server, config=config))
-        return
+        return 0
     trio.run(
         functools.partial(
             run_server, app, args.bind, args.http, hypercorn_fast_path=not args.no_hypercorn_fast_path
         )
     )
+    return 0

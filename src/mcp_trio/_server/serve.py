@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -15,10 +16,13 @@ __all__ = ["hypercorn_config", "serve", "wait_for_signal"]
 
 
 def hypercorn_config(bind: Sequence[str] = ("127.0.0.1:8000",), **options: object) -> hypercorn.config.Config:
-    """A hypercorn ``Config`` for an MCP endpoint: the given binds, quiet access log, and options."""
+    """A hypercorn ``Config`` for an MCP endpoint: the given binds, no access log, hypercorn's messages
+    through Python logging (the ``hypercorn.error`` logger, once, as your logging configuration says;
+    hypercorn's default also writes them to stderr itself), and ``options`` set as attributes."""
     config = hypercorn.config.Config()
     config.bind = list(bind)
     config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
     for name, value in options.items():
         setattr(config, name, value)
     return config
