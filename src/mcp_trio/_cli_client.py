@@ -502,17 +502,11 @@ async def _tools(args: argparse.Namespace, notices: Notices) -> int:
     return EXIT_OK
 
 
-async def _ask_for_logs(session: ClientSession, level: mt.LoggingLevel) -> None:
-    """Legacy sessions: ``logging/setLevel`` (modern ones carry the level in each request's _meta)."""
-    if session.modern:
-        return
-    if "logging" not in session.server_capabilities:
+def _check_logs_offered(session: ClientSession) -> None:
+    """Legacy sessions: the client sent ``logging/setLevel`` if the server offers logging (modern ones
+    carry the level in each request's _meta); say so when it does not."""
+    if not session.modern and "logging" not in session.server_capabilities:
         print("mcp-trio: the server does not offer logging; --mcp-log-level has no effect", file=sys.stderr)
-        return
-    try:
-        await session.set_logging_level(level)
-    except RPCError as exc:
-        print(f"mcp-trio: the server refused logging/setLevel: {exc.message}", file=sys.stderr)
 
 
 async def _input_schema(session: ClientSession, name: str) -> dict[str, Any] | None:
@@ -531,7 +525,7 @@ async def _call(args: argparse.Namespace, notices: Notices) -> int:
     parse_arguments(args.arg, args.json)  # a malformed --arg or --json fails before we connect
     async with open_client_session(args.url, mode=args.mode, on_log=notices.log, log_level=level) as session:
         if level is not None:
-            await _ask_for_logs(session, level)
+            _check_logs_offered(session)
         schema = await _input_schema(session, args.tool) if args.arg else None
         arguments = parse_arguments(args.arg, args.json, schema)
         try:

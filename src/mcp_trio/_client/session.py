@@ -195,6 +195,11 @@ class ClientSession:
         self.server_capabilities = result.get("capabilities") or {}
         self.instructions = result.get("instructions")
         await self.notify("notifications/initialized")
+        if self.log_level is not None and "logging" in self.server_capabilities:
+            try:  # log_level= means the same in both eras: the server's logs from this level up
+                await self.request("logging/setLevel", {"level": self.log_level})
+            except RPCError as exc:
+                logger.warning("the server refused logging/setLevel %s: %s", self.log_level, exc.message)
 
     async def _discover(self) -> bool:
         """Try the modern era: True if the server answers ``server/discover`` as a modern server."""

@@ -1,0 +1,86 @@
+"""The README's quick start, as a newcomer types it: its commands are the ones that work.
+
+The install itself (a fresh venv, the package without its dev extra) is exercised by
+tests/integration/test_wheel.py; here the quick start's shell lines run against a demo server that
+``mcp-trio demo`` started, on a free port instead of 8000."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def _section(title: str) -> str:
+    start = README.index(f"## {title}")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end != -1 else None]
+
+
+def _sh_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        lines += [line.strip() for line in block.splitlines() if line.strip()]
+    return lines
+
+
+QUICK_START = _sh_lines(_section("Quick start (fresh machine)"))
+
+
+def _mcp_trio() -> list[str]:
+    """``mcp-trio`` as installed beside this interpreter (the README's venv puts it on PATH)."""
+    script = Path(sys.executable).parent / "mcp-trio"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
+
+
+@pytest.fixture(scope="module")
+def demo_url() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [*_mcp_trio(), "demo", "--bind", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        match = re.search(r"(http://127\.0\.0\.1:\d+/mcp)", proc.stdout.readline())
+        assert match, "the demo did not print its URL"
+        yield match.group(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=15)
+    assert proc.returncode == 0
+
+
+def test_quick_start_installs_in_a_venv_and_starts_the_demo() -> None:
+    first = QUICK_START[0]
+    steps = [step.strip() for step in first.split("&&")]
+    assert steps[0].startswith("python3 -m venv ")
+    assert any(step.startswith(". ") and step.endswith("/bin/activate") for step in steps)
+    assert "pip install -e ." in steps  # the runtime dependencies only, no dev extra
+    assert steps[-1] == "mcp-trio demo"
+    wanted = re.search(r"Python 3\.(\d+) or newer", README)
+    assert wanted and f">=3.{wanted.group(1)}" in (ROOT / "pyproject.toml").read_text()
+
+
+@pytest.mark.parametrize("line", [line for line in QUICK_START if line.startswith("mcp-trio ")])
+def test_quick_start_command_works(line: str, demo_url: str) -> None:
+    argv = shlex.split(line.replace("http://127.0.0.1:8000/mcp", demo_url))
+    done = subprocess.run([*_mcp_trio(), *argv[1:]], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    if argv[1] == "call" and argv[3] == "add":
+        assert "5" in done.stdout  # a=2, b=3
+
+
+def test_readme_names_the_test_command_that_ci_runs() -> None:
+    assert _sh_lines(_section("The test suite")) == ["bash scripts/test.sh"]
+    assert "exec bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
