@@ -22,14 +22,12 @@ session ended).  ``RELEASE``: its writer stopped without finishing (cancelled, t
 
 from __future__ import annotations
 
-import enum
-
-from .table import TransitionTable
+from .table import StateEnum, TransitionTable
 
 __all__ = ["ExchangeEvent", "ExchangeState", "transition"]
 
 
-class ExchangeState(enum.Enum):
+class ExchangeState(StateEnum):
     PENDING = "pending"
     CLAIMED = "claimed"
     STREAMING = "streaming"
@@ -38,7 +36,7 @@ class ExchangeState(enum.Enum):
     CLOSED = "closed"
 
 
-class ExchangeEvent(enum.Enum):
+class ExchangeEvent(StateEnum):
     CLAIM = "claim"
     START = "start"
     FINISH = "finish"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import enum
 import re
 import secrets
 
-from .table import TransitionTable
+from .table import StateEnum, TransitionTable
 
 __all__ = [
     "SessionEvent",
@@ -18,14 +17,14 @@ __all__ = [
 ]
 
 
-class SessionState(enum.Enum):
+class SessionState(StateEnum):
     INITIALIZING = "initializing"
     """``initialize`` was answered; waiting for ``notifications/initialized``."""
     ACTIVE = "active"
     CLOSED = "closed"
 
 
-class SessionEvent(enum.Enum):
+class SessionEvent(StateEnum):
     INITIALIZED = "initialized"
     CLOSE = "close"
 

@@ -9,10 +9,17 @@ from typing import Generic, TypeVar
 
 from .._exceptions import LocalProtocolError
 
-__all__ = ["TransitionTable"]
+__all__ = ["StateEnum", "TransitionTable"]
 
 S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
+
+
+class StateEnum(enum.Enum):
+    """An enum of states or events: members hash by identity (they are singletons), in C.
+    ``enum.Enum`` hashes by name in Python code, which a table lookup on every send paid for."""
+
+    __hash__ = object.__hash__
 
 
 class TransitionTable(Generic[S, E]):
