@@ -42,7 +42,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(os.environ.get("CONFORMANCE_DIR") or ROOT / ".conformance")
 SUITE_VERSION = "0.2.0-alpha.12"
-NODE = CONF_DIR / "node22" / "node_modules" / "node" / "bin" / "node"
+NODE = ROOT / ".node22" / "node_modules" / "node" / "bin" / "node"  # scripts/node22.sh
 SUITE_JS = CONF_DIR / f"v{SUITE_VERSION}" / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist"
 SUITE_JS = SUITE_JS / "index.js"
 CLIENT = Path(__file__).resolve().parent / "conformance_client.py"
@@ -129,9 +129,7 @@ def suite() -> None:
 def node_env(**extra: str) -> dict[str, str]:
     """Node 22 first on PATH (the suite's shebang and anything it spawns), as scripts/conformance.sh."""
     env = dict(os.environ)
-    env["PATH"] = os.pathsep.join(
-        [str(NODE.parent), str(CONF_DIR / "node22" / "node_modules" / ".bin"), env["PATH"]]
-    )
+    env["PATH"] = os.pathsep.join([str(NODE.parent), env["PATH"]])
     env.pop("MCP_TRIO_CLIENT_MODE", None)
     env.update(extra)
     return env
