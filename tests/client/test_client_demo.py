@@ -382,3 +382,15 @@ async def test_no_async_generator_left_to_gc(demo: Demo, mode: str, http: httpx.
         gc.collect()
     left = sorted({str(w.message).split("'")[1] for w in caught if "was garbage collected" in str(w.message)})
     assert left == []
+
+
+async def test_log_level_applies_in_the_legacy_era_too(demo: Demo, http: httpx.AsyncClient) -> None:
+    """``log_level=`` means the same in both eras: a 2025 session sends logging/setLevel after
+    initialize, so info messages stay away at "error" and arrive at "info"."""
+    peer = Peer()
+    async with session(demo, "legacy", http, peer, log_level="error") as s:
+        await s.call_tool("test_tool_with_logging")
+        assert peer.logs() == []
+    async with session(demo, "legacy", http, peer, log_level="info") as s:
+        await s.call_tool("test_tool_with_logging")
+        assert len(peer.logs()) == 3
