@@ -3,10 +3,12 @@
 # the docs and runs pytest with branch coverage.  `.ci/run` calls exactly this.
 #
 # Needs: Python >= 3.11 with pip (a virtual environment is best), npm (any version: it only downloads),
-# and nginx, or root / passwordless sudo to install it from Debian's packages.  It installs:
+# and nginx, redis-server and chromium, or root / passwordless sudo to install them from Debian's
+# packages.  It installs:
 #   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, the python-sdk as an
 #     interop peer; about 60 MB);
-#   - nginx from Debian's packages (a real reverse proxy for the proxy tests), if missing;
+#   - from Debian's packages, if missing: nginx (a real reverse proxy), redis-server (the shared store
+#     of several workers) and chromium (a real browser, headless), about 130 MB;
 #   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
 #     conformance suite (2 x 52 MB) under .conformance/, all from the npm registry.
 # A first run downloads about 400 MB and takes about 15 minutes on 2 cores; later runs skip the installs.
@@ -21,10 +23,16 @@ fi
 if ! command -v npm >/dev/null 2>&1; then
     missing+=("npm, to download Node 22 and the conformance suite (e.g. 'apt-get install npm', or Node.js from https://nodejs.org)")
 fi
-if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
-    if [ "$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then
-        missing+=("nginx, or root / passwordless sudo so that this script can 'apt-get install nginx-light'")
+# Real servers and a real browser from Debian's packages: binary -> package.
+declare -A PACKAGES=([nginx]=nginx-light [chromium]=chromium [redis-server]=redis-server)
+to_install=()
+for binary in "${!PACKAGES[@]}"; do
+    if ! command -v "$binary" >/dev/null 2>&1 && ! [ -x "/usr/sbin/$binary" ]; then
+        to_install+=("${PACKAGES[$binary]}")
     fi
+done
+if [ ${#to_install[@]} -gt 0 ] && [ "$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then
+    missing+=("${to_install[*]} (Debian packages), or root / passwordless sudo so that this script can apt-get install them")
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     echo "scripts/test.sh: cannot run the test suite; missing:" >&2
@@ -35,13 +43,15 @@ fi
 echo "== install: mcp_trio[dev]"
 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 
-# A real reverse proxy for the proxy tests: nginx from Debian's packages.
-if ! command -v nginx >/dev/null 2>&1 && ! [ -x /usr/sbin/nginx ]; then
-    echo "== install: nginx (Debian)"
+# A reverse proxy (nginx), Redis and headless Chromium for the deployment tests.
+if [ ${#to_install[@]} -gt 0 ]; then
+    echo "== install: ${to_install[*]} (Debian)"
     SUDO=(); [ "$(id -u)" = 0 ] || SUDO=(sudo -n)
     "${SUDO[@]}" apt-get update -qq >/dev/null
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null \
-        || "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+    if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${to_install[@]}" >/dev/null; then
+        # nginx-light is gone from newer Debian releases: nginx itself then
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${to_install[@]/nginx-light/nginx}" >/dev/null
+    fi
 fi
 
 # Node 22 (once), the official TypeScript SDK peers (interop tests) and the MCP conformance suite.

@@ -15,12 +15,15 @@ import functools
 import importlib
 import logging
 import os
+import secrets
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
 from . import __version__
+from ._app.bus import LocalNotificationBus
 from ._app.server import MCPServer
 from ._cli_client import (
     EXIT_BROKEN_PIPE,
@@ -32,6 +35,8 @@ from ._cli_client import (
     run_client_command,
     single_exception,
 )
+from ._protocol import http
+from ._protocol.cluster import REQUEST_STATE_SECRET_ENV, check_worker_id, parse_secret_ring
 from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
 from ._server.h11server import H11Config, serve_h11
@@ -57,8 +62,9 @@ try it: run 'mcp-trio demo' in one terminal, then in another
 SERVE_DESCRIPTION = """\
 Serve the MCPServer or MCPApp named by MODULE:ATTR until Ctrl-C or SIGTERM.
 Once listening it prints one line "mcp-trio: serving on URL" on stdout, URL
-being the MCP endpoint (http://HOST:PORT/mcp), and "mcp-trio: stopped" when
-it has shut down.  With --stdio, stdout carries only MCP messages.
+being the MCP endpoint (http://HOST:PORT/mcp, or https:// with --certfile),
+and "mcp-trio: stopped" when it has shut down.  With --stdio, stdout carries
+only MCP messages.
 """
 
 DEMO_DESCRIPTION = """\
@@ -137,10 +143,18 @@ def _drop_hypercorn_banner(record: logging.LogRecord) -> bool:
 
 
 async def run_server(
-    app: MCPApp, bind: str, http_server: str = "hypercorn", *, hypercorn_fast_path: bool = True
+    app: MCPApp,
+    bind: str,
+    http_server: str = "hypercorn",
+    *,
+    hypercorn_fast_path: bool = True,
+    tls: tuple[str, str] | None = None,
 ) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening."""
+    """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening.  ``tls``:
+    (certfile, keyfile) to serve HTTPS, and HTTP/2 to clients that offer it (hypercorn only)."""
     run: Callable[..., Awaitable[None]]
+    if http_server == "h11" and tls is not None:
+        raise ValueError("the embedded h11 server does not do TLS")
     if http_server == "h11":
         host, _, port = bind.rpartition(":")
         run = functools.partial(
@@ -161,7 +175,9 @@ async def run_server(
         run = functools.partial(
             serve,
             app,
-            hypercorn_config([bind], errorlog=error_log),
+            hypercorn_config(
+                [bind], errorlog=error_log, **({"certfile": tls[0], "keyfile": tls[1]} if tls else {})
+            ),
             shutdown_trigger=wait_for_signal,
             hypercorn_fast_path=hypercorn_fast_path,
         )
@@ -232,6 +248,16 @@ def _add_server_options(cmd: argparse.ArgumentParser) -> None:
         help="run hypercorn's request path as shipped (see the hypercorn page of the docs)",
     )
     cmd.add_argument(
+        "--certfile",
+        default=None,
+        metavar="PATH",
+        help="serve HTTPS with this certificate (PEM, with its chain; needs --keyfile): HTTP/2 for "
+        "clients that offer it (ALPN), else HTTP/1.1; not with --http h11",
+    )
+    cmd.add_argument(
+        "--keyfile", default=None, metavar="PATH", help="the private key of --certfile (PEM, not encrypted)"
+    )
+    cmd.add_argument(
         "--json-response",
         action="store_true",
         help="answer each request with one JSON body instead of an SSE stream",
@@ -253,6 +279,126 @@ def _add_server_options(cmd: argparse.ArgumentParser) -> None:
             metavar=metavar,
             help=f"{text} (default {_number(_CONFIG_DEFAULTS[option])})",
         )
+    _add_origin_options(cmd)
+    _add_worker_options(cmd)
+
+
+_PROTECTION = {"auto": None, "on": True, "off": False}
+
+
+def _comma_list(normalize: Callable[[str], str], *, star: bool = False) -> Callable[[str], frozenset[str]]:
+    """An argparse type: comma-separated entries, each checked by ``normalize`` (``*`` alone if ``star``)."""
+
+    def parse(text: str) -> frozenset[str]:
+        entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+        if not entries:
+            raise argparse.ArgumentTypeError("expected a comma-separated list")
+        if star and "*" in entries:
+            if len(entries) > 1:
+                raise argparse.ArgumentTypeError("'*' (any origin) stands alone")
+            return frozenset({"*"})
+        try:
+            return frozenset(normalize(entry) for entry in entries)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _add_origin_options(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "browsers and reverse proxies",
+        "Host and Origin checks (DNS-rebinding protection) and CORS; like the limits\n"
+        "above, for an MCPServer (an MCPApp brings its own ServerConfig).",
+    )
+    group.add_argument(
+        "--allowed-hosts",
+        type=_comma_list(http.normalize_host),
+        default=None,
+        metavar="HOSTS",
+        help="comma-separated Host values accepted besides localhost, 127.0.0.1 and [::1] (HOST for "
+        "any port, or HOST:PORT), such as the public name a reverse proxy passes on; turns the check on "
+        "for every request",
+    )
+    group.add_argument(
+        "--allowed-origins",
+        type=_comma_list(http.normalize_origin),
+        default=None,
+        metavar="ORIGINS",
+        help="comma-separated Origin values accepted besides loopback ones (SCHEME://HOST[:PORT], "
+        "SCHEME://HOST:* for any port); turns the check on for every request",
+    )
+    group.add_argument(
+        "--dns-rebinding-protection",
+        choices=tuple(_PROTECTION),
+        default="auto",
+        help="check Host (421) and Origin (403) on every request (on), on none (off), or (auto, the "
+        "default) on every request when allowed hosts or origins are given, else on the requests "
+        "arriving on a loopback connection (a local client, or a proxy on this machine forwarding to "
+        "127.0.0.1)",
+    )
+    group.add_argument(
+        "--cors-origins",
+        type=_comma_list(http.normalize_origin, star=True),
+        default=None,
+        metavar="ORIGINS",
+        help="comma-separated web origins (SCHEME://HOST[:PORT]) whose pages may call the server from a "
+        "browser, or '*' for any; they pass the Origin check too (default: no CORS, OPTIONS gets 405)",
+    )
+
+
+def _origin_config(args: argparse.Namespace) -> dict[str, object]:
+    """The ServerConfig fields of the options of :func:`_add_origin_options` that were given."""
+    options: dict[str, object] = {"dns_rebinding_protection": _PROTECTION[args.dns_rebinding_protection]}
+    for name in ("allowed_hosts", "allowed_origins", "cors_origins"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    return options
+
+
+def _worker_id(text: str) -> str:
+    try:
+        return check_worker_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_worker_options(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "several workers (see the docs' deploy/workers page)",
+        "Processes behind one balancer, sharing Redis.  The requestState key ring\n"
+        "comes from the environment (MCP_TRIO_REQUEST_STATE_SECRET), never from here.",
+    )
+    group.add_argument(
+        "--worker-id",
+        type=_worker_id,
+        default=None,
+        metavar="ID",
+        help="this worker's id (1-32 of A-Z a-z 0-9 _ -): 2025 session ids become ID.<random>, so a "
+        "balancer can route each session to its worker (for an MCPServer, like the limits above)",
+    )
+    group.add_argument(
+        "--redis",
+        default=None,
+        metavar="URL",
+        help="share list-changed and resource-updated notifications with the other workers through "
+        "Redis (redis://HOST:PORT[/DB], rediss:// or unix://); needs pip install 'mcp_trio[redis]'",
+    )
+
+
+def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
+    """Give the app's server a Redis notification bus (it runs in the app's nursery)."""
+    worker = app.config.worker_id
+    try:
+        from .redis import RedisNotificationBus
+
+        bus = RedisNotificationBus(url, instance_id=f"{worker}-{secrets.token_hex(4)}" if worker else None)
+    except (ImportError, ValueError) as exc:
+        parser.error(f"--redis: {exc}")
+    current = app.server.notifications
+    if type(current) is not LocalNotificationBus or len(current):
+        parser.error("--redis: the server already has a notification bus of its own")
+    app.server.notifications = bus
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -292,6 +438,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     options = {name: getattr(args, name) for name in _CONFIG_OPTIONS if getattr(args, name) is not None}
+    options.update(_origin_config(args))
+    if args.worker_id is not None:
+        options["worker_id"] = args.worker_id
     return ServerConfig(json_response=args.json_response, stats_path=args.stats_path, **options)
 
 
@@ -322,12 +471,43 @@ def main(argv: Sequence[str] | None = None) -> None:
     raise SystemExit(code)
 
 
+def _tls_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str] | None:
+    """``--certfile`` and ``--keyfile``: both or neither, over hypercorn, and loadable (checked here, so
+    that a bad file is a usage error, not a failure to listen)."""
+    if args.certfile is None and args.keyfile is None:
+        return None
+    if args.certfile is None or args.keyfile is None:
+        parser.error("--certfile and --keyfile go together: give both to serve HTTPS, or neither")
+    if args.stdio:
+        parser.error("--certfile/--keyfile are for HTTP, not --stdio")
+    if args.http == "h11":
+        parser.error(
+            "--http h11 cannot serve TLS (the embedded server speaks plain HTTP/1.1): leave --http out "
+            "to serve HTTPS and HTTP/2 with hypercorn, or let a proxy terminate TLS"
+        )
+    try:
+        # password="": an encrypted key fails here instead of OpenSSL asking for its password on the tty
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(args.certfile, args.keyfile, password="")
+    except OSError as exc:  # ssl.SSLError included
+        parser.error(f"--certfile/--keyfile: cannot load a certificate and its unencrypted key: {exc}")
+    return args.certfile, args.keyfile
+
+
 def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.http == "h11" and not args.stdio:
         _host, _, port = args.bind.rpartition(":")
         if not port.isdigit():
             parser.error(f"--bind: expected HOST:PORT, got {args.bind!r}")
+    tls = _tls_files(parser, args)
     config = config_from_args(args)
+    ring = os.environ.get(REQUEST_STATE_SECRET_ENV)
+    try:
+        if ring is not None:
+            parse_secret_ring(ring)  # before the app reads it: one line, not a traceback
+    except ValueError as exc:
+        print(f"mcp-trio: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.command == "demo":
             from .demo import build_demo_server
@@ -341,13 +521,22 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             raise
         print(exc.code, file=sys.stderr)
         return EXIT_USAGE
+    if args.redis is not None:
+        if args.stdio:
+            parser.error("--redis is for HTTP workers; a stdio server serves one client")
+        _use_redis(parser, app, args.redis)
     if args.stdio:
         # stdout carries only MCP messages (logging.basicConfig writes to stderr)
         trio.run(functools.partial(serve_stdio, app.server, config=config))
         return 0
     trio.run(
         functools.partial(
-            run_server, app, args.bind, args.http, hypercorn_fast_path=not args.no_hypercorn_fast_path
+            run_server,
+            app,
+            args.bind,
+            args.http,
+            hypercorn_fast_path=not args.no_hypercorn_fast_path,
+            tls=tls,
         )
     )
     return 0

@@ -5,8 +5,9 @@ A peer is a 2025 session, a 2026 ``subscriptions/listen`` stream or a stdio conn
 waits on a peer: each one takes the message with :meth:`Subscriber.notify_nowait` (queued for its own
 writer), all of them before :meth:`NotificationBus.publish` yields, so a slow peer cannot hold the
 others back and a caller cancelled at ``await publish(...)`` has already reached everyone.  The
-in-process :class:`LocalNotificationBus` is the default; a bus spanning processes (Redis pub/sub, say)
-implements the same protocol and hands what arrives from elsewhere to its local subscribers.
+in-process :class:`LocalNotificationBus` is the default; a bus spanning processes
+(:class:`mcp_trio.redis.RedisNotificationBus`) implements the same protocol and hands what arrives from
+elsewhere to its local subscribers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ class Subscriber(Protocol):
 
 
 class NotificationBus(Protocol):
+    """What the server needs of a bus.
+
+    A bus may also have tasks of its own (a subscriber, a reconnect loop): it then has a method
+    ``async run(*, task_status)``, which :meth:`MCPApp.run <mcp_trio.MCPApp.run>` starts in the app's
+    nursery (under hypercorn's lifespan, ``serve``, ``serve_h11`` and ``open_asgi_client`` alike) and
+    cancels with it.  A bus with a ``statistics()`` method (returning a JSON-ready dict) is reported by
+    :meth:`MCPApp.statistics <mcp_trio.MCPApp.statistics>` as ``notification_bus``."""
+
     def subscribe(self, peer: Subscriber) -> None: ...
 
     def unsubscribe(self, peer: Subscriber) -> None: ...

@@ -54,6 +54,19 @@ def modern_headers(
     return headers
 
 
+
+def _reason(exc: BaseException) -> str:
+    """Why a request failed, in words: httpx's errors are often empty (an untrusted TLS certificate
+    says why only in the exception's cause)."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 4:
+        text = str(seen).strip()
+        if text and not any(text in part or part in text for part in parts):
+            parts.append(text)
+        seen = seen.__cause__ or seen.__context__
+    return ": ".join(parts) or type(exc).__name__
+
 class HTTPTransport:
     """Talks to one MCP endpoint.  Owns nothing but what ``open_client_session`` hands it: the httpx
     client and the session nursery (for the GET stream)."""
@@ -91,7 +104,7 @@ class HTTPTransport:
         try:
             response = await self.http.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise TransportError(f"POST {self.url} failed: {exc}") from exc
+            raise TransportError(f"POST {self.url} failed: {_reason(exc)}") from exc
         try:
             if "mcp-session-id" in response.headers and message.get("method") == "initialize":
                 self.session_id = response.headers["mcp-session-id"]
@@ -205,7 +218,7 @@ class HTTPTransport:
         try:
             response = await self.http.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise TransportError(f"POST {self.url} failed: {exc}") from exc
+            raise TransportError(f"POST {self.url} failed: {_reason(exc)}") from exc
         stream = MessageStream(response)
         try:
             if response.status_code >= 400:
@@ -251,7 +264,7 @@ class HTTPTransport:
         try:
             response = await self.http.delete(self.url, headers=self._headers())
         except httpx.HTTPError as exc:
-            raise TransportError(f"DELETE {self.url} failed: {exc}") from exc
+            raise TransportError(f"DELETE {self.url} failed: {_reason(exc)}") from exc
         if response.status_code not in (200, 202, 204, 404, 405):
             logger.info("DELETE answered %s", response.status_code)
 

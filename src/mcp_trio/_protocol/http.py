@@ -19,7 +19,12 @@ from . import versions
 
 __all__ = [
     "ALLOWED_METHODS",
+    "CORS_ALLOW_METHODS",
+    "CORS_EXPOSE_HEADERS",
+    "CORS_MAX_AGE",
+    "CORS_REQUEST_HEADERS",
     "LOOPBACK_HOSTS",
+    "CORSPolicy",
     "OriginPolicy",
     "RequestFacts",
     "accepts",
@@ -31,7 +36,11 @@ __all__ = [
     "check_post",
     "check_protocol_version",
     "check_session_header",
+    "cors_preflight",
     "is_loopback",
+    "is_preflight",
+    "normalize_origin",
+    "protection_applies",
 ]
 
 ALLOWED_METHODS = ("GET", "POST", "DELETE")
@@ -56,15 +65,21 @@ class RequestFacts:
     mcp_name: str | None = None
     mcp_params: tuple[tuple[str, str], ...] = ()
     """``Mcp-Param-{Name}`` headers as ``(name lower-case, raw value)``."""
+    cors_method: str | None = None
+    """``Access-Control-Request-Method`` (of a CORS preflight)."""
+    cors_headers: str | None = None
+    """``Access-Control-Request-Headers`` (of a CORS preflight; copies joined like ``Accept``'s)."""
     conflicts: tuple[str, ...] = ()
-    """Lower-case names of headers above sent more than once with different values (``accept`` excepted:
-    its copies are joined); the first copy is the one kept."""
+    """Lower-case names of headers above sent more than once with different values (``accept`` and
+    ``access-control-request-headers`` excepted: their copies are joined); the first copy is the one
+    kept."""
 
     @classmethod
     def from_headers(cls, method: str, headers: Iterable[tuple[bytes, bytes]]) -> RequestFacts:
         """Build facts from ASGI-style ``(name, value)`` byte pairs (names lower-case, as ASGI promises).
 
-        Repeated ``Accept`` headers are joined with ``", "``; any other repeated header keeps its first
+        Repeated ``Accept`` (and ``Access-Control-Request-Headers``) headers are joined with ``", "``; any
+        other repeated header keeps its first
         copy, and is listed in ``conflicts`` if a later copy differs (see :func:`check_duplicates`)."""
         found: dict[bytes, str] = {}
         params: dict[str, str] = {}
@@ -74,7 +89,7 @@ class RequestFacts:
                 text = value.decode("latin-1").strip()
                 first = found.setdefault(name, text)
                 if first is not text and first != text:
-                    if name == b"accept":
+                    if name in _JOINED:
                         found[name] = f"{first}, {text}"
                     elif name.decode() not in conflicts:
                         conflicts += (name.decode(),)
@@ -96,6 +111,8 @@ class RequestFacts:
             mcp_method=found.get(b"mcp-method"),
             mcp_name=found.get(b"mcp-name"),
             mcp_params=tuple(params.items()),
+            cors_method=found.get(b"access-control-request-method"),
+            cors_headers=found.get(b"access-control-request-headers"),
             conflicts=conflicts,
         )
 
@@ -112,8 +129,12 @@ _WANTED = frozenset(
         b"last-event-id",
         b"mcp-method",
         b"mcp-name",
+        b"access-control-request-method",
+        b"access-control-request-headers",
     }
 )
+_JOINED = frozenset({b"accept", b"access-control-request-headers"})
+"""List-valued headers whose repeated copies are joined with ``", "``."""
 _HUGE = 10**18
 """Stands for a ``Content-Length`` of more than 18 digits (far more than any body we accept)."""
 
@@ -126,9 +147,10 @@ def _content_length(value: str | None) -> int | None:
     return int(digits or "0") if len(digits) <= 18 else _HUGE
 
 
-_ERA_HEADERS = frozenset({"mcp-method", "mcp-name", "mcp-protocol-version"})
-"""Headers whose conflicting copies :func:`check_duplicates` leaves to the era that reads them (with
-``Mcp-Param-*``): ``modern.check_headers`` answers -32020 and :func:`check_protocol_version` -32600."""
+_ERA_HEADERS = frozenset({"mcp-method", "mcp-name", "mcp-protocol-version", "access-control-request-method"})
+"""Headers whose conflicting copies :func:`check_duplicates` leaves to the code that reads them (with
+``Mcp-Param-*``): ``modern.check_headers`` answers -32020, :func:`check_protocol_version` -32600 and
+:func:`cors_preflight` 400."""
 
 
 def check_duplicates(facts: RequestFacts) -> None:
@@ -160,6 +182,25 @@ class OriginPolicy:
     def off(cls) -> OriginPolicy:
         return cls(allowed_hosts=None, allowed_origins=None)
 
+    @classmethod
+    def protecting(
+        cls, hosts: Iterable[str] = (), origins: Iterable[str] = (), cors: CORSPolicy | None = None
+    ) -> OriginPolicy:
+        """The loopback names and origins, plus ``hosts``, ``origins`` and the origins ``cors`` admits
+        (an origin allowed to call from a browser is an allowed origin; CORS for any origin leaves the
+        ``Origin`` check off).  ValueError for an entry that is not a host or an origin."""
+        loopback = cls.loopback()
+        assert loopback.allowed_hosts is not None and loopback.allowed_origins is not None
+        allowed_hosts = loopback.allowed_hosts | {normalize_host(h) for h in _entries(hosts, "allowed_hosts")}
+        allowed_origins = loopback.allowed_origins | {
+            normalize_origin(o) for o in _entries(origins, "allowed_origins")
+        }
+        if cors is not None and cors.any_origin:
+            return cls(allowed_hosts=allowed_hosts, allowed_origins=None)
+        if cors is not None:
+            allowed_origins |= cors.origins
+        return cls(allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
+
     def host_allowed(self, host: str) -> bool:
         if self.allowed_hosts is None:
             return True
@@ -169,11 +210,58 @@ class OriginPolicy:
     def origin_allowed(self, origin: str) -> bool:
         if self.allowed_origins is None:
             return True
-        origin = origin.lower().rstrip("/")
-        if origin in self.allowed_origins:
-            return True
-        base, _port = _split_port(origin)
-        return f"{base}:*" in self.allowed_origins
+        return _origin_listed(self.allowed_origins, origin)
+
+
+def _entries(value: Iterable[str], name: str) -> Iterable[str]:
+    """``value`` unless it is one string (whose characters would be taken for entries): TypeError."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a collection of strings, such as frozenset({{{value!r}}})")
+    return value
+
+
+def _origin_listed(entries: frozenset[str], origin: str) -> bool:
+    """Whether ``origin`` is one of ``entries`` (``scheme://host:*`` entries match any port)."""
+    origin = origin.lower().rstrip("/")
+    if origin in entries:
+        return True
+    base, _port = _split_port(origin)
+    return f"{base}:*" in entries
+
+
+_ORIGIN_ENTRY = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#@\s]+")
+_HOST_ENTRY = re.compile(r"[^/?#@\s]+")
+
+
+def normalize_origin(entry: str) -> str:
+    """An allowed-origin entry as requests carry it (lower case, no trailing ``/``): ValueError for
+    anything but ``null`` or ``scheme://host[:port]`` (``scheme://host:*``: any port)."""
+    text = entry.strip().lower().rstrip("/")
+    if text != "null" and not _ORIGIN_ENTRY.fullmatch(text):
+        raise ValueError(f"not an origin (scheme://host[:port]): {entry!r}")
+    return text
+
+
+def normalize_host(entry: str) -> str:
+    """An allowed-host entry in lower case: ValueError for anything but ``host`` or ``host:port``."""
+    text = entry.strip().lower()
+    if not _HOST_ENTRY.fullmatch(text):
+        raise ValueError(f"not a host (host or host:port): {entry!r}")
+    return text
+
+
+def protection_applies(setting: bool | None, *, allow_lists: bool, local_address: str | None) -> bool:
+    """Whether DNS-rebinding protection checks a request.
+
+    ``setting`` (``ServerConfig.dns_rebinding_protection``) True or False decides alone.  None (auto):
+    on for every request when ``allow_lists`` (``allowed_hosts`` or ``allowed_origins`` is configured:
+    a list of what is allowed is enforced wherever requests come from), else on for a request that
+    arrived on a loopback connection (``local_address``: the server's own address on that connection,
+    ASGI ``scope["server"]``), as when a local client or a reverse proxy on the same machine connects to
+    127.0.0.1."""
+    if setting is not None:
+        return setting
+    return allow_lists or is_loopback(local_address)
 
 
 def _split_port(hostport: str) -> tuple[str, str | None]:
@@ -209,9 +297,127 @@ def check_method(facts: RequestFacts) -> None:
 def check_origin(facts: RequestFacts, policy: OriginPolicy) -> None:
     """421 for a foreign ``Host``, 403 for a foreign ``Origin`` (DNS-rebinding protection)."""
     if facts.host is not None and not policy.host_allowed(facts.host):
-        raise RemoteProtocolError(f"Misdirected Request: host {facts.host!r} is not allowed", http_status=421)
+        raise RemoteProtocolError(
+            f"Misdirected Request: host {facts.host!r} is not allowed (see allowed_hosts, --allowed-hosts)",
+            http_status=421,
+        )
     if facts.origin is not None and not policy.origin_allowed(facts.origin):
-        raise RemoteProtocolError(f"Forbidden: origin {facts.origin!r} is not allowed", http_status=403)
+        raise RemoteProtocolError(
+            f"Forbidden: origin {facts.origin!r} is not allowed (see allowed_origins, --allowed-origins)",
+            http_status=403,
+        )
+
+
+# -- CORS -------------------------------------------------------------------------------------
+
+CORS_ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
+CORS_REQUEST_HEADERS = frozenset(
+    {
+        "accept",
+        "authorization",
+        "content-type",
+        "last-event-id",
+        "mcp-method",
+        "mcp-name",
+        "mcp-protocol-version",
+        "mcp-session-id",
+    }
+)
+"""The request headers MCP clients send, besides ``Mcp-Param-{Name}``: what a preflight may ask for."""
+CORS_EXPOSE_HEADERS = "Mcp-Session-Id, WWW-Authenticate, Retry-After"
+"""Response headers a browser script may read besides the CORS-safelisted ones."""
+CORS_MAX_AGE = 7200
+"""How long (seconds) a browser may reuse a preflight's answer (Chromium's own cap)."""
+
+_DEFAULT_ALLOW_HEADERS = ", ".join(sorted(CORS_REQUEST_HEADERS)).encode()
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class CORSPolicy:
+    """Which web origins may call the endpoint from a browser's scripts (CORS).
+
+    ``origins`` holds ``scheme://host[:port]`` entries (``scheme://host:*``: any port) or ``"*"`` for any
+    origin.  A response to an allowed origin names it in ``Access-Control-Allow-Origin`` (an explicit
+    list echoes the request's ``Origin`` and every response carries ``Vary: Origin``; ``"*"`` answers
+    ``*``).  ``Access-Control-Allow-Credentials`` is never sent: MCP authenticates with an
+    ``Authorization`` header, which a preflight allows, not with cookies.
+    """
+
+    origins: frozenset[str]
+
+    @classmethod
+    def of(cls, origins: Iterable[str]) -> CORSPolicy:
+        """From configured entries: ValueError for one that is not an origin, or ``*`` with others."""
+        entries = frozenset(
+            "*" if o.strip() == "*" else normalize_origin(o) for o in _entries(origins, "cors_origins")
+        )
+        if "*" in entries and len(entries) > 1:
+            raise ValueError("cors origins: '*' (any origin) cannot be combined with other origins")
+        return cls(entries)
+
+    @property
+    def any_origin(self) -> bool:
+        return "*" in self.origins
+
+    def allows(self, origin: str | None) -> bool:
+        if origin is None:
+            return False
+        return self.any_origin or _origin_listed(self.origins, origin)
+
+    def response_headers(self, origin: str | None) -> list[tuple[bytes, bytes]]:
+        """The headers every response to a request with this ``Origin`` carries (a preflight's too)."""
+        if self.any_origin:
+            if origin is None:
+                return []
+            return [(b"access-control-allow-origin", b"*"), _EXPOSE]
+        if origin is None or not self.allows(origin):
+            return [_VARY]
+        return [(b"access-control-allow-origin", origin.encode("latin-1")), _EXPOSE, _VARY]
+
+
+_EXPOSE = (b"access-control-expose-headers", CORS_EXPOSE_HEADERS.encode())
+_VARY = (b"vary", b"Origin")
+
+
+def is_preflight(facts: RequestFacts) -> bool:
+    """A CORS preflight: ``OPTIONS`` with ``Access-Control-Request-Method``."""
+    return facts.method == "OPTIONS" and facts.cors_method is not None
+
+
+def _mcp_request_header(name: str) -> bool:
+    if name in CORS_REQUEST_HEADERS:
+        return True
+    return name.startswith("mcp-param-") and len(name) > 10 and bool(_TOKEN.fullmatch(name))
+
+
+def cors_preflight(facts: RequestFacts, policy: CORSPolicy) -> list[tuple[bytes, bytes]]:
+    """The headers of the 204 answering a preflight, besides :meth:`CORSPolicy.response_headers`: 403
+    for an origin that may not call (400 for conflicting ``Access-Control-Request-Method`` copies).
+
+    ``Access-Control-Allow-Headers`` echoes the requested headers when each is one MCP uses
+    (:data:`CORS_REQUEST_HEADERS` or ``mcp-param-<name>``: a wildcard cannot cover them, and ``*``
+    never covers ``Authorization``); otherwise it lists :data:`CORS_REQUEST_HEADERS`, and the browser
+    refuses to send the request, naming the header.  The methods are always :data:`CORS_ALLOW_METHODS`.
+    """
+    if "access-control-request-method" in facts.conflicts:
+        raise RemoteProtocolError("Bad Request: conflicting duplicate access-control-request-method headers")
+    if not policy.allows(facts.origin):
+        raise RemoteProtocolError(
+            f"Forbidden: origin {facts.origin!r} may not call this endpoint from a browser (see cors_origins,"
+            " --cors-origins)",
+            http_status=403,
+        )
+    names = [n for n in (part.strip().lower() for part in (facts.cors_headers or "").split(",")) if n]
+    if names and all(_mcp_request_header(name) for name in names):
+        allow_headers = ", ".join(dict.fromkeys(names)).encode()
+    else:
+        allow_headers = _DEFAULT_ALLOW_HEADERS
+    return [
+        (b"access-control-allow-methods", CORS_ALLOW_METHODS.encode()),
+        (b"access-control-allow-headers", allow_headers),
+        (b"access-control-max-age", str(CORS_MAX_AGE).encode()),
+    ]
 
 
 @functools.lru_cache(maxsize=64)

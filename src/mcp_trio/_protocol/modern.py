@@ -9,7 +9,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -271,9 +271,20 @@ def _check_params(
 @dataclass(frozen=True, slots=True)
 class RequestState:
     """Tamper-evident ``requestState``: the input responses collected so far, bound to one request
-    (method and name) and an expiry, signed with HMAC-SHA256 under the server's secret."""
+    (method and name) and an expiry, signed with HMAC-SHA256 under the server's secret.
+
+    A key ring rotates the secret: ``secret`` seals, and a state sealed under any of ``previous``
+    verifies too (workers that share the ring accept each other's states; see :meth:`ring`)."""
 
     secret: bytes
+    previous: tuple[bytes, ...] = ()
+
+    @classmethod
+    def ring(cls, keys: Sequence[bytes]) -> RequestState:
+        """The first key seals, every one verifies."""
+        if not keys:
+            raise ValueError("a key ring needs at least one key")
+        return cls(keys[0], tuple(keys[1:]))
 
     def seal(self, binding: str, responses: Mapping[str, Any], expires_at: float) -> str:
         payload = json.dumps({"b": binding, "e": int(expires_at), "r": responses}, separators=(",", ":"))
@@ -286,7 +297,8 @@ class RequestState:
         if not _STATE.fullmatch(state):  # also keeps non-ASCII text away from compare_digest
             raise ValueError("requestState failed verification")
         body, _, signature = state.partition(".")
-        if not hmac.compare_digest(signature, self._sign(body)):
+        keys = (self.secret, *self.previous)
+        if not any(hmac.compare_digest(signature, self._sign(body, key)) for key in keys):
             raise ValueError("requestState failed verification")
         try:
             payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
@@ -299,6 +311,6 @@ class RequestState:
         responses = payload.get("r")
         return responses if isinstance(responses, dict) else {}
 
-    def _sign(self, body: str) -> str:
-        digest = hmac.new(self.secret, body.encode(), hashlib.sha256).digest()
+    def _sign(self, body: str, key: bytes | None = None) -> str:
+        digest = hmac.new(self.secret if key is None else key, body.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")

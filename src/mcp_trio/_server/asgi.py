@@ -20,6 +20,7 @@ from .._app.server import MCPServer
 from .._exceptions import RemoteProtocolError, RPCError, SessionError
 from .._protocol import http, jsonrpc, versions
 from .._protocol import modern as modern_rules
+from .._protocol.cluster import session_owner
 from .._protocol.session import parse_event_id
 from .config import HTTPRequestInfo, ServerConfig
 from .hypercorn_server import CANCELLABLE_SEND
@@ -55,21 +56,28 @@ class MCPApp:
         self._modern = ModernEndpoint(server, self.config)
         self._sends: set[GuardedSend] = set()
         """Sends under way (each HTTP request's, while one is being written)."""
-        extra_hosts = self.config.allowed_hosts or frozenset()
-        extra_origins = self.config.allowed_origins or frozenset()
-        loopback = http.OriginPolicy.loopback()
-        assert loopback.allowed_hosts is not None and loopback.allowed_origins is not None
-        self._protected = http.OriginPolicy(
-            allowed_hosts=loopback.allowed_hosts | {h.lower() for h in extra_hosts},
-            allowed_origins=loopback.allowed_origins | {o.lower().rstrip("/") for o in extra_origins},
+        cors = self.config.cors_origins
+        self._cors = http.CORSPolicy.of(cors) if cors else None
+        """None: CORS is off (no CORS headers; OPTIONS gets 405)."""
+        self._protected = http.OriginPolicy.protecting(
+            self.config.allowed_hosts or (), self.config.allowed_origins or (), self._cors
         )
+        self._allow_lists = bool(self.config.allowed_hosts or self.config.allowed_origins)
 
     # -- lifetime ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the sessions' nursery until cancelled.  Cancelling ends every session at once; call
-        :meth:`aclose` first for a graceful end."""
-        await self._manager.run(task_status=task_status)
+        :meth:`aclose` first for a graceful end.  A notification bus with tasks of its own (one with a
+        ``run`` method, such as :class:`mcp_trio.redis.RedisNotificationBus`) runs here too, and ends
+        with the app."""
+        bus_run = getattr(self.server.notifications, "run", None)
+        if bus_run is None:
+            await self._manager.run(task_status=task_status)
+            return
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bus_run)
+            await self._manager.run(task_status=task_status)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MCPApp]:
@@ -94,6 +102,9 @@ class MCPApp:
         store = self._manager.event_store
         if store is not None and hasattr(store, "statistics"):
             stats["event_store"] = store.statistics()
+        bus_statistics = getattr(self.server.notifications, "statistics", None)
+        if callable(bus_statistics):
+            stats["notification_bus"] = bus_statistics()
         now = trio.current_time()
         stats["writes_in_progress"] = len(self._sends)
         stats["writes_stalled"] = sum(now - guard.since > STALLED_AFTER for guard in self._sends)
@@ -130,15 +141,21 @@ class MCPApp:
     async def _http(self, scope: Scope, receive: Receive, raw_send: Send) -> None:
         extensions = scope.get("extensions")
         abortable = isinstance(extensions, dict) and CANCELLABLE_SEND in extensions
+        facts = http.RequestFacts.from_headers(scope["method"], scope.get("headers", ()))
+        if self._cors is not None:  # every response of this request carries its CORS headers
+            cors_headers = self._cors.response_headers(facts.origin)
+            if cors_headers:
+                raw_send = _with_headers(raw_send, cors_headers)
         send = GuardedSend(raw_send, abortable=abortable, in_progress=self._sends)
         try:
-            await self._route(scope, receive, send)
+            await self._route(scope, facts, receive, send)
         except TRANSPORT_ERRORS:  # the connection was abandoned (a send was cut): nothing more to say
             return
 
-    async def _route(self, scope: Scope, receive: Receive, send: GuardedSend) -> None:
+    async def _route(
+        self, scope: Scope, facts: http.RequestFacts, receive: Receive, send: GuardedSend
+    ) -> None:
         path = scope.get("path", "/")
-        facts = http.RequestFacts.from_headers(scope["method"], scope.get("headers", ()))
         try:
             if self.config.stats_path is not None and path == self.config.stats_path:
                 http.check_origin(facts, self._origin_policy(scope))
@@ -146,6 +163,12 @@ class MCPApp:
                 return
             if self.config.path is not None and path.rstrip("/") != self.config.path.rstrip("/"):
                 raise RemoteProtocolError("Not Found", http_status=404)
+            if self._cors is not None and http.is_preflight(facts):
+                http.check_duplicates(facts)
+                headers = http.cors_preflight(facts, self._cors)  # its origin passes check_origin
+                http.check_origin(facts, self._origin_policy(scope))
+                await _respond(send, 204, b"", content_type=None, extra=headers)
+                return
             http.check_method(facts)
             http.check_duplicates(facts)
             http.check_origin(facts, self._origin_policy(scope))
@@ -177,11 +200,13 @@ class MCPApp:
         return await hook(info)
 
     def _origin_policy(self, scope: Scope) -> http.OriginPolicy:
-        enabled = self.config.dns_rebinding_protection
-        if enabled is None:
-            server = scope.get("server")
-            enabled = http.is_loopback(server[0] if server else None)
-        return self._protected if enabled else http.OriginPolicy.off()
+        server = scope.get("server")
+        enabled = http.protection_applies(
+            self.config.dns_rebinding_protection,
+            allow_lists=self._allow_lists,
+            local_address=server[0] if server else None,
+        )
+        return self._protected if enabled else _UNPROTECTED
 
     # -- POST -------------------------------------------------------------------------------
 
@@ -301,6 +326,9 @@ class MCPApp:
 
     def _session(self, facts: http.RequestFacts, principal: object) -> Session:
         session_id = http.check_session_header(facts)
+        worker = self.config.worker_id
+        if worker is not None and session_owner(session_id, (worker,)) is None:
+            raise http.session_not_found()  # malformed, or another worker's: not a session of ours
         session = self._manager.get(session_id)
         if session is None or session.principal != principal:  # a session is its creator's alone
             raise http.session_not_found()
@@ -367,6 +395,20 @@ async def _wait(exchange: Exchange, receive: Receive, *, quick: float = 0.0) -> 
         await exchange.send({"type": "http.response.body", "body": b"", "more_body": False})
     else:  # the session ended before the writer could start the response
         await _reject(exchange.send, http.session_not_found())
+
+
+_UNPROTECTED = http.OriginPolicy.off()
+
+
+def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    """``send`` adding ``extra`` to the response head (CORS headers)."""
+
+    async def send_with_headers(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+
+    return send_with_headers
 
 
 def _with_session_header(send: Send, session_id: str) -> Send:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._protocol.cluster import check_worker_id
 from .._protocol.session import new_session_id
 from .eventstore import EventStore, InMemoryEventStore
 
@@ -75,16 +76,37 @@ class ServerConfig:
     shutdown_grace: float = 5.0
     """How long streams get to end cleanly when the server shuts down."""
     dns_rebinding_protection: bool | None = None
-    """Check ``Host`` and ``Origin``.  None: on when the server listens on a loopback address."""
+    """Check ``Host`` (421 when foreign) and ``Origin`` (403 when foreign; requests without one pass)
+    against the allowed ones: the loopback names (``localhost``, ``127.0.0.1``, ``[::1]``, any port) and
+    their ``http(s)`` origins, plus ``allowed_hosts``, ``allowed_origins`` and ``cors_origins``.
+    True: every request; False: none.  None (auto): every request when ``allowed_hosts`` or
+    ``allowed_origins`` is set; otherwise the requests that arrive on a loopback connection (the
+    server's own address on that connection is loopback, as for a local client or a reverse proxy on
+    the same machine forwarding to 127.0.0.1), whatever address the server listens on."""
     allowed_hosts: frozenset[str] | None = None
-    """Extra ``Host`` values (``host`` or ``host:port``) accepted besides the loopback names."""
+    """Extra ``Host`` values (``host`` for any port, or ``host:port``) accepted besides the loopback
+    names, such as the public name a reverse proxy passes on.  Setting it (or ``allowed_origins``)
+    turns automatic protection on for every request."""
     allowed_origins: frozenset[str] | None = None
-    """Extra ``Origin`` values (``scheme://host[:port]``, ``scheme://host:*``) besides loopback origins."""
+    """Extra ``Origin`` values (``scheme://host[:port]``, ``scheme://host:*``) besides loopback origins.
+    Setting it (or ``allowed_hosts``) turns automatic protection on for every request."""
+    cors_origins: frozenset[str] | None = None
+    """Web origins (``scheme://host[:port]``, ``scheme://host:*``) whose pages may call the endpoint
+    from a browser (CORS), or ``frozenset({"*"})`` for any origin (then the ``Origin`` check is off;
+    ``Host`` is still checked).  None: CORS off, OPTIONS gets 405.  Preflights from these origins get
+    204 with the methods and the MCP request headers they ask for (``Authorization`` included); every
+    response to them carries ``Access-Control-Allow-Origin`` and exposes ``Mcp-Session-Id``,
+    ``WWW-Authenticate`` and ``Retry-After``; a preflight from any other origin gets 403.  These origins
+    pass the ``Origin`` check, and do not by themselves turn automatic protection on."""
     event_store_factory: Callable[[], EventStore | None] = field(default=InMemoryEventStore)
     """Makes the app's event store; return None to switch resumability off."""
     session_id_factory: Callable[[], str] = field(default=new_session_id)
     """Makes the id of each new 2025 session: visible ASCII, unique, unguessable (256 random bits by
     default).  A deployment can put routing information in it (a worker's prefix, say)."""
+    worker_id: str | None = None
+    """This process's name among the workers of one deployment (1 to 32 of ``A-Z a-z 0-9 _ -``).  With
+    it, 2025 session ids are ``<worker_id>.<id from session_id_factory>``, so a balancer can route each
+    session to its owner, and a session id naming another worker is 404 here (see docs/deploy/workers)."""
     session_registry_factory: Callable[[], SessionRegistry] = field(default=_local_registry)
     """Makes the app's registry of live sessions (:class:`~mcp_trio.LocalSessionRegistry` by default)."""
     authenticate: Authenticate | None = None
@@ -93,10 +115,22 @@ class ServerConfig:
     :class:`~mcp_trio.RemoteProtocolError` (``http_status=401`` with a ``www-authenticate`` header, or
     403).  A 2025 session belongs to the principal that created it: the same session id with another
     principal is 404.  None: no authentication."""
-    request_state_secret: bytes | None = None
-    """HMAC key that seals ``requestState`` of input-required results (2026 era).  None: a random key
-    per app, so a retry must reach the same process; give every replica the same secret otherwise."""
+    request_state_secret: bytes | Sequence[bytes] | None = None
+    """HMAC key that seals ``requestState`` of input-required results (2026 era), or a key ring (a
+    sequence of keys: the first seals, every one verifies, so keys can be rotated).  None: the ring in
+    the environment variable ``MCP_TRIO_REQUEST_STATE_SECRET`` (comma-separated base64 keys of at least
+    32 bytes) if it is set, else a random key per app, so a retry must reach the same process.  Give
+    every worker the same ring."""
     request_state_ttl: float = 600.0
     """How long a ``requestState`` stays valid."""
     stats_path: str | None = None
     """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests)."""
+
+    def __post_init__(self) -> None:
+        if self.worker_id is not None:
+            check_worker_id(self.worker_id)
+        secret = self.request_state_secret
+        if secret is not None:
+            keys = [secret] if isinstance(secret, bytes) else list(secret)
+            if not keys or not all(isinstance(key, bytes) and key for key in keys):
+                raise ValueError("request_state_secret: a key, or a sequence of keys, each non-empty bytes")

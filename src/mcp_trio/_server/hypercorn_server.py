@@ -15,6 +15,15 @@ hypercorn app in the same process is served exactly as shipped.  What the subcla
 - **Closed idle connections are released at once** (the CLOSE_WAIT fix, ``hypercorn_patch``).
 - **The fast path** (``hypercorn_fast_path``, on unless ``fast_path=False``): an idle timer without a
   task per request, one socket write per ASGI send, no needless round trips on the app's queue.
+- **HTTP/2** (negotiated by ALPN under TLS, or h2c; docs/hypercorn.md section 4): our ``H2Protocol``
+  subclass.  A send that leaves 32 KiB or more of its response queued waits until that is written out
+  (upstream queues without bound when the client's flow-control window is shut), within
+  ``write_timeout``; a send cut by cancellation or that times out resets that stream (``RST_STREAM``)
+  and nothing else, so the app may cut sends here too; a connection that closes wakes every send still
+  waiting (upstream leaves them, and the connection, hanging forever); request data for a stream whose
+  response is complete is dropped (upstream raises ``KeyError``, which ends the connection and, on
+  hypercorn as shipped, the whole server: pgjones/hypercorn#329); socket writes are never cut half-way
+  by the writer's cancellation (one connection carries every stream), only by ``write_timeout``.
 
 Every upstream function that is rebound or whose behaviour the subclasses rely on is checked against
 the sha256 of its hypercorn 0.18.0 source.  Where one differs, or sources are not shipped (a
@@ -34,12 +43,16 @@ from collections.abc import Awaitable, Callable
 from math import inf
 from typing import Any, ClassVar
 
+import h2.errors
+import h2.exceptions
 import h11
 import hypercorn.config
 import hypercorn.trio
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.events import Body, EndBody, Trailers
+from hypercorn.protocol.h2 import BUFFER_HIGH_WATER, H2Protocol, StreamBuffer
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio import run as _run_module
@@ -56,8 +69,9 @@ __all__ = ["CANCELLABLE_SEND", "hypercorn_fixes_available", "serve_hypercorn"]
 logger = logging.getLogger(__name__)
 
 CANCELLABLE_SEND = "mcp_trio.cancellable_send"
-"""ASGI scope extension set by mcp_trio's servers on HTTP/1.1 requests: cancelling the app's ``send()``
-is safe there (an interrupted write closes that connection and nothing else)."""
+"""ASGI scope extension set by mcp_trio's servers where cancelling the app's ``send()`` is safe: an
+interrupted send ends that response and nothing else (HTTP/1.1: it closes that connection; HTTP/2 on
+mcp_trio's hypercorn server: it resets that stream, the connection's other streams go on)."""
 
 # sha256[:16] of the dedented hypercorn 0.18.0 source of each function we rebind, replace or rely on.
 _EXPECTED = {
@@ -72,6 +86,16 @@ _EXPECTED = {
     "H11Protocol.stream_send": "c7ef437818f28b28",
     "HTTPStream.app_send": "6371d58b7f58ae8d",
     "TaskGroup.spawn_app": "487c35772c8bd89c",
+    "ProtocolWrapper.handle": "4cb5ff14d1842513",
+    "H2Protocol.__init__": "d825081b68a7675d",
+    "H2Protocol.handle": "75993cf65b07b50d",
+    "H2Protocol.stream_send": "31d81e8715df7515",
+    "H2Protocol._handle_events": "0f6b5be5f509736b",
+    "H2Protocol._flush": "7e61e45fa8573c94",
+    "H2Protocol._send_data": "2f481da0f200a799",
+    "H2Protocol._close_stream": "eb79e74b22b8e53b",
+    "H2Protocol._window_updated": "668e50364a02c9e3",
+    "StreamBuffer": "bc347b7c78068613",
 }
 
 
@@ -88,6 +112,16 @@ def _targets() -> dict[str, Any]:
         "H11Protocol.stream_send": H11Protocol.stream_send,
         "HTTPStream.app_send": HTTPStream.app_send,
         "TaskGroup.spawn_app": TaskGroup.spawn_app,
+        "ProtocolWrapper.handle": ProtocolWrapper.handle,
+        "H2Protocol.__init__": H2Protocol.__init__,
+        "H2Protocol.handle": H2Protocol.handle,
+        "H2Protocol.stream_send": H2Protocol.stream_send,
+        "H2Protocol._handle_events": H2Protocol._handle_events,
+        "H2Protocol._flush": H2Protocol._flush,
+        "H2Protocol._send_data": H2Protocol._send_data,
+        "H2Protocol._close_stream": H2Protocol._close_stream,
+        "H2Protocol._window_updated": H2Protocol._window_updated,
+        "StreamBuffer": StreamBuffer,
     }
 
 
@@ -172,6 +206,101 @@ class _FastH11Protocol(_SafeH11Protocol):
         await super().stream_send(event)
 
 
+# -- HTTP/2 protocol --------------------------------------------------------------------------------
+
+
+class _GoneStream:
+    """What ``H2Protocol.streams[id]`` gives for a stream whose response is complete: request data that
+    still arrives for it is dropped (the connection's flow-control window is still acknowledged)."""
+
+    async def handle(self, event: Any) -> None:
+        return None
+
+
+_GONE = _GoneStream()
+
+
+class _Streams(dict[int, Any]):
+    def __missing__(self, stream_id: int) -> Any:
+        return _GONE
+
+
+class _H2Protocol(H2Protocol):
+    """h2 as hypercorn drives it, with the fixes of the module docstring (HTTP/2 item)."""
+
+    write_timeout: float = inf
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        # upstream's _handle_events looks up self.streams[id] for DATA of a stream whose response is
+        # already complete (and popped): KeyError ended the connection (pgjones/hypercorn#329).
+        self.streams = _Streams()
+
+    async def handle(self, event: Event) -> None:
+        if isinstance(event, Closed):
+            # Upstream stops its send task and leaves a send waiting on a full buffer (flow control)
+            # or on drain (the end of a response) waiting forever, and its connection with it.
+            for buffer in list(self.stream_buffers.values()):
+                await buffer.close()
+        await super().handle(event)
+
+    async def _flush(self) -> None:
+        # One connection carries every stream: a frame cut half-way would break them all.  The write
+        # is bounded by write_timeout (_TCPServer._write), which closes the connection.
+        with trio.CancelScope(shield=True):
+            await super()._flush()
+
+    async def stream_send(self, event: Any) -> None:
+        if not isinstance(event, (Body, EndBody, Trailers)):
+            await super().stream_send(event)
+            return
+        stream_id = event.stream_id
+        sent = False
+        try:
+            with trio.move_on_after(self.write_timeout):
+                await super().stream_send(event)
+                if isinstance(event, Body):
+                    # Upstream's push() returns at once when the client's window is shut: wait here
+                    # until what is queued went out, once two frames (32 KiB) or more of it wait.
+                    buffer = self.stream_buffers.get(stream_id)
+                    if buffer is not None and len(buffer.buffer) >= BUFFER_HIGH_WATER:
+                        await buffer.drain()
+                sent = True
+            if not sent:
+                logger.info(
+                    "a response on an HTTP/2 stream did not get out within %s s; resetting the stream",
+                    self.write_timeout,
+                )
+        finally:
+            if not sent:  # timed out or cancelled: this stream is in an unknown state, the others are fine
+                with trio.CancelScope(shield=True):
+                    await self._cut_stream(stream_id)
+
+    async def _cut_stream(self, stream_id: int) -> None:
+        """End one stream from our side, as a client's RST_STREAM would: its queued data is dropped,
+        the client is told (RST_STREAM CANCEL), the app gets ``http.disconnect``."""
+        buffer = self.stream_buffers.get(stream_id)
+        if buffer is not None:
+            await buffer.close()  # the send task drops it (the reset stream refuses data)
+        if self.closed:
+            return
+        try:
+            self.connection.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.CANCEL)
+        except h2.exceptions.ProtocolError:  # already closed
+            pass
+        await self._window_updated(stream_id)
+        await self._flush()
+        # Not here: telling the app may wait on its queue, and this runs in the app's own send.
+        self.task_group.spawn(self._forget_stream, stream_id)
+
+    async def _forget_stream(self, stream_id: int) -> None:
+        if stream_id not in self.streams:
+            return  # the app finished the stream meanwhile
+        await self._close_stream(stream_id)
+        if not self.closed:
+            await self.send(Updated(idle=self.idle))
+
+
 class _TaskGroup(TaskGroup):
     """The connection's task group: the app's queue without needless round trips (fast path), the
     fast path's one write per ASGI send, and the scope extension that says sends may be cancelled."""
@@ -180,8 +309,9 @@ class _TaskGroup(TaskGroup):
 
     async def spawn_app(self, app: Any, config: Any, scope: Any, send: Any) -> Any:
         protocol = getattr(getattr(getattr(send, "__self__", None), "send", None), "__self__", None)
-        if isinstance(protocol, _SafeH11Protocol) and isinstance(scope.get("extensions"), dict):
-            scope["extensions"][CANCELLABLE_SEND] = {}
+        extensions = scope.get("extensions")
+        if isinstance(protocol, (_SafeH11Protocol, _H2Protocol)) and isinstance(extensions, dict):
+            extensions[CANCELLABLE_SEND] = {}
         if isinstance(protocol, _FastH11Protocol):
             send = fast.one_write_per_send(protocol, send)
         if not self.fast_path:
@@ -211,6 +341,9 @@ class _TCPServer(TCPServer):
             await self._upstream_run()
         except Exception:
             logger.exception("hypercorn connection failed; closed it")
+        finally:
+            # Upstream returns without closing the stream when the TLS handshake fails (plain HTTP on
+            # the TLS port, a client that gives up): close it here rather than when it is collected.
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
@@ -279,10 +412,16 @@ class _TCPServer(TCPServer):
 def _worker(fast_path: bool, write_timeout: float | None) -> Callable[..., Awaitable[None]]:
     """hypercorn's ``worker_serve`` whose connections are our ``_TCPServer``."""
     h11_class = _FastH11Protocol if fast_path else _SafeH11Protocol
+    timeout = inf if write_timeout is None else write_timeout
+    h2_class = type("_H2Protocol", (_H2Protocol,), {"write_timeout": timeout})
     wrapper = type(
         "_ProtocolWrapper",
         (ProtocolWrapper,),
-        {"__init__": _rebind(ProtocolWrapper.__init__, H11Protocol=h11_class)},
+        {
+            "__init__": _rebind(ProtocolWrapper.__init__, H11Protocol=h11_class, H2Protocol=h2_class),
+            # h2c: an HTTP/1.1 connection that turns into HTTP/2 (prior knowledge or Upgrade)
+            "handle": _rebind(ProtocolWrapper.handle, H2Protocol=h2_class),
+        },
     )
     task_group = type("_TaskGroup", (_TaskGroup,), {"fast_path": fast_path})
     server = type(
@@ -290,7 +429,7 @@ def _worker(fast_path: bool, write_timeout: float | None) -> Callable[..., Await
         (_TCPServer,),
         {
             "fast_path": fast_path,
-            "write_timeout": inf if write_timeout is None else write_timeout,
+            "write_timeout": timeout,
             "_upstream_run": _rebind(TCPServer.run, ProtocolWrapper=wrapper, TaskGroup=task_group),
         },
     )

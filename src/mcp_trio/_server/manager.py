@@ -98,6 +98,8 @@ class SessionManager:
         if len(self._sessions) >= self.config.max_sessions:
             raise SessionError("too many sessions")
         session_id = self.config.session_id_factory()
+        if self.config.worker_id is not None:  # the owner first: "<worker>.<id>" (see cluster.session_owner)
+            session_id = f"{self.config.worker_id}.{session_id}"
         if not _VALID_ID.fullmatch(session_id) or session_id in self._sessions:
             logger.error("session_id_factory returned an unusable id %r", session_id[:80])
             raise SessionError("the session id factory returned an unusable id")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,6 +25,7 @@ from .._app.inputs import InputRequired
 from .._app.server import MCPServer
 from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, sse, versions
+from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._protocol.modern import RequestState
 from .config import ServerConfig
 from .containment import split_fatal
@@ -38,7 +40,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache, no-transform"),
+    (b"cache-control", b"no-store, no-transform"),
     (b"x-accel-buffering", b"no"),
 ]
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -202,6 +204,18 @@ class Listener:
         pass
 
 
+def request_state(config: ServerConfig) -> RequestState:
+    """The ``requestState`` keys: the config's key or ring, else the ring in the environment, else a
+    random key of this process alone.  A malformed ring in the environment is a ValueError."""
+    secret = config.request_state_secret
+    if secret is not None:
+        return RequestState.ring([secret] if isinstance(secret, bytes) else list(secret))
+    ring = os.environ.get(REQUEST_STATE_SECRET_ENV)
+    if ring is not None:
+        return RequestState.ring(parse_secret_ring(ring))
+    return RequestState(secrets.token_bytes(32))
+
+
 def _only(exc: BaseException | None, kind: type[BaseException]) -> bool:
     """Whether ``exc`` is a ``kind``, or a group of nothing else."""
     if isinstance(exc, BaseExceptionGroup):
@@ -219,7 +233,7 @@ class ModernEndpoint:
     def __init__(self, server: MCPServer, config: ServerConfig) -> None:
         self.server = server
         self.config = config
-        self.state = RequestState(config.request_state_secret or secrets.token_bytes(32))
+        self.state = request_state(config)
         self.listeners: set[Listener] = set()
         self.inflight = 0
         self._listeners_done = trio.Event()

@@ -50,7 +50,8 @@ async def serve(
     hypercorn's trio worker with mcp_trio's fixes, for this server only (no request can kill it,
     closed idle connections are released at once, each socket write is bounded by the app's
     ``config.write_timeout``) and, unless ``hypercorn_fast_path`` is false, the fast path; see
-    docs/hypercorn.md.  Other hypercorn servers in the process are not affected.
+    docs/hypercorn.md.  Other hypercorn servers in the process are not affected.  A ``config`` with
+    ``certfile`` and ``keyfile`` serves HTTPS, and HTTP/2 to clients that offer it (docs/deploy/tls.md).
     """
     config = config or hypercorn_config()
 

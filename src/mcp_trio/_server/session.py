@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache, no-transform"),
+    (b"cache-control", b"no-store, no-transform"),
     (b"x-accel-buffering", b"no"),
 ]
 JSON_HEADERS = [(b"content-type", b"application/json")]

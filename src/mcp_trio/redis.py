@@ -1,0 +1,381 @@
+"""Workers that share Redis: :class:`RedisNotificationBus`.
+
+Install the extra first: ``pip install 'mcp_trio[redis]'`` (it brings `coredis
+<https://coredis.readthedocs.io>`_, an async Redis client that runs on Trio through AnyIO).  Only this
+module imports it, and only once a bus is made: ``import mcp_trio`` never does.  Redis 6 or later.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import random
+import re
+import secrets
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+import trio
+
+from ._app.bus import LocalNotificationBus
+from ._protocol.cluster import (
+    check_channel_prefix,
+    check_instance_id,
+    decode_bus_message,
+    encode_bus_message,
+)
+from ._server.containment import split_fatal
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import coredis
+
+__all__ = ["RedisNotificationBus"]
+
+logger = logging.getLogger(__name__)
+
+State = Literal["stopped", "connecting", "connected", "disconnected"]
+MALFORMED_LOG_INTERVAL = 10.0
+"""Seconds between two log lines about malformed messages (the ones between are only counted)."""
+_URL = re.compile(r"(rediss?|unix)://", re.IGNORECASE)
+_USERINFO = re.compile(r"//[^/@]*@")
+
+
+_IN_BUS: contextvars.ContextVar[bool] = contextvars.ContextVar("mcp_trio_redis_bus", default=False)
+"""True in a bus's tasks, and so in the tasks coredis starts for them."""
+
+
+class _BusConnectionLogs(logging.Filter):
+    """On the ``coredis`` logger: what coredis logs about a bus's connections (an error per failed
+    attempt while Redis is down) becomes a DEBUG line of ``mcp_trio.redis``, which reports outages
+    itself, once.  Records of other coredis clients pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _IN_BUS.get():
+            return True
+        logger.debug("coredis: %s", record.getMessage())
+        return False
+
+
+_FILTER = _BusConnectionLogs()
+
+
+def _coredis() -> ModuleType:
+    try:
+        import coredis
+    except ImportError as exc:
+        raise ImportError(
+            "mcp_trio.redis needs coredis: install the extra with pip install 'mcp_trio[redis]'"
+        ) from exc
+    coredis_logger = logging.getLogger("coredis")
+    if _FILTER not in coredis_logger.filters:
+        coredis_logger.addFilter(_FILTER)
+    return coredis
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (what logs and statistics show)."""
+    return _USERINFO.sub("//***@", url)
+
+
+class RedisNotificationBus(LocalNotificationBus):
+    """A :class:`~mcp_trio.NotificationBus` shared by every worker subscribed to one Redis channel.
+
+    A notification published in this worker reaches its own peers at once (as with
+    :class:`~mcp_trio.LocalNotificationBus`, without a round trip) and is published on the channel
+    ``<channel_prefix>:notifications``; every other worker's bus hands it to that worker's peers (2025
+    sessions, 2026 ``subscriptions/listen`` streams).  Each message names the ``instance_id`` of the bus
+    that sent it, so a bus ignores its own echo: each worker delivers each notification once.  The bus
+    carries list changes and resource updates; what a worker reads from the channel is validated as a
+    message from a socket, and a malformed one is logged and dropped.
+
+    Its connection runs in :meth:`run`, which :meth:`MCPApp.run <mcp_trio.MCPApp.run>` (and so
+    hypercorn's lifespan, ``serve`` and ``serve_h11``) starts in the app's nursery: it ends with the
+    app.  While Redis cannot be reached, notifications reach this worker's peers only (those published
+    meanwhile are not sent later), the outage is logged once, and the bus retries with exponential
+    backoff (``retry_initial`` doubling up to ``retry_max`` seconds, with jitter).  :meth:`statistics`
+    (``notification_bus`` in :meth:`MCPApp.statistics <mcp_trio.MCPApp.statistics>`) tells its state.
+
+    ``url``: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``.
+    ``outbox``: notifications waiting to be published; past that many (Redis too slow) one is dropped
+    for the other workers.  ``command_timeout``: a Redis command (a ``PUBLISH``, the subscriber's
+    keep-alive ``PING``) that takes longer counts as a lost connection.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        channel_prefix: str = "mcp-trio",
+        instance_id: str | None = None,
+        outbox: int = 1024,
+        retry_initial: float = 0.1,
+        retry_max: float = 2.0,
+        connect_timeout: float = 5.0,
+        command_timeout: float = 5.0,
+    ) -> None:
+        super().__init__()
+        _coredis()  # fail here, not in the app's nursery
+        if not isinstance(url, str) or not _URL.match(url):
+            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
+        if outbox < 1 or retry_initial <= 0 or retry_max < retry_initial:
+            raise ValueError("outbox must be at least 1, and 0 < retry_initial <= retry_max")
+        self.url = url
+        self.channel = f"{check_channel_prefix(channel_prefix)}:notifications"
+        self.instance_id = check_instance_id(instance_id or secrets.token_hex(8))
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self._outbox_send, self._outbox = trio.open_memory_channel[bytes](outbox)
+        self._state: State = "stopped"
+        self._running = False
+        self._outage_logged = False
+        self._outage_since: float | None = None
+        self._warned_not_running = False
+        self._malformed_logged_at: float | None = None
+        self._last_error: str | None = None
+        self._counts = dict.fromkeys(
+            (
+                "published",
+                "received",
+                "echoes",
+                "malformed",
+                "local_only",
+                "dropped",
+                "connects",
+                "failures",
+            ),
+            0,
+        )
+
+    @property
+    def state(self) -> State:
+        """``stopped`` (not running), ``connecting`` (the first attempt), ``connected`` (subscribed to
+        the channel) or ``disconnected`` (Redis unreachable: retrying)."""
+        return self._state
+
+    def statistics(self) -> dict[str, Any]:
+        """The bus's state and counters: notifications ``published`` to Redis, ``received`` from other
+        workers and delivered here, ``echoes`` (its own, ignored), ``malformed`` (dropped),
+        ``local_only`` (published while Redis was unreachable, or of a kind the bus does not carry),
+        ``dropped`` (the outbox was full), ``connects``, ``failures`` (failed attempts and lost
+        connections), and the ``last_error``."""
+        return {
+            "state": self._state,
+            "url": redact(self.url),
+            "channel": self.channel,
+            "instance_id": self.instance_id,
+            "subscribers": len(self),
+            "last_error": self._last_error,
+            **self._counts,
+        }
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    async def publish(self, message: dict[str, Any], uri: str | None = None) -> None:
+        self.deliver(message, uri)  # this worker's peers first, without waiting for Redis
+        self._forward(message, uri)
+        await trio.lowlevel.checkpoint()
+
+    def _forward(self, message: dict[str, Any], uri: str | None) -> None:
+        if self._state != "connected":
+            self._counts["local_only"] += 1
+            if not self._running and not self._warned_not_running:
+                self._warned_not_running = True
+                logger.warning(
+                    "the Redis notification bus is not running (MCPApp.run runs it): notifications "
+                    "reach this process's peers only"
+                )
+            return
+        data = encode_bus_message(self.instance_id, message, uri)
+        if data is None:
+            self._counts["local_only"] += 1
+            return
+        try:
+            self._outbox_send.send_nowait(data)
+        except trio.WouldBlock:
+            self._counts["dropped"] += 1
+
+    # -- the connection ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep a connection to Redis (subscriber and publisher) until cancelled, reconnecting as
+        needed.  Reports started at once: the app does not wait for Redis.  One app runs a bus."""
+        if self._running:
+            raise RuntimeError("this RedisNotificationBus is already running (one app runs a bus)")
+        self._running = True
+        self._state = "connecting"
+        self._outage_logged = False
+        in_bus = _IN_BUS.set(True)  # coredis's tasks for this one inherit it
+        attempt = 0
+        try:
+            task_status.started()
+            while True:
+                connected = await self._connect_and_serve()
+                self._state = "disconnected"
+                self._discard_outbox()
+                attempt = 1 if connected else attempt + 1
+                delay = min(self.retry_max, self.retry_initial * 2 ** (attempt - 1))
+                await trio.sleep(delay * random.uniform(0.5, 1.0))
+        finally:
+            _IN_BUS.reset(in_bus)
+            self._running = False
+            self._state = "stopped"
+            self._discard_outbox()
+
+    async def _connect_and_serve(self) -> bool:
+        """One connection, until it fails (never raises but cancellation); whether it got connected."""
+        connected = False
+        try:
+            await self._probe()
+            client = self._client()
+            async with client:
+                retry = _coredis().retry.NoRetryPolicy()
+                async with client.pubsub(
+                    channels=[self.channel], ignore_subscribe_messages=True, retry_policy=retry
+                ) as pubsub:
+                    connected = True
+                    self._on_connected()
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._publisher, client)
+                        async for item in pubsub:
+                            self._on_item(item)
+                        nursery.cancel_scope.cancel()
+                    raise ConnectionError("the subscription ended")
+        except BaseException as exc:
+            fatal, rest = split_fatal(exc)
+            if fatal is not None:
+                if fatal is exc:
+                    raise
+                raise fatal from None
+            if trio.current_effective_deadline() == -math.inf:
+                # The app is ending: coredis's cleanup can fail on a connection it is tearing down
+                # (and its error hides the cancellation).  Not an outage: let the cancellation on.
+                logger.debug("Redis notification bus: error while shutting down", exc_info=rest)
+                await trio.lowlevel.checkpoint()
+            assert rest is not None
+            self._on_failure(rest, was_connected=connected)
+        return connected
+
+    async def _probe(self) -> None:
+        """Open and close a plain connection first: a refused one raises OSError here.  (A coredis
+        connection that fails to connect leaves memory streams unclosed behind it, a ResourceWarning
+        each; a worker retrying while Redis is down would make one per attempt.)"""
+        parts = urlsplit(self.url)
+        try:
+            with trio.fail_after(self.connect_timeout):
+                if parts.scheme.lower() == "unix":
+                    stream: trio.abc.Stream = await trio.open_unix_socket(parts.path)
+                else:
+                    stream = await trio.open_tcp_stream(parts.hostname or "localhost", parts.port or 6379)
+                await stream.aclose()
+        except OSError as exc:  # trio's "all attempts failed" says less than its cause
+            cause = _leaf(exc.__cause__) if exc.__cause__ is not None else exc
+            raise OSError(str(cause if isinstance(cause, OSError) else exc)) from exc
+
+    def _client(self) -> coredis.Redis[bytes]:
+        module = _coredis()
+        client: coredis.Redis[bytes] = module.Redis.from_url(
+            self.url,
+            retry_policy=module.retry.NoRetryPolicy(),
+            connect_timeout=self.connect_timeout,
+            stream_timeout=self.command_timeout,
+            client_name=f"mcp-trio-{self.instance_id}",
+        )
+        return client
+
+    async def _publisher(self, client: coredis.Redis[bytes]) -> None:
+        async for data in self._outbox:
+            await client.publish(self.channel, data)
+            self._counts["published"] += 1
+
+    def _discard_outbox(self) -> None:
+        """What was queued but not sent when the connection went: never sent late."""
+        while True:
+            try:
+                self._outbox.receive_nowait()
+            except trio.WouldBlock:
+                return
+            self._counts["local_only"] += 1
+
+    def _on_connected(self) -> None:
+        self._state = "connected"
+        self._counts["connects"] += 1
+        if self._outage_logged:
+            down = trio.current_time() - (self._outage_since or trio.current_time())
+            logger.warning(
+                "Redis notification bus: connected to %s again after %.1f s; notifications reach the "
+                "other workers again",
+                redact(self.url),
+                down,
+            )
+        else:
+            logger.info("Redis notification bus: connected to %s (%s)", redact(self.url), self.channel)
+        self._outage_logged = False
+        self._outage_since = None
+
+    def _on_failure(self, exc: BaseException, *, was_connected: bool) -> None:
+        leaf = _leaf(exc)
+        self._counts["failures"] += 1
+        self._last_error = f"{type(leaf).__name__}: {leaf}"[:300]
+        if self._outage_logged:
+            logger.debug("Redis notification bus: still unreachable (%s)", self._last_error)
+            return
+        self._outage_logged = True
+        self._outage_since = trio.current_time()
+        what = "lost its connection to" if was_connected else "cannot reach"
+        expected = isinstance(leaf, _expected_errors())
+        logger.log(
+            logging.WARNING if expected else logging.ERROR,
+            "Redis notification bus %s %s (%s): notifications reach this worker's peers only until it "
+            "is back; retrying",
+            what,
+            redact(self.url),
+            self._last_error,
+            exc_info=None if expected else exc,
+        )
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    def _on_item(self, item: Any) -> None:
+        if not isinstance(item, dict) or item.get("type") != "message":
+            return  # subscription acknowledgements and the like
+        try:
+            found = decode_bus_message(item.get("data"))
+        except ValueError as exc:
+            self._counts["malformed"] += 1
+            now = trio.current_time()
+            last = self._malformed_logged_at
+            if last is None or now - last >= MALFORMED_LOG_INTERVAL:
+                self._malformed_logged_at = now
+                logger.warning(
+                    "Redis notification bus: dropped a malformed message on %s (%s; %d so far)",
+                    self.channel,
+                    exc,
+                    self._counts["malformed"],
+                )
+            return
+        if found.sender == self.instance_id:
+            self._counts["echoes"] += 1
+            return
+        self._counts["received"] += 1
+        self.deliver(found.message, found.uri)
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """What a lost or refused connection raises (logged as a warning, without a traceback)."""
+    import anyio  # coredis's own dependency
+
+    redis_error: type[BaseException] = _coredis().exceptions.RedisError
+    closed = (anyio.ClosedResourceError, anyio.BrokenResourceError)
+    return (OSError, TimeoutError, trio.TooSlowError, redis_error, *closed)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups, for a short log line."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
