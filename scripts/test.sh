@@ -11,7 +11,7 @@
 #     of several workers) and chromium (a real browser, headless), about 130 MB;
 #   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
 #     conformance suite (2 x 52 MB) under .conformance/, all from the npm registry.
-# A first run downloads about 400 MB and takes about 15 minutes on 2 cores; later runs skip the installs.
+# A first run downloads about 500 MB and takes about 15-20 minutes on 2 cores; later runs skip the installs.
 # Any install that fails stops the run with its error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
