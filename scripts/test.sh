@@ -3,12 +3,12 @@
 # the docs and runs pytest with branch coverage.  `.ci/run` calls exactly this.
 #
 # Needs: Python >= 3.11 with pip (a virtual environment is best), npm (any version: it only downloads),
-# and nginx, redis-server and chromium, or root / passwordless sudo to install them from Debian's
-# packages.  It installs:
+# and nginx, caddy, haproxy, redis-server and chromium, or root / passwordless sudo to install them
+# from Debian's packages.  It installs:
 #   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, the python-sdk as an
 #     interop peer; about 60 MB);
-#   - from Debian's packages, if missing: nginx (a real reverse proxy), redis-server (the shared store
-#     of several workers) and chromium (a real browser, headless), about 130 MB;
+#   - from Debian's packages, if missing: nginx, caddy and haproxy (real reverse proxies), redis-server
+#     (the shared store of several workers) and chromium (a real browser, headless), about 150 MB;
 #   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
 #     conformance suite (2 x 52 MB) under .conformance/, all from the npm registry.
 # A first run downloads about 500 MB and takes about 15-20 minutes on 2 cores; later runs skip the installs.
@@ -24,7 +24,7 @@ if ! command -v npm >/dev/null 2>&1; then
     missing+=("npm, to download Node 22 and the conformance suite (e.g. 'apt-get install npm', or Node.js from https://nodejs.org)")
 fi
 # Real servers and a real browser from Debian's packages: binary -> package.
-declare -A PACKAGES=([nginx]=nginx-light [chromium]=chromium [redis-server]=redis-server)
+declare -A PACKAGES=([nginx]=nginx-light [caddy]=caddy [haproxy]=haproxy [redis-server]=redis-server [chromium]=chromium)
 to_install=()
 for binary in "${!PACKAGES[@]}"; do
     if ! command -v "$binary" >/dev/null 2>&1 && ! [ -x "/usr/sbin/$binary" ]; then
@@ -67,12 +67,14 @@ python3 -m coverage erase
 python3 -m coverage run -m pytest -q -p no:cacheprovider "$@"
 if [ $# -eq 0 ]; then
     # The real-socket tests once more with the demo on the embedded Trio + h11 server (serve_h11):
-    # every behaviour of the ASGI path must hold on both HTTP servers.
+    # every behaviour of the ASGI path must hold on both HTTP servers (the Redis/worker tests are about
+    # Redis, not HTTP, and run once).
     echo "== pytest (tests/integration on the embedded h11 server)"
     MCP_TRIO_TEST_HTTP=h11 python3 -m coverage run -m pytest -q -p no:cacheprovider tests/integration \
         --ignore=tests/integration/test_hypercorn_close_wait.py --ignore=tests/integration/test_h11_server.py \
         --ignore=tests/integration/test_hypercorn_fast_path.py --ignore=tests/integration/test_hostile_peers.py \
-        --ignore=tests/integration/test_wheel.py
+        --ignore=tests/integration/test_wheel.py --ignore=tests/integration/test_deploy_workers.py \
+        --ignore=tests/integration/test_redis.py
 fi
 python3 -m coverage combine -q
 python3 -m coverage report --fail-under=90 --skip-covered | tail -n 15

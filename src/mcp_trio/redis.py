@@ -13,6 +13,7 @@ import math
 import random
 import re
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -22,8 +23,13 @@ from ._app.bus import LocalNotificationBus
 from ._protocol.cluster import (
     check_channel_prefix,
     check_instance_id,
+    check_worker_id,
     decode_bus_message,
+    decode_inbox_entry,
     encode_bus_message,
+    encode_inbox_entry,
+    heartbeat_key,
+    inbox_key,
 )
 from ._server.containment import split_fatal
 
@@ -37,6 +43,22 @@ __all__ = ["RedisNotificationBus"]
 logger = logging.getLogger(__name__)
 
 State = Literal["stopped", "connecting", "connected", "disconnected"]
+Forwarded = Literal["sent", "gone", "unavailable"]
+Deliver = Callable[[str, bytes], bool]
+"""What the app gives :meth:`RedisNotificationBus.attach_worker`: hand a forwarded POST body to the
+session it names; False if this worker has no such session (the message is dropped and counted)."""
+
+_FORWARD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'v', ARGV[2], 'session', ARGV[3], 'body', ARGV[4])
+return 1
+"""
+"""Add an entry to a worker's inbox only if its heartbeat key exists (atomically): 1 sent, 0 gone."""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+"""Delete a heartbeat key only if it is still this instance's."""
 MALFORMED_LOG_INTERVAL = 10.0
 """Seconds between two log lines about malformed messages (the ones between are only counted)."""
 _URL = re.compile(r"(rediss?|unix)://", re.IGNORECASE)
@@ -115,6 +137,9 @@ class RedisNotificationBus(LocalNotificationBus):
         retry_max: float = 2.0,
         connect_timeout: float = 5.0,
         command_timeout: float = 5.0,
+        heartbeat_interval: float = 1.0,
+        heartbeat_ttl: float = 5.0,
+        inbox_maxlen: int = 10_000,
     ) -> None:
         super().__init__()
         _coredis()  # fail here, not in the app's nursery
@@ -122,8 +147,11 @@ class RedisNotificationBus(LocalNotificationBus):
             raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
         if outbox < 1 or retry_initial <= 0 or retry_max < retry_initial:
             raise ValueError("outbox must be at least 1, and 0 < retry_initial <= retry_max")
+        if not 0 < heartbeat_interval < heartbeat_ttl or inbox_maxlen < 1:
+            raise ValueError("0 < heartbeat_interval < heartbeat_ttl, and inbox_maxlen at least 1")
         self.url = url
-        self.channel = f"{check_channel_prefix(channel_prefix)}:notifications"
+        self.prefix = check_channel_prefix(channel_prefix)
+        self.channel = f"{self.prefix}:notifications"
         self.instance_id = check_instance_id(instance_id or secrets.token_hex(8))
         self.retry_initial = retry_initial
         self.retry_max = retry_max
@@ -137,6 +165,27 @@ class RedisNotificationBus(LocalNotificationBus):
         self._warned_not_running = False
         self._malformed_logged_at: float | None = None
         self._last_error: str | None = None
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_ttl = heartbeat_ttl
+        self.inbox_maxlen = inbox_maxlen
+        self.worker_id: str | None = None
+        self._deliver: Deliver | None = None
+        self._live: coredis.Redis[bytes] | None = None
+        """The connected client, while there is one (what :meth:`forward_to_worker` uses)."""
+        self._inbox_last: bytes | None = None
+        """The id of the last inbox entry read (kept across reconnections)."""
+        self._worker_counts = dict.fromkeys(
+            (
+                "forwarded",
+                "forward_gone",
+                "forward_unavailable",
+                "inbox_received",
+                "inbox_delivered",
+                "inbox_dropped",
+                "inbox_malformed",
+            ),
+            0,
+        )
         self._counts = dict.fromkeys(
             (
                 "published",
@@ -163,7 +212,7 @@ class RedisNotificationBus(LocalNotificationBus):
         ``local_only`` (published while Redis was unreachable, or of a kind the bus does not carry),
         ``dropped`` (the outbox was full), ``connects``, ``failures`` (failed attempts and lost
         connections), and the ``last_error``."""
-        return {
+        stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
             "channel": self.channel,
@@ -172,6 +221,131 @@ class RedisNotificationBus(LocalNotificationBus):
             "last_error": self._last_error,
             **self._counts,
         }
+        if self.worker_id is not None:
+            stats["worker_id"] = self.worker_id
+            stats.update(self._worker_counts)
+        return stats
+
+    # -- workers: heartbeat, inbox, forwarding -------------------------------------------------
+
+    def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
+        """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
+        ``worker_id``): while connected it keeps the heartbeat key ``<prefix>:worker:<id>`` (TTL
+        ``heartbeat_ttl``, refreshed every ``heartbeat_interval``) and reads the stream
+        ``<prefix>:inbox:<id>``, handing each valid entry to ``deliver``."""
+        check_worker_id(worker_id)
+        if self.worker_id is not None and self.worker_id != worker_id:
+            raise RuntimeError("this RedisNotificationBus already serves another worker")
+        self.worker_id = worker_id
+        self._deliver = deliver
+
+    async def worker_alive(self, worker: str) -> bool | None:
+        """Whether ``worker``'s heartbeat key exists; None if Redis cannot tell now."""
+        client = self._live
+        if client is None or self._state != "connected":
+            return None
+        try:
+            with trio.fail_after(self.command_timeout):
+                found = await client.exists([heartbeat_key(self.prefix, worker)])
+        except Exception as exc:
+            logger.debug("Redis: EXISTS failed (%s)", _leaf(exc))
+            return None
+        return bool(found)
+
+    async def forward_to_worker(self, worker: str, session_id: str, body: bytes) -> Forwarded:
+        """Add ``body`` (responses and notifications of the session ``session_id``) to ``worker``'s
+        inbox if that worker is alive: ``sent``; ``gone`` (no heartbeat: nothing added);
+        ``unavailable`` (Redis cannot be reached now: nothing added)."""
+        client = self._live
+        if client is None or self._state != "connected":
+            self._worker_counts["forward_unavailable"] += 1
+            return "unavailable"
+        fields = encode_inbox_entry(session_id, body)
+        keys = [heartbeat_key(self.prefix, worker), inbox_key(self.prefix, worker)]
+        args = [str(self.inbox_maxlen).encode(), fields["v"], fields["session"], fields["body"]]
+        try:
+            with trio.fail_after(self.command_timeout):
+                added = await client.eval(_FORWARD, keys=keys, args=args)
+        except Exception as exc:
+            logger.debug("Redis: forwarding to worker %s failed (%s)", worker, _leaf(exc))
+            self._worker_counts["forward_unavailable"] += 1
+            return "unavailable"
+        if added == 1:
+            self._worker_counts["forwarded"] += 1
+            return "sent"
+        self._worker_counts["forward_gone"] += 1
+        return "gone"
+
+    async def _worker_link(
+        self, client: coredis.Redis[bytes], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The heartbeat and the inbox reader of one connection.  Started once the inbox's read
+        position is known and the heartbeat key is set, so that no entry added afterwards is missed."""
+        assert self.worker_id is not None
+        key = inbox_key(self.prefix, self.worker_id)
+        with trio.fail_after(self.command_timeout):
+            tail = await client.xrevrange(key, count=1)
+        tail_id = _as_bytes(tail[0].identifier) if tail else b"0-0"
+        last = self._inbox_last
+        # Go on from the last entry read if the stream still has it (a lost connection: catch up);
+        # otherwise (first connection, or a Redis that restarted empty) from the stream's tail now.
+        start = last if last is not None and _stream_id(last) <= _stream_id(tail_id) else tail_id
+        await self._beat(client)
+        reader = self._client()
+        try:
+            async with reader, trio.open_nursery() as nursery:
+                nursery.start_soon(self._heartbeat, client)
+                nursery.start_soon(self._inbox_reader, reader, key, start)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                try:  # a clean end: the other workers answer 404 at once, not after the TTL
+                    await client.eval(
+                        _RELEASE, keys=[heartbeat_key(self.prefix, self.worker_id)], args=[self.instance_id]
+                    )
+                except Exception as exc:
+                    logger.debug("Redis: releasing the heartbeat key failed (%s)", _leaf(exc))
+
+    async def _beat(self, client: coredis.Redis[bytes]) -> None:
+        assert self.worker_id is not None
+        with trio.fail_after(self.command_timeout):
+            await client.set(
+                heartbeat_key(self.prefix, self.worker_id),
+                self.instance_id,
+                px=max(1, int(self.heartbeat_ttl * 1000)),
+            )
+
+    async def _heartbeat(self, client: coredis.Redis[bytes]) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_interval)
+            await self._beat(client)
+
+    async def _inbox_reader(self, reader: coredis.Redis[bytes], key: str, start: bytes) -> None:
+        """XREAD BLOCK on this worker's inbox (on a connection of its own), one entry at a time."""
+        last = start
+        block_ms = max(1, int(min(1.0, self.command_timeout / 2) * 1000))
+        while True:
+            reply = await reader.xread({key: last}, count=100, block=block_ms)
+            for entries in (reply or {}).values():
+                for entry in entries:
+                    last = _as_bytes(entry.identifier)
+                    self._inbox_last = last
+                    self._on_inbox_entry(entry.field_values)
+
+    def _on_inbox_entry(self, fields: object) -> None:
+        assert self.worker_id is not None and self._deliver is not None
+        self._worker_counts["inbox_received"] += 1
+        try:
+            session_id, body = decode_inbox_entry(fields, self.worker_id)
+        except ValueError as exc:
+            self._worker_counts["inbox_malformed"] += 1
+            self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_malformed"])
+            return
+        if self._deliver(session_id, body):
+            self._worker_counts["inbox_delivered"] += 1
+        else:
+            self._worker_counts["inbox_dropped"] += 1
+            logger.info("Redis inbox: dropped a forwarded message for session %.12s… (not here)", session_id)
 
     # -- publishing ----------------------------------------------------------------------------
 
@@ -237,15 +411,19 @@ class RedisNotificationBus(LocalNotificationBus):
                 async with client.pubsub(
                     channels=[self.channel], ignore_subscribe_messages=True, retry_policy=retry
                 ) as pubsub:
-                    connected = True
-                    self._on_connected()
                     async with trio.open_nursery() as nursery:
+                        if self.worker_id is not None:
+                            await nursery.start(self._worker_link, client)
+                        connected = True
+                        self._live = client
+                        self._on_connected()
                         nursery.start_soon(self._publisher, client)
                         async for item in pubsub:
                             self._on_item(item)
                         nursery.cancel_scope.cancel()
                     raise ConnectionError("the subscription ended")
         except BaseException as exc:
+            self._live = None
             fatal, rest = split_fatal(exc)
             if fatal is not None:
                 if fatal is exc:
@@ -347,22 +525,34 @@ class RedisNotificationBus(LocalNotificationBus):
             found = decode_bus_message(item.get("data"))
         except ValueError as exc:
             self._counts["malformed"] += 1
-            now = trio.current_time()
-            last = self._malformed_logged_at
-            if last is None or now - last >= MALFORMED_LOG_INTERVAL:
-                self._malformed_logged_at = now
-                logger.warning(
-                    "Redis notification bus: dropped a malformed message on %s (%s; %d so far)",
-                    self.channel,
-                    exc,
-                    self._counts["malformed"],
-                )
+            self._log_malformed(f"message on {self.channel}", str(exc), self._counts["malformed"])
             return
         if found.sender == self.instance_id:
             self._counts["echoes"] += 1
             return
         self._counts["received"] += 1
         self.deliver(found.message, found.uri)
+
+    def _log_malformed(self, what: str, reason: str, so_far: int) -> None:
+        now = trio.current_time()
+        last = self._malformed_logged_at
+        if last is None or now - last >= MALFORMED_LOG_INTERVAL:
+            self._malformed_logged_at = now
+            logger.warning(
+                "Redis notification bus: dropped a malformed %s (%s; %d so far)", what, reason, so_far
+            )
+
+
+def _as_bytes(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _stream_id(value: bytes) -> tuple[int, int]:
+    millis, _, seq = value.partition(b"-")
+    try:
+        return int(millis), int(seq or b"0")
+    except ValueError:
+        return (0, 0)
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:

@@ -24,13 +24,18 @@ from . import jsonrpc
 __all__ = [
     "BUS_MESSAGE_LIMIT",
     "FORWARDED_METHODS",
+    "INBOX_MESSAGE_LIMIT",
     "REQUEST_STATE_SECRET_ENV",
     "BusMessage",
     "check_channel_prefix",
     "check_instance_id",
     "check_worker_id",
     "decode_bus_message",
+    "decode_inbox_entry",
     "encode_bus_message",
+    "encode_inbox_entry",
+    "heartbeat_key",
+    "inbox_key",
     "parse_secret_ring",
     "session_owner",
 ]
@@ -193,3 +198,58 @@ def decode_bus_message(data: object) -> BusMessage:
     elif uri is not None:
         raise ValueError("a uri on a list change")
     return BusMessage(sender, jsonrpc.notification(parsed.method, params), uri)
+
+
+# -- a worker's inbox: client messages of its sessions that reached another worker --------------
+
+INBOX_VERSION = b"1"
+INBOX_MESSAGE_LIMIT = 4 * 1024 * 1024
+"""Largest body accepted from an inbox entry, in bytes (the default ``max_body_size``)."""
+
+
+def heartbeat_key(prefix: str, worker: str) -> str:
+    """The Redis key a live worker keeps (with a TTL): ``<prefix>:worker:<worker>``."""
+    return f"{check_channel_prefix(prefix)}:worker:{check_worker_id(worker)}"
+
+
+def inbox_key(prefix: str, worker: str) -> str:
+    """The Redis stream other workers add a worker's session messages to: ``<prefix>:inbox:<worker>``."""
+    return f"{check_channel_prefix(prefix)}:inbox:{check_worker_id(worker)}"
+
+
+def encode_inbox_entry(session_id: str, body: bytes) -> dict[str, bytes]:
+    """The fields of an inbox stream entry carrying ``body`` (a POST body holding only JSON-RPC
+    responses and notifications) for the session ``session_id``."""
+    return {"v": INBOX_VERSION, "session": session_id.encode("ascii"), "body": body}
+
+
+def decode_inbox_entry(fields: object, worker: str) -> tuple[str, bytes]:
+    """The session id and POST body of an entry read from ``worker``'s inbox, validated like a request
+    from a socket: exactly the fields above, version 1, a session id of ``worker``, a body within
+    :data:`INBOX_MESSAGE_LIMIT` of JSON-RPC responses and notifications only.  ValueError (short, safe
+    to log) for anything else."""
+    if not isinstance(fields, Mapping):
+        raise ValueError("not a field map")
+    named = {k.decode("ascii", "replace") if isinstance(k, bytes) else k: v for k, v in fields.items()}
+    if set(named) != {"v", "session", "body"}:
+        raise ValueError("unexpected fields")
+    if named["v"] != INBOX_VERSION:
+        raise ValueError("not version 1")
+    raw_session, body = named["session"], named["body"]
+    if not isinstance(raw_session, bytes) or not isinstance(body, bytes):
+        raise ValueError("fields are not bytes")
+    if len(body) > INBOX_MESSAGE_LIMIT:
+        raise ValueError(f"a body of {len(body)} bytes, more than {INBOX_MESSAGE_LIMIT}")
+    try:
+        session_id = raw_session.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError("a session id that is not ASCII") from None
+    if session_owner(session_id, (worker,)) is None:
+        raise ValueError("not a session id of this worker")
+    try:
+        incoming = jsonrpc.parse_body(body, allow_batch=True)
+    except RemoteProtocolError:
+        raise ValueError("not a JSON-RPC body") from None
+    if incoming.requests:
+        raise ValueError("a request (only responses and notifications are forwarded)")
+    return session_id, body

@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import mcp_types as mt
 import trio
@@ -41,6 +41,19 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+class WorkerLink(Protocol):
+    """What a notification bus offers when it also links the workers (the Redis bus does): see
+    docs/deploy/workers.  Found on ``server.notifications`` by its ``attach_worker`` method."""
+
+    def attach_worker(self, worker_id: str, deliver: Callable[[str, bytes], bool]) -> None: ...
+
+    async def worker_alive(self, worker: str) -> bool | None: ...
+
+    async def forward_to_worker(
+        self, worker: str, session_id: str, body: bytes
+    ) -> Literal["sent", "gone", "unavailable"]: ...
+
+
 class MCPApp:
     """An ASGI application serving one :class:`MCPServer` over Streamable HTTP.
 
@@ -63,6 +76,9 @@ class MCPApp:
             self.config.allowed_hosts or (), self.config.allowed_origins or (), self._cors
         )
         self._allow_lists = bool(self.config.allowed_hosts or self.config.allowed_origins)
+        self._link: WorkerLink | None = None
+        """With a worker id and a bus that links workers: how to reach the other workers (set by
+        :meth:`run`, so a bus given to the server after the app was made counts)."""
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -71,7 +87,11 @@ class MCPApp:
         :meth:`aclose` first for a graceful end.  A notification bus with tasks of its own (one with a
         ``run`` method, such as :class:`mcp_trio.redis.RedisNotificationBus`) runs here too, and ends
         with the app."""
-        bus_run = getattr(self.server.notifications, "run", None)
+        bus = self.server.notifications
+        if self.config.worker_id is not None and callable(getattr(bus, "attach_worker", None)):
+            bus.attach_worker(self.config.worker_id, self._deliver_forwarded)  # type: ignore[attr-defined]
+            self._link = bus  # type: ignore[assignment]
+        bus_run = getattr(bus, "run", None)
         if bus_run is None:
             await self._manager.run(task_status=task_status)
             return
@@ -232,6 +252,8 @@ class MCPApp:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
             await self._initialize(initialize[0], receive, send, principal)
             return
+        if await self._elsewhere(facts, send, None if incoming.requests else body):
+            return
         await self._post_legacy(facts, incoming, receive, send, principal)
 
     async def _post_legacy(
@@ -324,6 +346,60 @@ class MCPApp:
                 await session.answer_now(request.id, jsonrpc.response(request.id, result))
                 await _wait(exchange, receive)
 
+    # -- sessions of other workers ----------------------------------------------------------------
+
+    async def _elsewhere(self, facts: http.RequestFacts, send: GuardedSend, body: bytes | None) -> bool:
+        """A request for a session another worker owns, with a worker link: ``body`` (a POST holding
+        only responses and notifications) is forwarded to the owner's inbox and answered 202; the
+        rest is 503 with ``Retry-After`` while the owner is alive (or Redis cannot tell), 404 once it
+        is not.  False: not another worker's session (the request goes on as usual)."""
+        link, worker = self._link, self.config.worker_id
+        if link is None or worker is None or not facts.session_id:
+            return False
+        session_id = http.check_session_header(facts)
+        owner = session_owner(session_id)
+        if owner is None or owner == worker:
+            return False
+        http.check_protocol_version(facts)
+        alive: bool | None
+        if body is not None and self.config.authenticate is None:  # the owner cannot check a principal
+            outcome = await link.forward_to_worker(owner, session_id, body)
+            if outcome == "sent":
+                await _respond(send, 202, b"", content_type=None)
+                return True
+            alive = False if outcome == "gone" else None
+        else:
+            alive = await link.worker_alive(owner)
+        if alive is False:
+            raise http.session_not_found()
+        raise RemoteProtocolError(
+            f"Service Unavailable: this session lives on worker {owner}; send its requests there",
+            http_status=503,
+            code=mt.INTERNAL_ERROR,
+            headers=(("retry-after", "1"),),
+        )
+
+    def _deliver_forwarded(self, session_id: str, body: bytes) -> bool:
+        """A POST body another worker forwarded to this one (responses and notifications of one of
+        its sessions), handled as :meth:`_post_legacy` would; False if it cannot be (no such session
+        here, or invalid for it): the caller drops and counts it."""
+        session = self._manager.get(session_id)
+        if session is None or self.config.authenticate is not None:
+            return False
+        try:
+            incoming = jsonrpc.parse_body(body, allow_batch=True)
+            if incoming.requests or (incoming.batch and not session.revision.batches):
+                return False
+            with session.activity():
+                for message in incoming.messages:
+                    if isinstance(message, mt.JSONRPCNotification):
+                        session.receive_notification(message)
+                    elif not isinstance(message, mt.JSONRPCRequest):
+                        session.receive_response(message)
+        except RemoteProtocolError:
+            return False
+        return True
+
     def _session(self, facts: http.RequestFacts, principal: object) -> Session:
         session_id = http.check_session_header(facts)
         worker = self.config.worker_id
@@ -341,6 +417,8 @@ class MCPApp:
     ) -> None:
         _refuse_modern(facts)
         http.check_get(facts)
+        if await self._elsewhere(facts, send, None):
+            return
         session = self._session(facts, principal)
         http.check_protocol_version(facts)
         stream, replay_after = session.get_stream, None
@@ -355,6 +433,8 @@ class MCPApp:
 
     async def _delete(self, facts: http.RequestFacts, send: GuardedSend, principal: object) -> None:
         _refuse_modern(facts)
+        if await self._elsewhere(facts, send, None):
+            return
         session = self._session(facts, principal)
         http.check_protocol_version(facts)
         await session.aclose()
