@@ -52,6 +52,8 @@ async def _run(calls: int, mode: str) -> float:
 
     app = MCPApp(server, ServerConfig(json_response=mode == "json"))
     async with open_asgi_client(app) as client:
+        if mode == "churn":
+            return await _churn(client, calls)
         headers = dict(POST)
         if mode == "modern":
             headers["mcp-protocol-version"] = MODERN
@@ -85,14 +87,55 @@ async def _run(calls: int, mode: str) -> float:
     return elapsed
 
 
+async def _churn(client: Any, sessions: int) -> float:
+    """Session churn: initialize, notifications/initialized, DELETE (SSE answers)."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "b", "version": "1"},
+        },
+    }
+    note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+    start = time.perf_counter()
+    for _ in range(sessions):
+        response = await client.request("POST", headers=POST, body=json.dumps(init).encode())
+        await response.read()
+        headers = {
+            **POST,
+            "mcp-session-id": response.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        }
+        await (await client.request("POST", headers=headers, body=note)).read()
+        response = await client.request("DELETE", headers=headers)
+        await response.read()
+        if response.status != 200:
+            raise SystemExit(f"DELETE: {response.status}")
+    return time.perf_counter() - start
+
+
 def _instructions(src: str, mode: str, calls: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         env = {**os.environ, "PYTHONPATH": os.path.abspath(src), "PYTHONHASHSEED": "0"}
         subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-             "--calls", str(calls), "--mode", mode],
-            env=env, check=True, capture_output=True,
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--calls",
+                str(calls),
+                "--mode",
+                mode,
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
         )
         with open(out) as f:
             for line in f:
@@ -104,13 +147,22 @@ def _instructions(src: str, mode: str, calls: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--mode", choices=["json", "sse", "modern"], default="json")
+    parser.add_argument("--mode", choices=["json", "sse", "modern", "churn"], default="json")
     parser.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to compare under callgrind")
     args = parser.parse_args()
     if args.compare:
         low, high = 100, 600
-        modes = ["json", "sse", "modern"] if args.mode == "json" else [args.mode]
-        print("| tree | " + " | ".join(f"{m}: instructions per call" for m in modes) + " |")
+        modes = ["json", "sse", "modern", "churn"] if args.mode == "json" else [args.mode]
+        print(
+            "| tree | "
+            + " | ".join(
+                f"{m}: instructions per call (churn: per session)"
+                if m == "churn"
+                else f"{m}: instructions per call"
+                for m in modes
+            )
+            + " |"
+        )
         print("|---|" + "---|" * len(modes))
         for src in args.compare:
             cells = []
