@@ -9,7 +9,8 @@
 #   3-4. the embedded Trio + h11 server (mcp-trio --http h11) vs the official TypeScript SDK on Node vs a
 #        bare Trio + h11 loop (the floor), SSE then JSON;
 #   5-6. memory per idle session and per open GET stream: mcp-trio (hypercorn) vs python-sdk vs
-#        ts-sdk, then mcp-trio on h11; plus the in-process tracemalloc figure.
+#        ts-sdk, then mcp-trio on h11; plus the in-process tracemalloc figure;
+#   7.   2026 tools/call through HAProxy to 1 and 2 workers vs direct (needs haproxy, redis-server).
 # The TypeScript SDK needs Node 22 and the SDK that `bash scripts/test.sh` installs
 # (scripts/install-node-deps.sh); without them its columns are skipped with a note.
 set -euo pipefail
@@ -33,4 +34,5 @@ run 4-h11-json benchmarks/bench_server.py --runs "$RUNS" --http h11 --json-respo
 run 5-memory-hypercorn benchmarks/bench_memory.py --baseline python-sdk --baseline ts-sdk --in-process \
     --json "$OUT/5-memory-hypercorn.json"
 run 6-memory-h11 benchmarks/bench_memory.py --http h11 --json "$OUT/6-memory-h11.json"
+run 7-balancer benchmarks/bench_balancer.py --runs "$RUNS" --json "$OUT/7-balancer.json"
 echo "results in $OUT"
