@@ -74,7 +74,7 @@ if [ $# -eq 0 ]; then
         --ignore=tests/integration/test_hypercorn_close_wait.py --ignore=tests/integration/test_h11_server.py \
         --ignore=tests/integration/test_hypercorn_fast_path.py --ignore=tests/integration/test_hostile_peers.py \
         --ignore=tests/integration/test_wheel.py --ignore=tests/integration/test_deploy_workers.py \
-        --ignore=tests/integration/test_redis.py
+        --ignore=tests/integration/test_redis.py --ignore=tests/integration/test_balancer_leaks.py
 fi
 python3 -m coverage combine -q
 python3 -m coverage report --fail-under=90 --skip-covered | tail -n 15
