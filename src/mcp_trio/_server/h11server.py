@@ -15,6 +15,9 @@ What it does per connection, all in one task:
   in its first message gets a ``content-length`` instead of chunked framing;
 - a send to a client that has gone is dropped (as hypercorn does); the app sees the disconnect through
   ``receive()``;
+- after an answer sent before the request body was all read (413, 4xx, 408) or a parse error, the
+  close lingers: FIN, then what the client still sends is dropped for a bounded time and size
+  (``LINGER_TIME``, ``LINGER_BYTES``), so that the close does not reset the connection under the answer;
 - an idle keep-alive connection is closed after ``keep_alive_timeout``; a request head must arrive
   within ``read_timeout`` once it has begun; heads are limited to ``max_head_size`` bytes.
 
@@ -48,6 +51,13 @@ _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.E
 """``accept`` errors worth waiting out (as ``trio.serve_listeners`` does); any other is raised."""
 
 _RECEIVE_SIZE = 65536
+LINGER_TIME = 2.0
+"""Lingering close: after an answer sent before the request was all read (413, 4xx from the headers,
+408, a parse error), the connection is half-closed and what the client still sends is read and dropped
+for at most this long (seconds) before closing, so that closing with unread data does not reset the
+connection (RST) before the client, or a proxy still sending the body, has read the answer."""
+LINGER_BYTES = 16 * 1024 * 1024
+"""...and at most this many bytes, whichever comes first (then the connection is closed anyway)."""
 _DISCONNECT = {"type": "http.disconnect"}
 
 
@@ -140,6 +150,8 @@ class _Connection:
                     return  # end of file, a timeout, or shutdown while idle
                 ok = await self._serve(event)
                 if not ok or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+                    if self._answered_early():
+                        await self._linger()
                     return
                 self.conn.start_next_cycle()
         except _Gone:
@@ -207,17 +219,35 @@ class _Connection:
         await self._write(data)
         await self._linger()
 
-    async def _linger(self) -> None:
-        """Close gently after an error answer: end our side, then read (and drop) what the client is
-        still sending for a moment, so that closing with unread data does not reset the connection
-        before the client has read the answer."""
+    def _answered_early(self) -> bool:
+        """A complete answer went out while the request body is still coming: the connection closes,
+        and closing at once could reset it under the client's feet (see :data:`LINGER_TIME`)."""
+        if not self._response_done or self._broken or self._disconnected:
+            return False
+        if self.conn.their_state is not h11.SEND_BODY:
+            return False
         try:
-            await self.stream.send_eof()
-            with trio.move_on_after(1.0):
-                for _ in range(64):
-                    if not await self.stream.receive_some(_RECEIVE_SIZE):
+            return not self._skip_buffered_body()  # a body already all here (a GET) needs no linger
+        except h11.RemoteProtocolError:
+            return True
+
+    async def _linger(self) -> None:
+        """Lingering close: end our side (FIN), then read and drop what the client is still sending,
+        until it closes, for at most :data:`LINGER_TIME` seconds and :data:`LINGER_BYTES` bytes, so
+        that closing with unread data does not reset the connection before the client has read the
+        answer.  A client that keeps sending is cut at the bound; only this connection waits."""
+        try:
+            # At once, not after trio's checkpoint in send_eof(): a keep-alive client must see the end
+            # of file before it can send its next request on this connection.
+            self.stream.socket.shutdown(trio.socket.SHUT_WR)
+            with trio.move_on_after(LINGER_TIME):
+                dropped = 0
+                while dropped < LINGER_BYTES:
+                    data = await self.stream.receive_some(_RECEIVE_SIZE)
+                    if not data:
                         return
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    dropped += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
             return
 
     # -- one request ------------------------------------------------------------------------------

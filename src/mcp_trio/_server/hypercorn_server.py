@@ -13,6 +13,9 @@ hypercorn app in the same process is served exactly as shipped.  What the subcla
   response was cut, a 500 head into a started response) closes that connection; any other failure of
   a connection is logged and ends that connection only.
 - **Closed idle connections are released at once** (the CLOSE_WAIT fix, ``hypercorn_patch``).
+- **Lingering close** (HTTP/1.1, docs/hypercorn.md section 5): after an answer sent before the request
+  body was all read, EOF, then what the client still sends is read and dropped (``LINGER_TIME``,
+  ``LINGER_BYTES``) before closing, so that the close does not reset the connection under the answer.
 - **The fast path** (``hypercorn_fast_path``, on unless ``fast_path=False``): an idle timer without a
   task per request, one socket write per ASGI send, no needless round trips on the app's queue.
 - **HTTP/2** (negotiated by ALPN under TLS, or h2c; docs/hypercorn.md section 4): our ``H2Protocol``
@@ -57,7 +60,7 @@ from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio import run as _run_module
 from hypercorn.trio.task_group import TaskGroup
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask
 from hypercorn.utils import wrap_app
 
@@ -67,6 +70,14 @@ from . import hypercorn_patch as close_wait
 __all__ = ["CANCELLABLE_SEND", "hypercorn_fixes_available", "serve_hypercorn"]
 
 logger = logging.getLogger(__name__)
+
+LINGER_TIME = 2.0
+"""Lingering close (HTTP/1.1): after an answer sent before its request body was all read (413, 4xx
+from the headers, 408), the connection is half-closed (no half-close under TLS) and what the client
+still sends is read and dropped for at most this long (seconds), so that closing with unread data does
+not reset the connection (RST) before the client, or a proxy still sending the body, read the answer."""
+LINGER_BYTES = 16 * 1024 * 1024
+"""...and at most this many bytes, whichever comes first; then the connection is closed anyway."""
 
 CANCELLABLE_SEND = "mcp_trio.cancellable_send"
 """ASGI scope extension set by mcp_trio's servers where cancelling the app's ``send()`` is safe: an
@@ -96,6 +107,7 @@ _EXPECTED = {
     "H2Protocol._close_stream": "eb79e74b22b8e53b",
     "H2Protocol._window_updated": "668e50364a02c9e3",
     "StreamBuffer": "bc347b7c78068613",
+    "H11Protocol._maybe_recycle": "dba7c077157520be",
 }
 
 
@@ -122,6 +134,7 @@ def _targets() -> dict[str, Any]:
         "H2Protocol._close_stream": H2Protocol._close_stream,
         "H2Protocol._window_updated": H2Protocol._window_updated,
         "StreamBuffer": StreamBuffer,
+        "H11Protocol._maybe_recycle": H11Protocol._maybe_recycle,
     }
 
 
@@ -330,6 +343,8 @@ class _TCPServer(TCPServer):
     fast_path = True
     _read_ended = False
     _aborted = False
+    _read_scope: trio.CancelScope | None = None
+    _linger_wanted = False
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -394,19 +409,59 @@ class _TCPServer(TCPServer):
 
     async def _close(self) -> None:
         """Upstream's ``_close`` (EOF, then close) under the send lock, so that it never overlaps a
-        write (the overlap is what raised ``BusyResourceError`` out of the worker)."""
+        write (the overlap is what raised ``BusyResourceError`` out of the worker).  After an answer
+        sent before the request body was all read, the read task closes the stream instead, once it
+        has lingered (:meth:`_read_data`)."""
         with trio.CancelScope(shield=True):
             async with self.send_lock:
                 try:
                     await self.stream.send_eof()
                 except (trio.BrokenResourceError, AttributeError, trio.ClosedResourceError, OSError):
                     pass
+                if self._read_scope is not None and not self._aborted and self._body_unread():
+                    self._linger_wanted = True
+                    self._read_scope.cancel()  # the read task stops feeding h11, lingers, closes
+                    return
                 await self.stream.aclose()
 
+    def _body_unread(self) -> bool:
+        """HTTP/1.1 (not h2, not a WebSocket) with a request whose body has not all arrived."""
+        protocol = getattr(self.protocol, "protocol", None)
+        connection = getattr(protocol, "connection", None)
+        return (
+            isinstance(protocol, H11Protocol)
+            and type(connection) is h11.Connection
+            and connection.their_state is h11.SEND_BODY
+        )
+
     async def _read_data(self) -> None:
-        await close_wait.read_until_closed(self)
+        with trio.CancelScope() as scope:
+            self._read_scope = scope
+            await close_wait.read_until_closed(self)
+        self._read_scope = None
+        if self._linger_wanted:
+            await self._linger()
         self._read_ended = True
         await self.idle_task.stop()
+
+    async def _linger(self) -> None:
+        """Lingering close: ``_close`` has sent our EOF (a plain socket; ``trio.SSLStream`` has no
+        half-close); read and drop what the client still sends, until it closes, for at most
+        :data:`LINGER_TIME` seconds and :data:`LINGER_BYTES` bytes, then close the stream.  Only this
+        connection's read task waits; a client that keeps sending is cut at the bound."""
+        try:
+            with trio.move_on_after(LINGER_TIME):
+                dropped = 0
+                while dropped < LINGER_BYTES:
+                    data = await self.stream.receive_some(MAX_RECV)
+                    if not data:
+                        break
+                    dropped += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+            pass
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
 
 
 def _worker(fast_path: bool, write_timeout: float | None) -> Callable[..., Awaitable[None]]:
