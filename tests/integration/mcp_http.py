@@ -21,6 +21,7 @@ from typing import IO, Any
 import httpx
 import trio
 
+from mcp_trio import MCPApp, hypercorn_config, serve, serve_h11
 from mcp_trio._protocol.sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
@@ -186,6 +187,41 @@ async def serve_demo(*flags: str, shutdown_grace: float = 2.0) -> AsyncIterator[
                     await process.wait()
             assert process.stdout is not None
             await process.stdout.aclose()
+
+
+@asynccontextmanager
+async def serve_in_process(
+    app: MCPApp, kind: str, *, stop_within: float
+) -> AsyncIterator[tuple[str, int, trio.Event]]:
+    """``app`` served in this process on 127.0.0.1:0 by ``kind``: ``hypercorn`` (with the fast path),
+    ``hypercorn-as-shipped-path`` (without it) or ``h11``; yields (url, port, stop) and on exit checks
+    that the server returned within ``stop_within`` seconds (no task left behind)."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        if kind == "h11":
+            urls = await nursery.start(
+                lambda task_status: serve_h11(
+                    app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
+                )
+            )
+        else:
+            config = hypercorn_config(["127.0.0.1:0"], graceful_timeout=1.0)
+            urls = await nursery.start(
+                lambda task_status: serve(
+                    app,
+                    config,
+                    shutdown_trigger=stop.wait,
+                    task_status=task_status,
+                    hypercorn_fast_path=kind == "hypercorn",
+                )
+            )
+        try:
+            yield urls[0] + "/mcp", int(urls[0].rsplit(":", 1)[1]), stop
+        finally:
+            stop.set()
+            with trio.fail_after(stop_within):
+                while nursery.child_tasks:  # noqa: ASYNC110 - waits for the server task to return
+                    await trio.sleep(0.01)
 
 
 async def _read_url(process: trio.Process, stderr: IO[bytes]) -> str:

@@ -19,9 +19,9 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
-from mcp_http import INIT, POST_HEADERS
+from mcp_http import INIT, POST_HEADERS, serve_in_process
 
-from mcp_trio import MCPApp, MCPServer, ServerConfig, hypercorn_config, serve, serve_h11
+from mcp_trio import MCPApp, MCPServer, ServerConfig
 from mcp_trio._server import h11server, hypercorn_server
 
 SERVERS = ["hypercorn", "hypercorn-as-shipped-path", "h11"]
@@ -43,33 +43,8 @@ def build_app() -> MCPApp:
 @asynccontextmanager
 async def running(kind: str) -> AsyncIterator[int]:
     """The app on 127.0.0.1:0 with ``kind`` of server; yields its port and stops it on exit."""
-    app = build_app()
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        if kind == "h11":
-            urls = await nursery.start(
-                lambda task_status: serve_h11(
-                    app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
-                )
-            )
-        else:
-            config = hypercorn_config(["127.0.0.1:0"], graceful_timeout=1.0)
-            urls = await nursery.start(
-                lambda task_status: serve(
-                    app,
-                    config,
-                    shutdown_trigger=stop.wait,
-                    task_status=task_status,
-                    hypercorn_fast_path=kind == "hypercorn",
-                )
-            )
-        try:
-            yield int(urls[0].rsplit(":", 1)[1])
-        finally:
-            stop.set()
-            with trio.fail_after(10):
-                while nursery.child_tasks:  # noqa: ASYNC110 - waits for the server task to return
-                    await trio.sleep(0.01)
+    async with serve_in_process(build_app(), kind, stop_within=10) as (_url, port, _stop):
+        yield port
 
 
 def head_for(length: int, *, extra: bytes = b"") -> bytes:

@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
 import mcp_types as mt
 import pytest
 import trio
-from mcp_http import INIT, POST_HEADERS, read_until
+from mcp_http import INIT, POST_HEADERS, read_until, serve_in_process
 
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve, serve_h11
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig
 from mcp_trio._protocol import versions
 
 SERVERS = ["hypercorn", "hypercorn-as-shipped-path", "h11"]
@@ -74,34 +74,10 @@ def build_app(**config: Any) -> MCPApp:
     return MCPApp(server, ServerConfig(**options))
 
 
-@asynccontextmanager
-async def running(app: MCPApp, kind: str) -> AsyncIterator[tuple[str, int, trio.Event]]:
+def running(app: MCPApp, kind: str) -> AbstractAsyncContextManager[tuple[str, int, trio.Event]]:
     """The app on 127.0.0.1:0 with ``kind`` of server; yields (url, port, stop) and checks on exit that
     the server returned (no task left behind)."""
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        if kind == "h11":
-            urls = await nursery.start(
-                lambda task_status: serve_h11(
-                    app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
-                )
-            )
-        else:
-            config = hypercorn_config(["127.0.0.1:0"], graceful_timeout=1.0)
-            urls = await nursery.start(
-                lambda task_status: serve(
-                    app,
-                    config,
-                    shutdown_trigger=stop.wait,
-                    task_status=task_status,
-                    hypercorn_fast_path=kind == "hypercorn",
-                )
-            )
-        yield urls[0] + "/mcp", int(urls[0].rsplit(":", 1)[1]), stop
-        stop.set()
-        with trio.fail_after(6):
-            while nursery.child_tasks:  # noqa: ASYNC110 - waits for the server task to return
-                await trio.sleep(0.01)
+    return serve_in_process(app, kind, stop_within=6)
 
 
 async def until(predicate: Callable[[], bool], within: float) -> None:
