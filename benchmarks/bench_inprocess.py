@@ -25,6 +25,32 @@ from typing import Any
 
 POST = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 MODERN = "2026-07-28"
+INIT = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "b", "version": "1"},
+        },
+    }
+).encode()
+INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+
+
+async def _open_session(client: Any) -> dict[str, str]:
+    """initialize + notifications/initialized; the headers of the session's next requests."""
+    response = await client.request("POST", headers=POST, body=INIT)
+    await response.read()
+    headers = {
+        **POST,
+        "mcp-session-id": response.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    await (await client.request("POST", headers=headers, body=INITIALIZED)).read()
+    return headers
 
 
 def _call(request_id: int, modern: bool) -> bytes:
@@ -60,22 +86,7 @@ async def _run(calls: int, mode: str) -> float:
             headers["mcp-method"] = "tools/call"
             headers["mcp-name"] = "add"
         else:
-            init = {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "b", "version": "1"},
-                },
-            }
-            response = await client.request("POST", headers=headers, body=json.dumps(init).encode())
-            await response.read()
-            headers["mcp-session-id"] = response.headers["mcp-session-id"]
-            headers["mcp-protocol-version"] = "2025-11-25"
-            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            await (await client.request("POST", headers=headers, body=json.dumps(note).encode())).read()
+            headers = await _open_session(client)
         start = time.perf_counter()
         for i in range(1, calls + 1):
             response = await client.request("POST", headers=headers, body=_call(i, mode == "modern"))
@@ -89,27 +100,9 @@ async def _run(calls: int, mode: str) -> float:
 
 async def _churn(client: Any, sessions: int) -> float:
     """Session churn: initialize, notifications/initialized, DELETE (SSE answers)."""
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "b", "version": "1"},
-        },
-    }
-    note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
     start = time.perf_counter()
     for _ in range(sessions):
-        response = await client.request("POST", headers=POST, body=json.dumps(init).encode())
-        await response.read()
-        headers = {
-            **POST,
-            "mcp-session-id": response.headers["mcp-session-id"],
-            "mcp-protocol-version": "2025-11-25",
-        }
-        await (await client.request("POST", headers=headers, body=note)).read()
+        headers = await _open_session(client)
         response = await client.request("DELETE", headers=headers)
         await response.read()
         if response.status != 200:
