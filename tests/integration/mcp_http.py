@@ -235,7 +235,7 @@ async def _read_url(process: trio.Process, stderr: IO[bytes]) -> str:
                 break
             output += chunk
     line = output.partition(prefix)[2].partition(b"\n")[0].decode().strip()
-    if not line.startswith("http://127.0.0.1:"):
+    if not line.startswith(("http://127.0.0.1:", "https://127.0.0.1:")):
         stderr.seek(0)
         raise AssertionError(
             f"mcp-trio did not report its URL within {STARTUP_DEADLINE} s; stdout={output!r} "

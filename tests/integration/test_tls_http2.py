@@ -30,9 +30,8 @@ import shutil
 import ssl
 import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ import h2.settings
 import httpx
 import pytest
 import trio
-from mcp_http import INIT, POST_HEADERS, STEP, VERSION, DemoServer, MCPClient, tcp_states
+from mcp_http import INIT, POST_HEADERS, STEP, VERSION, DemoServer, MCPClient, serve_demo, tcp_states
 
 from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, serve
 from mcp_trio._cli import main
@@ -63,8 +62,6 @@ pytestmark = [
     ),
 ]
 
-CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
-STARTUP_DEADLINE = 20.0
 """Seconds the server process gets to print its URL (interpreter start, imports, bind; busy machine)."""
 SHUTDOWN_GRACE = 1.0
 RELEASE = 1.5
@@ -117,37 +114,10 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> Cert:
 # -- the demo as a process ---------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def demo(*flags: str) -> AsyncIterator[DemoServer]:
+def demo(*flags: str) -> AbstractAsyncContextManager[DemoServer]:
     """``mcp-trio demo --bind 127.0.0.1:0 *flags`` until it printed its URL; SIGINT and a bounded wait
     for its clean exit (status 0, "mcp-trio: stopped") at the end (``DemoServer.stop``)."""
-    command = [*CLI, "demo", "--bind", "127.0.0.1:0", "--shutdown-grace", str(SHUTDOWN_GRACE), *flags]
-    with tempfile.TemporaryFile() as stderr:
-        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr)
-        try:
-            assert process.stdout is not None
-            output = b""
-            prefix = b"mcp-trio: serving on "
-            with trio.move_on_after(STARTUP_DEADLINE):
-                while b"\n" not in output.partition(prefix)[2]:
-                    chunk = await process.stdout.receive_some(4096)
-                    if not chunk:
-                        break
-                    output += chunk
-            url = output.partition(prefix)[2].partition(b"\n")[0].decode().strip()
-            if not url:
-                stderr.seek(0)
-                raise AssertionError(f"no URL: stdout={output!r} stderr={stderr.read()[-2000:]!r}")
-            server = DemoServer(url, process.pid, process, stderr, SHUTDOWN_GRACE)
-            yield server
-            await server.stop()
-        finally:
-            if process.returncode is None:
-                process.kill()
-                with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await process.wait()
-            assert process.stdout is not None
-            await process.stdout.aclose()
+    return serve_demo(*flags, shutdown_grace=SHUTDOWN_GRACE)
 
 
 @asynccontextmanager
