@@ -220,3 +220,20 @@ async def test_keep_alive_after_a_fully_read_body_is_unchanged(kind: str) -> Non
                 await stream.send_all(head_for(len(body), extra=headers) + body)
                 answer = await _read_response(stream, buffer)
                 assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_an_answer_before_the_body_says_the_connection_closes(kind: str) -> None:
+    """A complete answer sent while the request body is still to come ends the connection: the
+    answer says ``connection: close``, so a keep-alive client does not send its next request on a
+    connection the server is about to close (it would be lost)."""
+    async with running(kind) as port:
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(head_for(OVER) + b"x" * 1024)  # most of the body never comes
+                buffer = bytearray()
+                answer = await _read_response(stream, buffer)
+                head = answer.partition(b"\r\n\r\n")[0].lower()
+                assert head.startswith(b"http/1.1 413"), answer[:300]
+                assert b"\r\nconnection: close" in head, answer[:300]

@@ -300,6 +300,15 @@ class _Connection:
             return False
         return self._body_done or self._skip_buffered_body()
 
+    def _early_answer(self) -> bool:
+        """A complete answer is about to go out while part of the request body has not arrived."""
+        if self._body_done or self.conn.their_state is not h11.SEND_BODY:
+            return False
+        try:
+            return not self._skip_buffered_body()
+        except h11.RemoteProtocolError:
+            return True
+
     def _skip_buffered_body(self) -> bool:
         """A request body the app did not read (a GET, a DELETE): passed over if h11 already holds
         all of it; otherwise the connection closes rather than wait for it."""
@@ -373,6 +382,11 @@ class _Connection:
             headers = list(start.get("headers", ()))
             if not more and not any(name.lower() == b"content-length" for name, _ in headers):
                 headers.append(content_length(body))
+            if not more and self._early_answer():
+                # The whole answer goes out before the request body is in (a 401 or 413 sent without
+                # reading it): the connection will close after it, so say so, or a keep-alive client
+                # would send its next request on a connection that is about to close.
+                headers.append((b"connection", b"close"))
             status = start["status"]
             try:
                 data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))

@@ -35,6 +35,7 @@ the sha256 of its hypercorn 0.18.0 source.  Where one differs, or sources are no
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -54,7 +55,7 @@ import hypercorn.trio
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
-from hypercorn.protocol.events import Body, EndBody, Trailers
+from hypercorn.protocol.events import Body, EndBody, Response, Trailers
 from hypercorn.protocol.h2 import BUFFER_HIGH_WATER, H2Protocol, StreamBuffer
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
@@ -198,6 +199,18 @@ class _SafeH11Protocol(H11Protocol):
 
     async def _abandon(self) -> None:
         await self.send(Closed())
+
+    async def stream_send(self, event: Any) -> None:
+        if (
+            type(event) is Response
+            and event.status_code >= 200
+            and self.connection.their_state is h11.SEND_BODY
+        ):
+            # An answer that starts before the request body is all in (a 401 or 413 sent without
+            # reading it): the connection cannot serve another request after it, so say so, or a
+            # keep-alive client would send its next request on a connection about to close.
+            event = dataclasses.replace(event, headers=[*event.headers, (b"connection", b"close")])
+        await super().stream_send(event)
 
 
 class _FastH11Protocol(_SafeH11Protocol):
