@@ -19,6 +19,8 @@ import sphinx.util.logging
 
 import mcp_trio
 import mcp_trio._server.config
+import mcp_trio.auth
+import mcp_trio.redis
 import mcp_trio.testing
 
 logger = sphinx.util.logging.getLogger(__name__)
@@ -96,9 +98,9 @@ def _readable_defaults(app, what, name, obj, options, signature, return_annotati
 
 
 def _check_reference_is_complete(app, env):
-    """Every name of ``mcp_trio.__all__`` and ``mcp_trio.testing.__all__`` is in the API reference."""
+    """Every public name of ``mcp_trio`` and its public submodules is in the API reference."""
     documented = {name for name, *_ in env.get_domain("py").get_objects()}
-    for module in (mcp_trio, mcp_trio.testing):
+    for module in (mcp_trio, mcp_trio.auth, mcp_trio.redis, mcp_trio.testing):
         for name in module.__all__:
             if f"{module.__name__}.{name}" not in documented:
                 logger.warning("%s.%s is public but not in docs/api/reference.md", module.__name__, name)

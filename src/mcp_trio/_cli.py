@@ -42,6 +42,7 @@ from ._server.config import ServerConfig
 from ._server.h11server import H11Config, serve_h11
 from ._server.serve import hypercorn_config, serve, wait_for_signal
 from ._stdio import serve_stdio
+from .auth._resource import ProtectedResource
 
 __all__ = ["main"]
 
@@ -281,6 +282,7 @@ def _add_server_options(cmd: argparse.ArgumentParser) -> None:
         )
     _add_origin_options(cmd)
     _add_worker_options(cmd)
+    _add_oauth_options(cmd)
 
 
 _PROTECTION = {"auto": None, "on": True, "off": False}
@@ -386,6 +388,65 @@ def _add_worker_options(cmd: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_oauth_options(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "OAuth (see the docs' authorization page)",
+        "Make the endpoint an OAuth 2.1 protected resource: every request needs a\n"
+        "bearer token, a JWT access token of the issuer for the resource.  Needs\n"
+        "pip install 'mcp_trio[auth]'; for an MCPServer, like the limits above.",
+    )
+    group.add_argument(
+        "--oauth-issuer",
+        default=None,
+        metavar="URL",
+        help="the authorization server whose JWT access tokens are accepted (its keys are found through "
+        "its metadata); needs --resource",
+    )
+    group.add_argument(
+        "--resource",
+        default=None,
+        metavar="URL",
+        help="the public URL of this MCP endpoint (https://HOST/mcp; http only on loopback): tokens must "
+        "name it as their audience, and clients find the metadata from it",
+    )
+    group.add_argument(
+        "--required-scope",
+        action="append",
+        default=None,
+        metavar="SCOPE",
+        help="a scope every request's token must grant (repeat for several); advertised in the metadata",
+    )
+    group.add_argument(
+        "--oauth-audience",
+        action="append",
+        default=None,
+        metavar="AUD",
+        help="accept tokens whose aud names this instead of --resource (repeat for several), for an "
+        "authorization server that names the resource otherwise",
+    )
+
+
+def _oauth_config(args: argparse.Namespace) -> ProtectedResource | None:
+    """The ProtectedResource of the OAuth options, or None; ValueError (ImportError without joserfc)."""
+    issuer, resource = getattr(args, "oauth_issuer", None), getattr(args, "resource", None)
+    if issuer is None and resource is None:
+        if getattr(args, "required_scope", None) or getattr(args, "oauth_audience", None):
+            raise ValueError("--required-scope and --oauth-audience need --oauth-issuer and --resource")
+        return None
+    if issuer is None or resource is None:
+        raise ValueError("--oauth-issuer and --resource go together")
+    from .auth._verify import JWTVerifier
+
+    scopes = args.required_scope or []
+    return ProtectedResource(
+        resource=resource,
+        authorization_servers=[issuer],
+        verifier=JWTVerifier(issuer, args.oauth_audience or resource),
+        scopes_supported=scopes,
+        required_scopes=scopes,
+    )
+
+
 def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
     """Give the app's server a Redis notification bus (it runs in the app's nursery)."""
     worker = app.config.worker_id
@@ -441,6 +502,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     options.update(_origin_config(args))
     if args.worker_id is not None:
         options["worker_id"] = args.worker_id
+    oauth = _oauth_config(args)
+    if oauth is not None:
+        options["oauth"] = oauth
     return ServerConfig(json_response=args.json_response, stats_path=args.stats_path, **options)
 
 
@@ -500,7 +564,12 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if not port.isdigit():
             parser.error(f"--bind: expected HOST:PORT, got {args.bind!r}")
     tls = _tls_files(parser, args)
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except (ValueError, ImportError) as exc:
+        parser.error(str(exc))
+    if config.oauth is not None and args.stdio:
+        parser.error("--oauth-issuer/--resource are for HTTP; over stdio the client starts the server")
     ring = os.environ.get(REQUEST_STATE_SECRET_ENV)
     try:
         if ring is not None:
@@ -521,6 +590,11 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             raise
         print(exc.code, file=sys.stderr)
         return EXIT_USAGE
+    if config.oauth is not None and app.config is not config:
+        parser.error(
+            "--oauth-issuer/--resource: MODULE:ATTR names an MCPApp, which brings its own ServerConfig "
+            "(give it ServerConfig(oauth=ProtectedResource(...)))"
+        )
     if args.redis is not None:
         if args.stdio:
             parser.error("--redis is for HTTP workers; a stdio server serves one client")

@@ -28,14 +28,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 import mcp_types as mt
 import trio
 
 from mcp_trio import ClientSession, RPCError, SkillVerificationError, open_client_session
+from mcp_trio.auth import ClientCredentials, IDJAGExchange, JWTBearer, OAuth, OAuthError
 
 logger = logging.getLogger("conformance_client")
 
@@ -363,6 +366,151 @@ async def run_skills_loading(url: str) -> None:
         for entry in skill.get("resources") or ():
             if entry["uri"] != skill["uri"]:
                 await s.read_skill_file(skill, entry["uri"])
+
+
+# -- authorization scenarios (auth/*) --------------------------------------------------------------
+#
+# The suite starts a mock authorization server next to the mock MCP server.  Its authorization endpoint
+# redirects at once (no login page), so the "browser" of these runs is one GET with redirects off.  The
+# client is configured as a real one would be: a Client ID Metadata Document URL (used only where the
+# server supports them), pre-registered credentials when the scenario passes some in
+# MCP_CONFORMANCE_CONTEXT, dynamic registration otherwise.
+
+CIMD_URL = "https://conformance-test.local/client-metadata.json"  # what auth/basic-cimd expects
+REDIRECT_URI = "http://localhost:3000/callback"
+
+
+class FollowRedirect:
+    """A :class:`~mcp_trio.auth.RedirectHandler` for the mock authorization server: GET the authorization
+    URL, return where it redirects."""
+
+    redirect_uri = REDIRECT_URI
+
+    async def authorize(self, authorization_url: str) -> str:
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            response = await client.get(authorization_url, follow_redirects=False)
+        location = response.headers.get("location")
+        if response.status_code not in (301, 302, 303, 307, 308) or not location:
+            raise AssertionError(f"the authorization endpoint answered {response.status_code}: no redirect")
+        logger.info("authorization redirect: %s", location)
+        return location
+
+
+def oauth(**options: Any) -> OAuth:
+    ctx = context()
+    return OAuth(
+        redirect=FollowRedirect(),
+        client_name="mcp-trio-conformance-client",
+        client_metadata_url=CIMD_URL,
+        client_id=ctx.get("client_id"),
+        client_secret=ctx.get("client_secret"),
+        **options,
+    )
+
+
+async def use_protected_server(url: str, auth: httpx.Auth) -> None:
+    """Connect, list the tools and call the mock's one tool, authorizing on the way."""
+    async with connect(url, auth=auth) as s:
+        describe(s)
+        tools = await s.list_tools()
+        logger.info("tools: %s", [t.name for t in tools.tools])
+        result = await s.call_tool("test-tool", {})
+        logger.info("test-tool: %s", result.content)
+        assert not result.is_error, result
+
+
+@scenario(
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-metadata-backcompat",
+    "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+    "auth/authorization-server-migration",
+    "auth/iss-supported",
+    "auth/iss-not-advertised",
+)
+async def run_auth(url: str) -> None:
+    await use_protected_server(url, oauth())
+
+
+# scenario -> what the client must refuse (a pattern of its OAuthError's message)
+REFUSALS = {
+    "auth/resource-mismatch": r"protected resource metadata .* is for 'https://evil\.example\.com/mcp'",
+    "auth/iss-supported-missing": r"advertises RFC 9207 iss, but its response has none",
+    "auth/iss-wrong-issuer": r"comes from issuer 'https://evil\.example\.com'",
+    "auth/iss-unexpected": r"comes from issuer 'https://evil\.example\.com'",
+    "auth/iss-normalized": r"comes from issuer 'http://[^']+/', not from 'http://[^/']+'",
+    "auth/metadata-issuer-mismatch": r"names the issuer 'https://attacker\.example\.com'",
+    "auth/scope-retry-limit": r"HTTP 403 \(insufficient_scope.* after 3 authorization attempts",
+}
+
+
+@scenario(*REFUSALS)
+async def run_auth_refusal(url: str) -> None:
+    """The scenario makes the authorization unsafe (or endless): the client must refuse with an
+    OAuthError that says why; the program then ends normally.  Completing the flow is a failure."""
+    name = os.environ["MCP_CONFORMANCE_SCENARIO"]
+    try:
+        await use_protected_server(url, oauth())
+    except OAuthError as exc:
+        logger.info("refused, as it must be: %s", exc)
+        if not re.search(REFUSALS[name], str(exc)):
+            raise AssertionError(f"refused for another reason than expected ({REFUSALS[name]!r})") from exc
+        return
+    raise AssertionError("the client completed the flow; it had to refuse")
+
+
+@scenario("auth/client-credentials-basic", "auth/client-credentials-jwt")
+async def run_client_credentials(url: str) -> None:
+    """The client_credentials grant with the credentials the scenario passes in the context: a secret
+    (client_secret_basic) or a private key (private_key_jwt)."""
+    ctx = context()
+    if "private_key_pem" in ctx:
+        auth = ClientCredentials(
+            client_id=ctx["client_id"],
+            private_key=ctx["private_key_pem"],
+            signing_algorithm=ctx.get("signing_algorithm") or "ES256",
+        )
+    else:
+        auth = ClientCredentials(client_id=ctx["client_id"], client_secret=ctx["client_secret"])
+    await use_protected_server(url, auth)
+
+
+@scenario("auth/dpop", "auth/dpop-nonce")
+async def run_dpop(url: str) -> None:
+    """DPoP (RFC 9449): a token bound to the client's key, presented with a fresh proof per request
+    (with the servers' nonces in auth/dpop-nonce)."""
+    await use_protected_server(url, oauth(dpop=True))
+
+
+@scenario("auth/wif-jwt-bearer")
+async def run_workload_identity(url: str) -> None:
+    """Workload identity federation: the platform's token (``valid_jwt`` of the context) as the
+    assertion of a jwt-bearer grant."""
+    ctx = context()
+    await use_protected_server(url, JWTBearer(assertion=ctx["valid_jwt"], client_id=ctx["client_id"]))
+
+
+@scenario("auth/enterprise-managed-authorization", "auth/cross-app-access-complete-flow")
+async def run_enterprise_managed(url: str) -> None:
+    """Enterprise-managed authorization: the identity provider's ID token exchanged there for an ID-JAG
+    (RFC 8693), then the ID-JAG for an access token (jwt-bearer, client_secret_basic)."""
+    ctx = context()
+    exchange = IDJAGExchange(ctx["idp_token_endpoint"], ctx["idp_id_token"], client_id=ctx["idp_client_id"])
+    auth = JWTBearer(assertion=exchange, client_id=ctx["client_id"], client_secret=ctx["client_secret"])
+    await use_protected_server(url, auth)
 
 
 async def main(url: str, name: str) -> None:

@@ -191,21 +191,22 @@ async def serve_demo(*flags: str, shutdown_grace: float = 2.0) -> AsyncIterator[
 
 @asynccontextmanager
 async def serve_in_process(
-    app: MCPApp, kind: str, *, stop_within: float
+    app: MCPApp, kind: str, *, stop_within: float, port: int = 0
 ) -> AsyncIterator[tuple[str, int, trio.Event]]:
-    """``app`` served in this process on 127.0.0.1:0 by ``kind``: ``hypercorn`` (with the fast path),
-    ``hypercorn-as-shipped-path`` (without it) or ``h11``; yields (url, port, stop) and on exit checks
-    that the server returned within ``stop_within`` seconds (no task left behind)."""
+    """``app`` served in this process on 127.0.0.1:``port`` (default 0: any free one) by ``kind``:
+    ``hypercorn`` (with the fast path), ``hypercorn-as-shipped-path`` (without it) or ``h11``; yields
+    (url, port, stop) and on exit checks that the server returned within ``stop_within`` seconds (no
+    task left behind)."""
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         if kind == "h11":
             urls = await nursery.start(
                 lambda task_status: serve_h11(
-                    app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
+                    app, "127.0.0.1", port, shutdown_trigger=stop.wait, task_status=task_status
                 )
             )
         else:
-            config = hypercorn_config(["127.0.0.1:0"], graceful_timeout=1.0)
+            config = hypercorn_config([f"127.0.0.1:{port}"], graceful_timeout=1.0)
             urls = await nursery.start(
                 lambda task_status: serve(
                     app,

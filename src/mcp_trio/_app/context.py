@@ -82,8 +82,9 @@ class Context:
 
     @property
     def principal(self) -> object:
-        """Who sent the request, as ``ServerConfig.authenticate`` said (None without authentication,
-        and over stdio)."""
+        """Who sent the request: with ``ServerConfig.oauth``, its :class:`~mcp_trio.auth.AccessToken`
+        (in a 2025 session, the newest token its owner sent); with ``ServerConfig.authenticate``, what
+        the hook returned; None without authentication, and over stdio."""
         return getattr(self.peer, "principal", None)
 
     @property

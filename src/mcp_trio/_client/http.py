@@ -16,6 +16,7 @@ import trio
 from .._exceptions import MCPTrioError, SessionExpired, TransportError
 from .._protocol import modern as modern_rules
 from .._protocol.sse import ServerSentEvent, SSEDecoder
+from ..auth._client_errors import OAuthError
 
 __all__ = ["HTTPTransport", "MessageStream", "SessionExpired", "TransportError"]
 
@@ -71,9 +72,13 @@ class HTTPTransport:
     """Talks to one MCP endpoint.  Owns nothing but what ``open_client_session`` hands it: the httpx
     client and the session nursery (for the GET stream)."""
 
-    def __init__(self, http: httpx.AsyncClient, url: str, *, max_reconnects: int = 3) -> None:
+    def __init__(
+        self, http: httpx.AsyncClient, url: str, *, max_reconnects: int = 3, auth: httpx.Auth | None = None
+    ) -> None:
         self.http = http
         self.url = url
+        # applied to every request (the client's own default otherwise): mcp_trio.auth.OAuth, typically
+        self.auth = auth if auth is not None else httpx.USE_CLIENT_DEFAULT
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self.max_reconnects = max_reconnects
@@ -102,7 +107,7 @@ class HTTPTransport:
             "POST", self.url, content=body, headers=self._headers(extra_headers)
         )
         try:
-            response = await self.http.send(request, stream=True)
+            response = await self.http.send(request, stream=True, auth=self.auth)
         except httpx.HTTPError as exc:
             raise TransportError(f"POST {self.url} failed: {_reason(exc)}") from exc
         try:
@@ -171,7 +176,7 @@ class HTTPTransport:
     async def _resume(self, decoder: SSEDecoder, expect: Any, on_message: OnMessage) -> dict[str, Any] | None:
         headers = self._headers({"accept": "text/event-stream", "last-event-id": decoder.last_event_id})
         try:
-            async with self.http.stream("GET", self.url, headers=headers) as response:
+            async with self.http.stream("GET", self.url, headers=headers, auth=self.auth) as response:
                 if response.status_code >= 400:
                     await self._raise_for(response)
                 return await self._pump(response.aiter_bytes(), decoder, expect, on_message)
@@ -216,7 +221,7 @@ class HTTPTransport:
             "POST", self.url, content=body, headers=self._headers(extra_headers)
         )
         try:
-            response = await self.http.send(request, stream=True)
+            response = await self.http.send(request, stream=True, auth=self.auth)
         except httpx.HTTPError as exc:
             raise TransportError(f"POST {self.url} failed: {_reason(exc)}") from exc
         stream = MessageStream(response)
@@ -245,7 +250,9 @@ class HTTPTransport:
             if decoder.last_event_id:
                 extra["last-event-id"] = decoder.last_event_id
             try:
-                async with self.http.stream("GET", self.url, headers=self._headers(extra)) as response:
+                async with self.http.stream(
+                    "GET", self.url, headers=self._headers(extra), auth=self.auth
+                ) as response:
                     if response.status_code == 405:
                         return
                     if response.status_code >= 400:
@@ -253,6 +260,9 @@ class HTTPTransport:
                         return
                     failures = 0
                     await self._pump(response.aiter_bytes(), decoder, None, on_message)
+            except OAuthError as exc:  # no authorization for the stream: never ask again from here
+                logger.info("GET stream given up: %s", exc)
+                return
             except (httpx.HTTPError, MCPTrioError) as exc:
                 logger.info("GET stream dropped: %r", exc)
             failures += 1
@@ -262,7 +272,9 @@ class HTTPTransport:
         if self.session_id is None:
             return
         try:
-            response = await self.http.delete(self.url, headers=self._headers())
+            response = await self.http.delete(self.url, headers=self._headers(), auth=self.auth)
+        except OAuthError as exc:  # the session ends anyway: no authorization just to say goodbye
+            raise TransportError(f"DELETE {self.url} needed an authorization that failed: {exc}") from exc
         except httpx.HTTPError as exc:
             raise TransportError(f"DELETE {self.url} failed: {_reason(exc)}") from exc
         if response.status_code not in (200, 202, 204, 404, 405):

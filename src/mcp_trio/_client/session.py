@@ -15,7 +15,7 @@ import mcp_types as mt
 import pydantic
 import trio
 
-from .._exceptions import RPCError
+from .._exceptions import MCPTrioError, RPCError
 from .._protocol import modern as modern_rules
 from .._protocol import versions
 from . import skills as skills_ext
@@ -317,7 +317,7 @@ class ClientSession:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 try:
                     await self.notify("notifications/cancelled", {"requestId": request_id})
-                except (TransportError, httpx.HTTPError) as exc:
+                except (MCPTrioError, httpx.HTTPError) as exc:  # an OAuthError too: best effort only
                     logger.info("could not cancel the server's %s: %r", method, exc)
 
     async def _answer_inputs(self, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -622,6 +622,7 @@ async def open_client_session(
     *,
     mode: Mode = "auto",
     http: httpx.AsyncClient | None = None,
+    auth: httpx.Auth | None = None,
     client_info: dict[str, Any] | None = None,
     sampling: SamplingHandler | None = None,
     elicitation: ElicitationHandler | None = None,
@@ -649,11 +650,17 @@ async def open_client_session(
     whose input it was to provide (2026 era); one from ``progress`` is raised out of its call; one from
     ``on_log`` or ``on_notification`` out of the call whose answer carried the notification, or, for a
     notification that arrived outside any call, out of this block, which it ends.
+
+    ``auth`` authenticates every request of the session (the POSTs, the GET stream, the DELETE):
+    :class:`mcp_trio.auth.OAuth` for an OAuth-protected server, or any ``httpx.Auth``.  With ``http``
+    too, it is applied per request and takes the place of that client's own ``auth``.
     """
     handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level)
+    if auth is not None and not isinstance(auth, httpx.Auth):
+        raise TypeError(f"auth= takes an httpx.Auth (e.g. mcp_trio.auth.OAuth(...)), not {auth!r:.200}")
     own_http = http is None
     client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
-    transport = HTTPTransport(client, url)
+    transport = HTTPTransport(client, url, auth=auth)
 
     async def finish(session: ClientSession) -> None:
         if not session.modern:

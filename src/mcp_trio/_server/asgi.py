@@ -22,6 +22,8 @@ from .._protocol import http, jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._protocol.cluster import session_owner
 from .._protocol.session import parse_event_id
+from ..auth._resource import BearerGuard
+from ..auth._token import AccessToken
 from .config import HTTPRequestInfo, ServerConfig
 from .hypercorn_server import CANCELLABLE_SEND
 from .manager import SessionManager
@@ -76,6 +78,11 @@ class MCPApp:
             self.config.allowed_hosts or (), self.config.allowed_origins or (), self._cors
         )
         self._allow_lists = bool(self.config.allowed_hosts or self.config.allowed_origins)
+        oauth = self.config.oauth
+        self._oauth = BearerGuard(oauth, self.config.path) if oauth is not None else None
+        """With ``config.oauth``: the bearer check of every request, and the resource metadata."""
+        self._owned_sessions = self.config.authenticate is not None or oauth is not None
+        """Whether sessions belong to a principal (another worker cannot check it for a forwarded body)."""
         self._link: WorkerLink | None = None
         """With a worker id and a bus that links workers: how to reach the other workers (set by
         :meth:`run`, so a bus given to the server after the app was made counts)."""
@@ -162,13 +169,17 @@ class MCPApp:
         extensions = scope.get("extensions")
         abortable = isinstance(extensions, dict) and CANCELLABLE_SEND in extensions
         facts = http.RequestFacts.from_headers(scope["method"], scope.get("headers", ()))
-        if self._cors is not None:  # every response of this request carries its CORS headers
+        metadata = self._oauth is not None and scope.get("path", "/").rstrip("/") in self._oauth.paths
+        if self._cors is not None and not metadata:  # every response of this request carries its CORS headers
             cors_headers = self._cors.response_headers(facts.origin)
             if cors_headers:
                 raw_send = _with_headers(raw_send, cors_headers)
         send = GuardedSend(raw_send, abortable=abortable, in_progress=self._sends)
         try:
-            await self._route(scope, facts, receive, send)
+            if metadata:
+                await self._metadata(facts, send)
+            else:
+                await self._route(scope, facts, receive, send)
         except TRANSPORT_ERRORS:  # the connection was abandoned (a send was cut): nothing more to say
             return
 
@@ -204,9 +215,19 @@ class MCPApp:
         except _ClientGone:
             return
 
+    async def _metadata(self, facts: http.RequestFacts, send: GuardedSend) -> None:
+        """The protected resource metadata (RFC 9728): public, for any origin, before any other rule."""
+        assert self._oauth is not None
+        status, headers, body = self._oauth.metadata_response(facts.method, facts.cors_headers)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
     async def _authenticate(self, scope: Scope) -> object:
-        """The principal of a request, by ``config.authenticate`` (None without one); the hook raises
-        :class:`RemoteProtocolError` (401, 403) to refuse."""
+        """The principal of a request, by ``config.oauth`` (its :class:`AccessToken`) or
+        ``config.authenticate`` (None without either); they raise :class:`RemoteProtocolError` (400,
+        401, 403, 503) to refuse."""
+        if self._oauth is not None:
+            return await self._oauth.authenticate(scope.get("headers", ()))
         hook = self.config.authenticate
         if hook is None:
             return None
@@ -234,6 +255,10 @@ class MCPApp:
         self, facts: http.RequestFacts, receive: Receive, send: GuardedSend, principal: object
     ) -> None:
         http.check_post(facts, max_body_size=self.config.max_body_size, json_only=False)
+        if self._oauth is not None and isinstance(principal, AccessToken):
+            header_revision = versions.revision(facts.protocol_version or "")
+            if header_revision is not None and header_revision.modern:  # scopes by the headers, unread body
+                self._oauth.require_for(principal, facts.mcp_method, _header_name(facts))
         body = await _read_body(receive, self.config.max_body_size, self.config.body_timeout)
         incoming = jsonrpc.parse_body(body, allow_batch=True)
         initialize = [m for m in incoming.requests if m.method == "initialize"]
@@ -247,6 +272,8 @@ class MCPApp:
             await self._post_modern(facts, incoming, receive, send, principal)
             return
         http.check_protocol_version(facts)
+        if self._oauth is not None and isinstance(principal, AccessToken):
+            self._oauth.require_for_messages(principal, incoming.messages)
         if initialize:
             if incoming.batch:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
@@ -312,6 +339,12 @@ class MCPApp:
         revision = modern_rules.check_headers(
             facts, message.id, message.method, message.params, header_params
         )
+        if self._oauth is not None and isinstance(principal, AccessToken):  # the headers were the body's
+            field = modern_rules.NAMED_METHODS.get(message.method)
+            name = (message.params or {}).get(field) if field else None
+            self._oauth.require_for(
+                principal, message.method, name if isinstance(name, str) else None, message.id
+            )
         if not self.server.knows(message.method, revision):
             raise RemoteProtocolError(
                 f"Method not found: {message.method}",
@@ -362,7 +395,7 @@ class MCPApp:
             return False
         http.check_protocol_version(facts)
         alive: bool | None
-        if body is not None and self.config.authenticate is None:  # the owner cannot check a principal
+        if body is not None and not self._owned_sessions:  # the owner cannot check a principal
             outcome = await link.forward_to_worker(owner, session_id, body)
             if outcome == "sent":
                 await _respond(send, 202, b"", content_type=None)
@@ -384,7 +417,7 @@ class MCPApp:
         its sessions), handled as :meth:`_post_legacy` would; False if it cannot be (no such session
         here, or invalid for it): the caller drops and counts it."""
         session = self._manager.get(session_id)
-        if session is None or self.config.authenticate is not None:
+        if session is None or self._owned_sessions:
             return False
         try:
             incoming = jsonrpc.parse_body(body, allow_batch=True)
@@ -406,8 +439,10 @@ class MCPApp:
         if worker is not None and session_owner(session_id, (worker,)) is None:
             raise http.session_not_found()  # malformed, or another worker's: not a session of ours
         session = self._manager.get(session_id)
-        if session is None or session.principal != principal:  # a session is its creator's alone
+        if session is None or not _same_owner(session.principal, principal):  # its creator's alone
             raise http.session_not_found()
+        if isinstance(principal, AccessToken):
+            session.principal = principal  # its owner's newest token (a refreshed one, say)
         return session
 
     # -- GET and DELETE -----------------------------------------------------------------------
@@ -439,6 +474,24 @@ class MCPApp:
         http.check_protocol_version(facts)
         await session.aclose()
         await _respond(send, 200, b"", content_type=None)
+
+
+def _same_owner(owner: object, principal: object) -> bool:
+    """Whether ``principal`` may use a session ``owner`` created: an access token of the same owner
+    (issuer, subject, client: a refreshed token keeps the session), else an equal principal."""
+    if isinstance(owner, AccessToken) and isinstance(principal, AccessToken):
+        return owner.owner == principal.owner
+    return owner == principal
+
+
+def _header_name(facts: http.RequestFacts) -> str | None:
+    """The decoded ``Mcp-Name`` header, or None (absent or malformed: the body check refuses that)."""
+    if facts.mcp_name is None:
+        return None
+    try:
+        return modern_rules.decode_header_value(facts.mcp_name)
+    except ValueError:
+        return None
 
 
 def _refuse_modern(facts: http.RequestFacts) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .._protocol.cluster import check_worker_id
 from .._protocol.session import new_session_id
+from ..auth._resource import ProtectedResource
 from .eventstore import EventStore, InMemoryEventStore
 
 if TYPE_CHECKING:
@@ -115,6 +116,12 @@ class ServerConfig:
     :class:`~mcp_trio.RemoteProtocolError` (``http_status=401`` with a ``www-authenticate`` header, or
     403).  A 2025 session belongs to the principal that created it: the same session id with another
     principal is 404.  None: no authentication."""
+    oauth: ProtectedResource | None = None
+    """Make the endpoint an OAuth 2.1 protected resource (:class:`mcp_trio.auth.ProtectedResource`): every
+    request needs a bearer token its verifier accepts, with the scopes the request needs, and the
+    resource metadata is served at its well-known URLs; :attr:`Context.principal
+    <mcp_trio.Context.principal>` is the request's :class:`~mcp_trio.auth.AccessToken`.  Not with
+    ``authenticate``.  None: no OAuth."""
     request_state_secret: bytes | Sequence[bytes] | None = None
     """HMAC key that seals ``requestState`` of input-required results (2026 era), or a key ring (a
     sequence of keys: the first seals, every one verifies, so keys can be rotated).  None: the ring in
@@ -127,6 +134,11 @@ class ServerConfig:
     """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests)."""
 
     def __post_init__(self) -> None:
+        if self.oauth is not None:
+            if not isinstance(self.oauth, ProtectedResource):
+                raise TypeError("oauth must be a mcp_trio.auth.ProtectedResource")
+            if self.authenticate is not None:
+                raise ValueError("oauth and authenticate are exclusive: each decides who sends a request")
         if self.worker_id is not None:
             check_worker_id(self.worker_id)
         secret = self.request_state_secret

@@ -13,15 +13,60 @@ from typing import TYPE_CHECKING, Any
 # name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
     # --- the protected resource (server side) ---
+    "AccessToken": "_token",
+    "InvalidToken": "_token",
+    "TokenVerifier": "_token",
+    "VerifierUnavailable": "_token",
+    "ProtectedResource": "_resource",
+    "JWTVerifier": "_verify",
+    "IntrospectionVerifier": "_verify",
     # --- end of the protected resource ---
     # --- the OAuth client ---
+    "OAuth": "_client",
+    "ClientCredentials": "_client",
+    "JWTBearer": "_client",
+    "IDJAGExchange": "_client",
+    "OAuthError": "_client_errors",
+    "RedirectHandler": "_redirect",
+    "LoopbackRedirect": "_redirect",
+    "HeadlessRedirect": "_redirect",
+    "TokenStore": "_store",
+    "MemoryTokenStore": "_store",
+    "FileTokenStore": "_store",
+    "OAuthTokens": "_store",
+    "ClientRegistration": "_store",
     # --- end of the OAuth client ---
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and the docs: the real imports
-    pass
+    # --- the protected resource (server side) ---
+    from ._resource import ProtectedResource as ProtectedResource
+    from ._token import AccessToken as AccessToken
+    from ._token import InvalidToken as InvalidToken
+    from ._token import TokenVerifier as TokenVerifier
+    from ._token import VerifierUnavailable as VerifierUnavailable
+    from ._verify import IntrospectionVerifier as IntrospectionVerifier
+    from ._verify import JWTVerifier as JWTVerifier
+
+    # --- end of the protected resource ---
+    # isort: split
+    # --- the OAuth client ---
+    from ._client import ClientCredentials as ClientCredentials
+    from ._client import IDJAGExchange as IDJAGExchange
+    from ._client import JWTBearer as JWTBearer
+    from ._client import OAuth as OAuth
+    from ._client_errors import OAuthError as OAuthError
+    from ._redirect import HeadlessRedirect as HeadlessRedirect
+    from ._redirect import LoopbackRedirect as LoopbackRedirect
+    from ._redirect import RedirectHandler as RedirectHandler
+    from ._store import ClientRegistration as ClientRegistration
+    from ._store import FileTokenStore as FileTokenStore
+    from ._store import MemoryTokenStore as MemoryTokenStore
+    from ._store import OAuthTokens as OAuthTokens
+    from ._store import TokenStore as TokenStore
+    # --- end of the OAuth client ---
 
 
 def __getattr__(name: str) -> Any:
