@@ -68,13 +68,15 @@ python3 -m coverage run -m pytest -q -p no:cacheprovider "$@"
 if [ $# -eq 0 ]; then
     # The real-socket tests once more with the demo on the embedded Trio + h11 server (serve_h11):
     # every behaviour of the ASGI path must hold on both HTTP servers (the Redis/worker tests are about
-    # Redis, not HTTP, and run once).
+    # Redis, not HTTP, and run once; the OAuth end-to-end tests always run their own hypercorn, so they
+    # run once too).
     echo "== pytest (tests/integration on the embedded h11 server)"
     MCP_TRIO_TEST_HTTP=h11 python3 -m coverage run -m pytest -q -p no:cacheprovider tests/integration \
         --ignore=tests/integration/test_hypercorn_close_wait.py --ignore=tests/integration/test_h11_server.py \
         --ignore=tests/integration/test_hypercorn_fast_path.py --ignore=tests/integration/test_hostile_peers.py \
         --ignore=tests/integration/test_wheel.py --ignore=tests/integration/test_deploy_workers.py \
-        --ignore=tests/integration/test_redis.py --ignore=tests/integration/test_balancer_leaks.py
+        --ignore=tests/integration/test_redis.py --ignore=tests/integration/test_balancer_leaks.py \
+        --ignore=tests/integration/test_oauth_e2e.py --ignore=tests/integration/test_cli_client_auth.py
 fi
 python3 -m coverage combine -q
 python3 -m coverage report --fail-under=90 --skip-covered | tail -n 15
