@@ -496,3 +496,26 @@ async def _browse(url: str, login: str) -> None:
 
 if __name__ == "__main__":
     trio.run(_browse, sys.argv[1], os.environ.get("OAUTH_AS_LOGIN", "alice"))
+
+
+# -- fixtures (imported by the test modules that use them) ----------------------------------------
+
+
+@pytest.fixture
+def oauth_as_installed() -> None:
+    require_installed()
+
+
+@pytest.fixture
+async def authorization_server(oauth_as_installed: None) -> AsyncIterator[AuthorizationServer]:
+    async with run_authorization_server() as server:
+        yield server
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    user = Browser("alice")
+    try:
+        yield user
+    finally:
+        await user.aclose()

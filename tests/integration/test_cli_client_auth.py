@@ -17,6 +17,7 @@ import pytest
 import trio
 from mcp_http import serve_in_process
 
+import oauth_as
 from mcp_trio import Context, MCPApp, MCPServer, RemoteProtocolError, ServerConfig
 from mcp_trio._cli import main
 from mcp_trio._cli_client import HEADLESS_REDIRECT_URI
@@ -25,10 +26,13 @@ from oauth_as import (
     AuthorizationServer,
     Browser,
     browser_command,
-    require_installed,
-    run_authorization_server,
     serve_protected,
 )
+
+# The shared fixtures (tests use them by name).
+oauth_as_installed = oauth_as.oauth_as_installed
+authorization_server = oauth_as.authorization_server
+browser = oauth_as.browser
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
 RUN = 30.0
@@ -152,26 +156,6 @@ def test_a_bad_header_is_a_usage_error(
 
 
 # -- --oauth ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def oauth_as_installed() -> None:
-    require_installed()
-
-
-@pytest.fixture
-async def authorization_server(oauth_as_installed: None) -> AsyncIterator[AuthorizationServer]:
-    async with run_authorization_server() as server:
-        yield server
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    user = Browser("alice")
-    try:
-        yield user
-    finally:
-        await user.aclose()
 
 
 async def read_stderr_until(process: trio.Process, seen: bytearray, marker: bytes) -> None:

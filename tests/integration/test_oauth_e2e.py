@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +23,7 @@ from joserfc import jwt
 from joserfc.jwk import KeySet
 from mcp_http import INIT, POST_HEADERS
 
+import oauth_as
 from mcp_trio import open_client_session
 from mcp_trio.auth import (
     FileTokenStore,
@@ -36,35 +36,19 @@ from oauth_as import (
     BrowserRedirect,
     obtain_tokens,
     pkce_pair,
-    require_installed,
     run_authorization_server,
     serve_protected,
 )
+
+# The shared fixtures (tests use them by name).
+oauth_as_installed = oauth_as.oauth_as_installed
+authorization_server = oauth_as.authorization_server
+browser = oauth_as.browser
 
 REDIRECT_URI = "http://127.0.0.1:33418/callback"
 RESOURCE = "http://127.0.0.1:9/mcp"  # a resource indicator only: nothing is asked of it here
 STEP = 10.0
 """Deadline of one exchange with the authorization server (a login is several)."""
-
-
-@pytest.fixture
-def oauth_as_installed() -> None:
-    require_installed()
-
-
-@pytest.fixture
-async def authorization_server(oauth_as_installed: None) -> AsyncIterator[AuthorizationServer]:
-    async with run_authorization_server() as server:
-        yield server
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    user = Browser("alice")
-    try:
-        yield user
-    finally:
-        await user.aclose()
 
 
 async def metadata(http: httpx.AsyncClient, server: AuthorizationServer) -> dict[str, Any]:
