@@ -64,14 +64,18 @@ echo "== mypy"; python3 -m mypy
 echo "== docs"; bash scripts/docs.sh -q
 echo "== pytest"
 python3 -m coverage erase
-python3 -m coverage run -m pytest -q -p no:cacheprovider "$@"
+# Two workers (pytest-xdist), each taking whole test files: most tests wait on sockets and subprocesses,
+# so two share the machine's cores well (add -n 0 to run in one process).  pytest-benchmark, where it
+# happens to be installed, refuses xdist: it is not used here.
+PYTEST=(python3 -m coverage run -m pytest -q -p no:cacheprovider -p no:benchmark -n 2 --dist loadfile)
+"${PYTEST[@]}" "$@"
 if [ $# -eq 0 ]; then
     # The real-socket tests once more with the demo on the embedded Trio + h11 server (serve_h11):
     # every behaviour of the ASGI path must hold on both HTTP servers (the Redis/worker tests are about
-    # Redis, not HTTP, and run once; the OAuth end-to-end tests always run their own hypercorn, so they
-    # run once too).
+    # Redis, not HTTP, and run once; tests that run servers of their own, not the demo, run once too:
+    # tests/integration/conftest.py deselects them in this pass).
     echo "== pytest (tests/integration on the embedded h11 server)"
-    MCP_TRIO_TEST_HTTP=h11 python3 -m coverage run -m pytest -q -p no:cacheprovider tests/integration \
+    MCP_TRIO_TEST_HTTP=h11 "${PYTEST[@]}" tests/integration \
         --ignore=tests/integration/test_hypercorn_close_wait.py --ignore=tests/integration/test_h11_server.py \
         --ignore=tests/integration/test_hypercorn_fast_path.py --ignore=tests/integration/test_hostile_peers.py \
         --ignore=tests/integration/test_wheel.py --ignore=tests/integration/test_deploy_workers.py \

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import trio
 
+import mcp_trio  # noqa: F401 - xdist's controlling process too: else coverage warns it saw no mcp_trio
+
 DEFAULT_DEADLINE = 30.0
 
 

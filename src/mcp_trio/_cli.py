@@ -16,15 +16,15 @@ import importlib
 import logging
 import os
 import secrets
+import signal
 import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
 from . import __version__
-from ._app.bus import LocalNotificationBus
-from ._app.server import MCPServer
 from ._cli_client import (
     EXIT_BROKEN_PIPE,
     EXIT_CONNECTION,
@@ -37,12 +37,12 @@ from ._cli_client import (
 )
 from ._protocol import http
 from ._protocol.cluster import REQUEST_STATE_SECRET_ENV, check_worker_id, parse_secret_ring
-from ._server.asgi import MCPApp
 from ._server.config import ServerConfig
-from ._server.h11server import H11Config, serve_h11
-from ._server.serve import hypercorn_config, serve, wait_for_signal
-from ._stdio import serve_stdio
-from .auth._resource import ProtectedResource
+
+if TYPE_CHECKING:
+    # The server side is imported where a server command needs it: `mcp-trio tools|call` start faster.
+    from ._server.asgi import MCPApp
+    from .auth._resource import ProtectedResource
 
 __all__ = ["main"]
 
@@ -99,6 +99,9 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def load_app(target: str, config: ServerConfig) -> MCPApp:
     """``package.module:attr`` naming an :class:`MCPApp`, an :class:`MCPServer` or a factory of either."""
+    from ._app.server import MCPServer
+    from ._server.asgi import MCPApp
+
     module_name, sep, attr = target.partition(":")
     if not sep or not attr:
         raise SystemExit(f"mcp-trio: expected MODULE:ATTR, got {target!r}")
@@ -153,6 +156,28 @@ async def run_server(
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening.  ``tls``:
     (certfile, keyfile) to serve HTTPS, and HTTP/2 to clients that offer it (hypercorn only)."""
+    # The signal handler is in place before the servers start, so a SIGINT right after the
+    # "serving on" line is a clean stop (a trigger opened by the server's own task could come too late).
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+        async def wait_for_signal() -> None:
+            async for _ in signals:
+                return
+
+        await _run_server(app, bind, http_server, wait_for_signal, hypercorn_fast_path, tls)
+
+
+async def _run_server(
+    app: MCPApp,
+    bind: str,
+    http_server: str,
+    wait_for_signal: Callable[[], Awaitable[None]],
+    hypercorn_fast_path: bool,
+    tls: tuple[str, str] | None,
+) -> None:
+    from ._server.h11server import H11Config, serve_h11
+    from ._server.serve import hypercorn_config, serve
+
     run: Callable[..., Awaitable[None]]
     if http_server == "h11" and tls is not None:
         raise ValueError("the embedded h11 server does not do TLS")
@@ -435,6 +460,7 @@ def _oauth_config(args: argparse.Namespace) -> ProtectedResource | None:
         return None
     if issuer is None or resource is None:
         raise ValueError("--oauth-issuer and --resource go together")
+    from .auth._resource import ProtectedResource
     from .auth._verify import JWTVerifier
 
     scopes = args.required_scope or []
@@ -449,6 +475,8 @@ def _oauth_config(args: argparse.Namespace) -> ProtectedResource | None:
 
 def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
     """Give the app's server a Redis notification bus (it runs in the app's nursery)."""
+    from ._app.bus import LocalNotificationBus
+
     worker = app.config.worker_id
     try:
         from .redis import RedisNotificationBus
@@ -579,6 +607,7 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         return EXIT_USAGE
     try:
         if args.command == "demo":
+            from ._server.asgi import MCPApp
             from .demo import build_demo_server
 
             app = MCPApp(build_demo_server(), config)
@@ -601,6 +630,8 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         _use_redis(parser, app, args.redis)
     if args.stdio:
         # stdout carries only MCP messages (logging.basicConfig writes to stderr)
+        from ._stdio import serve_stdio
+
         trio.run(functools.partial(serve_stdio, app.server, config=config))
         return 0
     trio.run(

@@ -2,22 +2,55 @@
 
 ``demo_server`` starts it with the flags of ``@pytest.mark.server_flags("--idle-timeout", "0.5", ...)``
 and stops it with SIGINT afterwards, checking it exits by itself with status 0 in time (see
-``mcp_http.serve_demo``).  ``baseline`` is the idle server's socket and task counts.
+``mcp_http.serve_demo``).  ``baseline`` is the idle server's socket and task counts.  In a module marked
+``shared_demo_server`` the tests without ``server_flags`` share one demo (``mcp_http.shared_demo``, stopped
+and checked the same way after the module's last test); each still measures its own ``baseline`` first
+and must leave the server at it.  ``@pytest.mark.demo_without_coverage``: under ``coverage run`` the
+demo of that (volume) test measures no coverage.
+
+``MCP_TRIO_TEST_HTTP=h11`` (the test command's second pass) runs the demo on the embedded h11 server;
+that pass keeps only the tests that run the demo through ``mcp_http`` (the ``demo_server`` fixture, or
+``serve_demo`` / ``SERVER_COMMAND`` imported by their module) and deselects the others: they run
+their own servers, the same in both passes, and the first pass ran them already.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from mcp_http import Baseline, DemoServer, serve_demo
+from mcp_http import HTTP_SERVER, Baseline, DemoServer, serve_demo, shared_demo
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "server_flags(*flags): extra command-line flags for the demo_server fixture"
     )
+    config.addinivalue_line(
+        "markers", "shared_demo_server: the module's tests without server_flags share one demo_server"
+    )
+    config.addinivalue_line(
+        "markers",
+        "demo_without_coverage: under coverage run, the demo_server of this volume test measures none",
+    )
+
+
+def runs_the_demo(item: pytest.Item) -> bool:
+    """Whether ``item`` runs the demo through ``mcp_http`` (so on the server ``MCP_TRIO_TEST_HTTP`` picks)."""
+    module = getattr(item, "module", None)
+    return "demo_server" in getattr(item, "fixturenames", ()) or any(
+        hasattr(module, name) for name in ("serve_demo", "SERVER_COMMAND")
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HTTP_SERVER == "hypercorn":
+        return
+    deselected = [item for item in items if not runs_the_demo(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if runs_the_demo(item)]
 
 
 @pytest.fixture
@@ -26,11 +59,38 @@ def linux() -> None:
         pytest.skip("inspects the server's sockets through /proc (Linux only)")
 
 
+@pytest.fixture(scope="module")
+def module_demo_server() -> Iterator[DemoServer]:
+    """One demo for the tests of a module marked ``shared_demo_server``."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("inspects the server's sockets through /proc (Linux only)")
+    with shared_demo() as server:
+        yield server
+
+
 @pytest.fixture
-async def demo_server(request: pytest.FixtureRequest, linux: None) -> AsyncIterator[DemoServer]:
+def shared_server(request: pytest.FixtureRequest) -> DemoServer | None:
+    """The module's shared demo, if this test uses it (its module is marked ``shared_demo_server`` and
+    the test asks for no ``server_flags``)."""
+    node = request.node
+    if node.get_closest_marker("shared_demo_server") and not node.get_closest_marker("server_flags"):
+        server: DemoServer = request.getfixturevalue("module_demo_server")
+        assert server.process.poll() is None, f"the shared demo exited:\n{server.log()}"
+        return server
+    return None
+
+
+@pytest.fixture
+async def demo_server(
+    request: pytest.FixtureRequest, linux: None, shared_server: DemoServer | None
+) -> AsyncIterator[DemoServer]:
+    if shared_server is not None:
+        yield shared_server
+        return
     marker = request.node.get_closest_marker("server_flags")
     flags = [str(flag) for flag in marker.args] if marker else []
-    async with serve_demo(*flags) as server:
+    measure_coverage = request.node.get_closest_marker("demo_without_coverage") is None
+    async with serve_demo(*flags, measure_coverage=measure_coverage) as server:
         yield server
 
 

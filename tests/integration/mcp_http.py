@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -35,12 +37,14 @@ __all__ = [
     "assert_back_to_baseline",
     "count_sockets",
     "count_tasks",
+    "coverage_paused",
     "end_cleanly",
     "fetch_stats",
     "full_session",
     "http_client",
     "read_until",
     "serve_demo",
+    "shared_demo",
     "tasks_named",
     "tcp_states",
     "wait_for",
@@ -56,11 +60,13 @@ INIT = {
     "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
 }
 """An ``initialize`` request (2025-11-25)."""
-STARTUP_DEADLINE = 10.0
-"""Seconds the server gets to print its URL (interpreter start + imports + bind)."""
+STARTUP_DEADLINE = 30.0
+"""Seconds the server gets to print its URL (interpreter start + imports + bind): a backstop against a
+hang, not a measure (about 1.5 s alone, several times that under coverage on a busy machine)."""
 EXIT_MARGIN = 2.0
 """Seconds beyond the shutdown grace the server gets to exit after SIGINT."""
 POLL = 0.02
+_URL_PREFIX = b"mcp-trio: serving on "
 STEP = 2.0
 """Deadline of one step of one session (a request, or the end of a stream after DELETE)."""
 
@@ -93,11 +99,15 @@ TCP_STATES = {
 
 @dataclass
 class DemoServer:
-    """A running ``mcp-trio demo``.  ``url`` is the MCP endpoint; ``stats_url`` its ``/stats``."""
+    """A running ``mcp-trio demo``.  ``url`` is the MCP endpoint; ``stats_url`` its ``/stats``.
+
+    ``process`` is a ``subprocess.Popen`` for a server shared by the tests of a module (``shared_demo``):
+    it outlives each test's Trio run, and no test may stop it.
+    """
 
     url: str
     pid: int
-    process: trio.Process
+    process: trio.Process | subprocess.Popen[bytes]
     stderr: IO[bytes]
     shutdown_grace: float
     stopped: bool = False
@@ -133,6 +143,8 @@ class DemoServer:
         """
         if self.stopped:
             return 0.0
+        if not isinstance(self.process, trio.Process):
+            raise AssertionError("this demo is shared by the tests of a module: a test may not stop it")
         self.stopped = True
         start = trio.current_time()
         self.process.send_signal(sig)
@@ -157,24 +169,20 @@ class DemoServer:
 
 
 @asynccontextmanager
-async def serve_demo(*flags: str, shutdown_grace: float = 2.0) -> AsyncIterator[DemoServer]:
+async def serve_demo(
+    *flags: str, shutdown_grace: float = 2.0, measure_coverage: bool = True
+) -> AsyncIterator[DemoServer]:
     """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags``.
 
     Yields once the server printed its URL.  On exit sends SIGINT (unless the test already stopped
-    it) and checks it exits by itself, with status 0, in time.
+    it) and checks it exits by itself, with status 0, in time.  ``measure_coverage=False``: when the
+    tests run under ``coverage run`` (the test command), the server does not measure coverage (for a
+    volume test, where it would run several times slower and cover nothing new).
     """
-    command = [
-        *SERVER_COMMAND,
-        "--bind",
-        "127.0.0.1:0",
-        "--stats-path",
-        "/stats",
-        "--shutdown-grace",
-        str(shutdown_grace),
-        *flags,
-    ]
+    command = _demo_command(flags, shutdown_grace)
+    env = None if measure_coverage else _env_without_coverage()
     with tempfile.TemporaryFile() as stderr:
-        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr)
+        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr, env=env)
         try:
             url = await _read_url(process, stderr)
             server = DemoServer(url, process.pid, process, stderr, shutdown_grace)
@@ -187,6 +195,84 @@ async def serve_demo(*flags: str, shutdown_grace: float = 2.0) -> AsyncIterator[
                     await process.wait()
             assert process.stdout is not None
             await process.stdout.aclose()
+
+
+def _env_without_coverage() -> dict[str, str]:
+    """This process's environment without the variables through which ``coverage run`` (``patch =
+    subprocess``) makes a Python subprocess measure coverage."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+    }
+
+
+def _demo_command(flags: tuple[str, ...], shutdown_grace: float) -> list[str]:
+    return [
+        *SERVER_COMMAND,
+        "--bind",
+        "127.0.0.1:0",
+        "--stats-path",
+        "/stats",
+        "--shutdown-grace",
+        str(shutdown_grace),
+        *flags,
+    ]
+
+
+@contextmanager
+def shared_demo(*flags: str, shutdown_grace: float = 2.0) -> Iterator[DemoServer]:
+    """``serve_demo`` without a Trio run, for a server that several tests share (a module-scoped
+    fixture: each test runs in its own Trio run).  On exit sends SIGINT and checks the server exits by
+    itself, with status 0 and ``mcp-trio: stopped``, within the shutdown grace + margin."""
+    with tempfile.TemporaryFile() as stderr:
+        process = subprocess.Popen(
+            _demo_command(flags, shutdown_grace), stdout=subprocess.PIPE, stderr=stderr
+        )
+        assert process.stdout is not None
+        try:
+            output = _read_url_blocking(process.stdout.fileno())
+            line = output.partition(_URL_PREFIX)[2].partition(b"\n")[0].decode().strip()
+            if not line.startswith("http://127.0.0.1:"):
+                stderr.seek(0)
+                raise AssertionError(
+                    f"mcp-trio did not report its URL within {STARTUP_DEADLINE} s; stdout={output!r} "
+                    f"stderr={stderr.read().decode(errors='replace')[-2000:]}"
+                )
+            server = DemoServer(line, process.pid, process, stderr, shutdown_grace)
+            yield server
+            assert process.poll() is None, f"the shared demo exited ({process.returncode}):\n{server.log()}"
+            process.send_signal(signal.SIGINT)
+            try:
+                returncode = process.wait(shutdown_grace + EXIT_MARGIN)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(
+                    f"mcp-trio did not exit within {shutdown_grace + EXIT_MARGIN} s of SIGINT; killed it. "
+                    f"stderr:\n{server.log()}"
+                ) from None
+            tail = process.stdout.read()
+            assert returncode == 0, f"exit status {returncode}; stderr:\n{server.log()}"
+            assert b"mcp-trio: stopped" in tail, tail
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(5)
+            process.stdout.close()
+
+
+def _read_url_blocking(fd: int) -> bytes:
+    """What the server printed on ``fd`` until its URL line, or until ``STARTUP_DEADLINE``."""
+    output = b""
+    deadline = time.monotonic() + STARTUP_DEADLINE
+    while b"\n" not in output.partition(_URL_PREFIX)[2]:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        output += chunk
+    return output
 
 
 @asynccontextmanager
@@ -228,7 +314,7 @@ async def serve_in_process(
 async def _read_url(process: trio.Process, stderr: IO[bytes]) -> str:
     assert process.stdout is not None
     output = b""
-    prefix = b"mcp-trio: serving on "
+    prefix = _URL_PREFIX
     with trio.move_on_after(STARTUP_DEADLINE):
         while b"\n" not in output.partition(prefix)[2]:
             chunk = await process.stdout.receive_some(4096)
@@ -596,6 +682,28 @@ async def http_client(**options: Any) -> AsyncIterator[httpx.AsyncClient]:
 
 
 # -- scenarios ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def coverage_paused() -> Iterator[None]:
+    """Under ``coverage run`` (the test command), stop measuring coverage in this process for the
+    block: for a volume loop of requests to a server in another process, where tracing the client's
+    own code (httpx, h11, Trio) measures nothing and made the loop twice as slow.  Without coverage,
+    does nothing."""
+    try:
+        import coverage
+    except ImportError:  # pragma: no cover - coverage is a dev dependency
+        yield
+        return
+    current = coverage.Coverage.current()
+    if current is None:
+        yield
+        return
+    current.stop()
+    try:
+        yield
+    finally:
+        current.start()
 
 
 async def full_session(http: httpx.AsyncClient, url: str, n: int) -> None:

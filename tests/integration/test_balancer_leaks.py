@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from mcp_http import Baseline, assert_back_to_baseline, fetch_stats, full_session
+from mcp_http import Baseline, assert_back_to_baseline, coverage_paused, fetch_stats, full_session
 from test_deploy_workers import cluster
 
 pytestmark = pytest.mark.skipif(
@@ -91,11 +91,13 @@ async def run_bounded(total: int, concurrency: int, one: Any) -> None:
 
 @pytest.mark.deadline(120)
 async def test_sessions_through_haproxy_leave_nothing_on_any_worker(tmp_path: Path) -> None:
-    async with cluster(tmp_path) as c:
+    # Under coverage run the load is measured on no side: that made it several times slower and
+    # covered nothing test_deploy_workers.py does not.
+    async with cluster(tmp_path, measure_coverage=False) as c:
         baselines = {name: await Baseline.measure(worker) for name, worker in c.workers.items()}
         before = {name: await fetch_stats(worker) for name, worker in c.workers.items()}
         start = trio.current_time()
-        with trio.fail_after(90):
+        with trio.fail_after(90), coverage_paused():
             await run_bounded(SESSIONS, CONCURRENCY, lambda n: full_session(c.http, c.url, n))
             await run_bounded(MODERN_CALLS, CONCURRENCY, lambda n: modern_echo(c.http, c.url, n))
         took = trio.current_time() - start

@@ -28,9 +28,9 @@ async def _drain(
             seen.set()
 
 
-async def _serve_and_stop(*flags: str) -> tuple[int, str, str]:
-    """Run ``mcp-trio demo --bind 127.0.0.1:0 *flags`` until it printed its URL, then SIGINT it; its
-    exit status, stdout and stderr."""
+async def _serve_and_stop(*flags: str, settle: float = 0.2) -> tuple[int, str, str]:
+    """Run ``mcp-trio demo --bind 127.0.0.1:0 *flags`` until it printed its URL, then (``settle``
+    seconds later) SIGINT it; its exit status, stdout and stderr."""
     command = [*CLI, "demo", "--bind", "127.0.0.1:0", "--shutdown-grace", "1", *flags]
     process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
@@ -42,7 +42,7 @@ async def _serve_and_stop(*flags: str) -> tuple[int, str, str]:
             nursery.start_soon(_drain, process.stderr, stderr)
             with trio.fail_after(STARTUP_DEADLINE):
                 await listening.wait()
-            await trio.sleep(0.2)  # anything else it would print at startup
+            await trio.sleep(settle)  # anything else it would print at startup
             process.send_signal(signal.SIGINT)
             with trio.fail_after(10):
                 code = await process.wait()
@@ -54,6 +54,15 @@ async def _serve_and_stop(*flags: str) -> tuple[int, str, str]:
         await process.stdout.aclose()
         await process.stderr.aclose()
     return code, stdout.decode(), stderr.decode()
+
+
+@pytest.mark.deadline(60)
+@pytest.mark.parametrize("flags", [(), ("--http", "h11")], ids=["hypercorn", "h11"])
+async def test_sigint_right_after_the_startup_line_is_a_clean_stop(flags: tuple[str, ...]) -> None:
+    code, stdout, stderr = await _serve_and_stop(*flags, settle=0)
+    assert code == 0, stderr
+    assert stdout.rstrip().endswith("mcp-trio: stopped"), stdout
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
 
 
 @pytest.mark.deadline(60)

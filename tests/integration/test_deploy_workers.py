@@ -168,7 +168,9 @@ async def haproxy(port: int, a: DemoServer, b: DemoServer, log: Path) -> AsyncIt
 
 
 @asynccontextmanager
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+async def cluster(tmp_path: Path, *, measure_coverage: bool = True) -> AsyncIterator[Cluster]:
+    """Redis, two workers and HAProxy (``measure_coverage=False``: the workers measure no coverage
+    under ``coverage run``, see ``mcp_http.serve_demo``)."""
     need("coredis", importlib.util.find_spec("coredis"))
     need("haproxy", shutil.which("haproxy") or os.access("/usr/sbin/haproxy", os.X_OK))
     need("redis-server", shutil.which("redis-server") or os.access("/usr/bin/redis-server", os.X_OK))
@@ -179,7 +181,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             stack.push_async_callback(redis.kill)
             await redis.start()
             workers = {
-                name: await stack.enter_async_context(serve_demo("--worker-id", name, "--redis", redis.url))
+                name: await stack.enter_async_context(
+                    serve_demo("--worker-id", name, "--redis", redis.url, measure_coverage=measure_coverage)
+                )
                 for name in ("a", "b")
             }
             url = await stack.enter_async_context(

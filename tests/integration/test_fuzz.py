@@ -48,6 +48,8 @@ from mcp_http import (
 
 from mcp_trio._protocol import versions
 
+pytestmark = pytest.mark.shared_demo_server  # both tests fuzz one demo (conftest.py)
+
 SESSION_VERSION = "2025-11-25"
 MODERN = versions.LATEST_MODERN.name
 EXAMPLES = 150

@@ -2,7 +2,8 @@
 test command's second pass, on ``serve_h11``).
 
 Each malformed input gets a clean 4xx (or a JSON-RPC error) and never a 5xx; the session it arrived on
-stays usable; nothing is left behind (the server returns to its baseline afterwards).
+stays usable; nothing is left behind (the server returns to its baseline afterwards).  The tests without
+server flags share one demo: each measures its baseline first, so each still answers for what it left.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from mcp_http import (
 )
 
 from mcp_trio._protocol import versions
+
+pytestmark = pytest.mark.shared_demo_server  # one demo for the tests without server flags (conftest.py)
 
 MODERN = versions.LATEST_MODERN.name
 SESSION_VERSION = "2025-11-25"

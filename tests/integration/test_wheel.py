@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(*cmd: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore"}
     env.pop("PYTHONPATH", None)
+    # Under the test command's `coverage run`, a Python subprocess measures coverage: not pip's.
+    env.pop("COVERAGE_PROCESS_CONFIG", None)
+    env.pop("COVERAGE_PROCESS_START", None)
     done = subprocess.run(
         [str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env, cwd="/"
     )
@@ -40,14 +43,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "mcp_trio/py.typed" in names
     assert any(re.fullmatch(r"mcp_trio-[^/]+\.dist-info/(licenses/)?LICENSE", n) for n in names), names
     assert not any(n.startswith("tests/") for n in names)
-    venv.create(tmp / "venv", with_pip=True, clear=True)
+    # No pip of its own (seconds to set up): this interpreter's pip installs into it (--python).
+    venv.create(tmp / "venv", with_pip=False, clear=True)
     bin_dir = tmp / "venv" / "bin"
-    run(bin_dir / "python", "-m", "pip", "install", "--quiet", wheel)
+    run(sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "--quiet", wheel)
     return bin_dir
 
 
 def test_wheel_installs_with_only_runtime_dependencies(installed: Path) -> None:
-    freeze = run(installed / "python", "-m", "pip", "freeze").stdout.lower()
+    freeze = run(sys.executable, "-m", "pip", "--python", installed / "python", "freeze").stdout.lower()
     names = {re.split(r"==| @ ", line)[0].replace("_", "-") for line in freeze.splitlines()}
     assert {"mcp-trio", "trio", "hypercorn", "mcp-types", "httpx", "pydantic"} <= names, names
     assert not names & {"pytest", "mypy", "ruff", "hypothesis", "sphinx", "mcp"}, names

@@ -41,7 +41,7 @@ def test_the_owner_of_a_session_id() -> None:
     [
         "",
         "noworker",  # today's ids, without an owner
-        new_session_id(),
+        pytest.param(new_session_id(), id="random-id"),  # a fixed test id for a random value
         ".abc",  # no owner
         "w1.",  # nothing after it
         "w 1.abc",

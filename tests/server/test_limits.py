@@ -215,10 +215,10 @@ async def test_storing_is_cheap_per_event() -> None:
     store = InMemoryEventStore(
         max_events_per_stream=10, max_streams_per_session=8, max_bytes_per_session=2000
     )
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds: a busy machine does not count
     for n in range(100_000):
         store.store_nowait(f"s{n % 10}", event(n % 97, n, 1 + n % 40))
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
     stats = store.statistics()
     assert stats["bytes"] <= 10 * 2000 and stats["streams"] <= 10 * 8 and stats["events"] <= 10 * 8 * 10
 
