@@ -37,6 +37,13 @@ _EXPORTS: dict[str, str] = {
     "SkillVerificationError": "._exceptions",
     "StoredEvent": "._server.eventstore",
     "TransportError": "._exceptions",
+    "MemoryTaskStore": "._app.tasks",
+    "TASK_STATUS_IGNORED": "._app.tasks",
+    "TaskRecord": "._app.tasks",
+    "TaskStatus": "._app.tasks",
+    "TaskStore": "._app.tasks",
+    "TaskStoreFull": "._app.tasks",
+    "TaskStoreUnavailable": "._app.tasks",
     "hypercorn_config": "._server.serve",
     "open_client_session": "._client.session",
     "open_stdio_client": "._client.session",
@@ -46,6 +53,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "TASK_STATUS_IGNORED",
     "ClientSession",
     "Context",
     "EventStore",
@@ -59,6 +67,7 @@ __all__ = [
     "MCPApp",
     "MCPServer",
     "MCPTrioError",
+    "MemoryTaskStore",
     "NotificationBus",
     "ProtocolError",
     "RPCError",
@@ -69,6 +78,11 @@ __all__ = [
     "SessionRegistry",
     "SkillVerificationError",
     "StoredEvent",
+    "TaskRecord",
+    "TaskStatus",
+    "TaskStore",
+    "TaskStoreFull",
+    "TaskStoreUnavailable",
     "TransportError",
     "hypercorn_config",
     "open_client_session",
@@ -84,6 +98,13 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._app.context import Context as Context
     from ._app.inputs import InputRequest as InputRequest
     from ._app.server import MCPServer as MCPServer
+    from ._app.tasks import TASK_STATUS_IGNORED as TASK_STATUS_IGNORED
+    from ._app.tasks import MemoryTaskStore as MemoryTaskStore
+    from ._app.tasks import TaskRecord as TaskRecord
+    from ._app.tasks import TaskStatus as TaskStatus
+    from ._app.tasks import TaskStore as TaskStore
+    from ._app.tasks import TaskStoreFull as TaskStoreFull
+    from ._app.tasks import TaskStoreUnavailable as TaskStoreUnavailable
     from ._client.session import ClientSession as ClientSession
     from ._client.session import open_client_session as open_client_session
     from ._client.session import open_stdio_client as open_stdio_client

@@ -13,7 +13,7 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-from . import Context, InputRequest, MCPServer, RPCError
+from . import TASK_STATUS_IGNORED, Context, InputRequest, MCPServer, RPCError, TaskStatus
 
 __all__ = ["build_demo_server"]
 
@@ -131,6 +131,7 @@ def build_demo_server() -> MCPServer:
     _add_client_request_tools(server)
     _add_input_required_tools(server)
     _add_modern_tools(server)
+    _add_task_tools(server)
     _add_resources(server)
     _add_prompts(server)
 
@@ -254,6 +255,56 @@ def _add_client_request_tools(server: MCPServer) -> None:
     async def test_elicitation_sep1330_enums(ctx: Context) -> str:
         result = await ctx.elicit("Please select options from the enum fields", SEP1330_ENUMS)
         return f"Elicitation completed: action={result.action}, content={json.dumps(result.content)}"
+
+
+def _add_task_tools(server: MCPServer) -> None:
+    """Long-running tools (the tasks extension, 2026 era): a client that declares the extension gets a
+    task to poll; others get an ordinary result (or -32021 for a tool that needs a task)."""
+
+    @server.tool(description="Greets `name` at once (never a task).")
+    async def greet(name: str) -> str:
+        return f"Hello, {name}!"
+
+    @server.tool(description="Sleeps `seconds`, then answers (a task where the client can).", task="optional")
+    async def slow_compute(seconds: float, label: str = "") -> str:
+        await trio.sleep(max(0.0, min(seconds, 3600.0)))
+        return f"Computed {label or 'result'} after {seconds:g} s"
+
+    @server.tool(description="Fails after about a second with a tool error (always a task).", task="required")
+    async def failing_job() -> mt.CallToolResult:
+        await trio.sleep(1)
+        return mt.CallToolResult(content=[_text("The job failed: nothing to do")], is_error=True)
+
+    @server.tool(description="Fails with a JSON-RPC error (the task ends as failed).", task="optional")
+    async def protocol_error_job() -> str:
+        await trio.sleep(0.1)
+        raise RPCError(mt.INTERNAL_ERROR, "The job broke down: internal error")
+
+    @server.tool(description="Asks the user to confirm deleting `filename`, then reports.", task="optional")
+    async def confirm_delete(ctx: Context, filename: str) -> str:
+        answer = await ctx.ask({"confirm": _form(f"Delete {filename}?", "confirm", "boolean")})
+        confirmed = answer["confirm"].action == "accept" and (answer["confirm"].content or {}).get("confirm")
+        return f"Deleted {filename}" if confirmed else f"Kept {filename}"
+
+    @server.tool(description="Asks two questions at the same time, then reports both.", task="optional")
+    async def multi_input(ctx: Context) -> str:
+        answers: dict[str, Any] = {}
+
+        async def ask(key: str, message: str) -> None:
+            answers[key] = (await ctx.ask({key: _form(message, "name")}))[key]
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "first", "First name?")
+            nursery.start_soon(ask, "second", "Second name?")
+        names = [(answers[key].content or {}).get("name", "?") for key in ("first", "second")]
+        return "Got " + " and ".join(map(str, names))
+
+    @server.tool(description="Asks the user's name first, then works on as a task.", task="required")
+    async def test_tool_with_task(ctx: Context, task_status: TaskStatus = TASK_STATUS_IGNORED) -> str:
+        answer = (await ctx.ask({"user_name": _form("What is your name?", "name")}))["user_name"]
+        task_status.started()  # the answer came with the request: from here on, a task
+        await trio.sleep(0.5)
+        return f"Hello, {(answer.content or {}).get('name', 'stranger')}, from a task!"
 
 
 def _form(message: str, field: str, kind: str = "string") -> InputRequest:

@@ -18,6 +18,15 @@ from .bus import LocalNotificationBus, NotificationBus, Subscriber
 from .context import LOG_LEVELS, Context
 from .prompts import PromptFn, PromptSpec
 from .resources import ResourceFn, ResourceSpec
+from .tasks import (
+    TASK_METHODS,
+    TASK_STATUS_IGNORED,
+    TASKS_EXTENSION,
+    TaskStatus,
+    TaskSupport,
+    declares_tasks,
+    missing_extension,
+)
 from .tools import InvalidArguments, ToolFn, ToolSpec, to_call_tool_result
 
 __all__ = ["RESOURCE_NOT_FOUND", "MCPServer"]
@@ -87,7 +96,10 @@ class MCPServer:
             LocalNotificationBus() if notification_bus is None else notification_bus
         )
         """Where ``notify_*`` publishes (see :class:`~mcp_trio.NotificationBus`)."""
-        self._extensions: dict[str, tuple[MethodHandler, frozenset[str] | None]] = {}
+        modern = frozenset(r.name for r in versions.MODERN)
+        self._extensions: dict[str, tuple[MethodHandler, frozenset[str] | None]] = {
+            method: (self._task_method, modern) for method in TASK_METHODS
+        }
         self._handlers: dict[str, Handler] = {
             "ping": self._ping,
             "tools/list": self._list_tools,
@@ -115,9 +127,16 @@ class MCPServer:
         input_schema: dict[str, Any] | None = None,
         output_schema: dict[str, Any] | None = None,
         annotations: mt.ToolAnnotations | None = None,
+        task: TaskSupport = "forbidden",
     ) -> Callable[[F], F]:
         """Decorator: register an async function as a tool.  Its input schema comes from its type
-        hints unless ``input_schema`` is given; a parameter annotated :class:`Context` gets the context."""
+        hints unless ``input_schema`` is given; a parameter annotated :class:`Context` gets the context.
+
+        ``task``: whether a 2026-era call may run as a task (the tasks extension, see docs/tasks):
+        ``"forbidden"`` (default), ``"optional"`` (a task when the client declared the extension, else an
+        ordinary call) or ``"required"`` (a client without the extension gets -32021).  A task-capable
+        tool may take a ``task_status`` parameter and call ``task_status.started()`` when it becomes a
+        task (see :class:`~mcp_trio.TaskStatus`); without one it is a task from the start."""
         options = {
             "name": name,
             "title": title,
@@ -125,6 +144,7 @@ class MCPServer:
             "input_schema": input_schema,
             "output_schema": output_schema,
             "annotations": annotations,
+            "task": task,
         }
         return self._decorator(lambda fn: self.add_tool(fn, **options))
 
@@ -283,6 +303,8 @@ class MCPServer:
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {method}") from exc
         result = await handler(ctx, request.params)
         self._add_metadata_if_modern(ctx, method, result)
+        if result.get("resultType") == "task":  # a CreateTaskResult: no model in mcp-types
+            return result
         return mtm.serialize_server_result(method, ctx.protocol_version, result)
 
     def _add_metadata_if_modern(self, ctx: Context, method: str, result: dict[str, Any]) -> None:
@@ -308,6 +330,8 @@ class MCPServer:
         (default: all).  The methods of the core protocol cannot be replaced."""
         if method in self._handlers or method == "subscriptions/listen":
             raise ValueError(f"{method} is a method of the core protocol")
+        if method in TASK_METHODS:
+            raise ValueError(f"{method} is served by mcp_trio's tasks extension")
         self._extensions[method] = (handler, frozenset(revisions) if revisions is not None else None)
 
     def tool_header_params(self, name: object) -> dict[str, tuple[str, ...]] | None:
@@ -349,10 +373,17 @@ class MCPServer:
     async def _ping(self, ctx: Context, params: Any) -> dict[str, Any]:
         return {}
 
+    def has_tasks(self) -> bool:
+        """Whether a tool may run as a task (then ``server/discover`` advertises the extension)."""
+        return any(spec.task_support != "forbidden" for spec in self._tools.values())
+
     async def _discover(self, ctx: Context, params: Any) -> dict[str, Any]:
+        capabilities = self.capabilities()
+        if self.has_tasks():
+            capabilities["extensions"] = {TASKS_EXTENSION: {}}
         result: dict[str, Any] = {
             "supportedVersions": versions.supported_versions(),
-            "capabilities": self.capabilities(),
+            "capabilities": capabilities,
         }
         if self.instructions is not None:
             result["instructions"] = self.instructions
@@ -365,8 +396,32 @@ class MCPServer:
         spec = self._tools.get(params.name)
         if spec is None:
             raise RPCError(mt.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        revision = versions.revision(ctx.protocol_version)
+        if spec.task_support != "forbidden" and revision is not None and revision.modern:
+            if declares_tasks(ctx.peer.client_capabilities):
+                tasks = getattr(ctx.peer, "tasks", None)
+                if tasks is not None:
+                    return await tasks.call_tool(  # type: ignore[no-any-return]
+                        ctx, lambda ctx, status: self._run_tool(spec, ctx, params, status)
+                    )
+            elif spec.task_support == "required":
+                raise missing_extension()
+        return await self._run_tool(spec, ctx, params, TASK_STATUS_IGNORED)
+
+    async def _task_method(self, ctx: Context, params: dict[str, Any] | None) -> dict[str, Any]:
+        """``tasks/get``, ``tasks/update``, ``tasks/cancel`` (2026 era, where the app runs tasks)."""
+        tasks = getattr(ctx.peer, "tasks", None)
+        if tasks is None:
+            raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
+        handler = {"tasks/get": tasks.get, "tasks/update": tasks.update, "tasks/cancel": tasks.cancel}
+        result: dict[str, Any] = await handler[ctx.method](ctx, params)
+        return result
+
+    async def _run_tool(
+        self, spec: ToolSpec, ctx: Context, params: mt.CallToolRequestParams, task_status: TaskStatus
+    ) -> dict[str, Any]:
         try:
-            value = await spec.call(ctx, params.arguments or {})
+            value = await spec.call(ctx, params.arguments or {}, task_status)
         except RPCError:
             raise
         except pydantic.ValidationError as exc:

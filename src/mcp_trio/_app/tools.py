@@ -17,10 +17,13 @@ import trio
 
 from .._protocol.modern import header_parameters
 from .context import Context
+from .tasks import TASK_STATUS_IGNORED, TaskStatus, TaskSupport
 
 __all__ = ["ArgumentsSchema", "InvalidArguments", "ToolSpec", "to_call_tool_result"]
 
 ToolFn = Callable[..., Awaitable[Any]]
+TASK_STATUS_PARAM = "task_status"
+"""The parameter (by name, as with :meth:`trio.Nursery.start`) through which a tool starts its task."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,11 @@ class ToolSpec:
     """``x-mcp-header`` annotations of the input schema: header name (lower-case) -> argument path."""
     schema: ArgumentsSchema | None = None
     """Validates arguments against an explicit ``input_schema``; None when they come from type hints."""
+    task_support: TaskSupport = "forbidden"
+    """Whether a call may run as a task (tasks extension, 2026 era): never, when the client supports
+    it, or always (a client without the extension gets -32021)."""
+    task_status_param: bool = False
+    """Whether the function takes ``task_status`` (it then calls ``task_status.started()`` itself)."""
 
     @classmethod
     def build(
@@ -48,16 +56,23 @@ class ToolSpec:
         input_schema: dict[str, Any] | None = None,
         output_schema: dict[str, Any] | None = None,
         annotations: mt.ToolAnnotations | None = None,
+        task: TaskSupport = "forbidden",
     ) -> ToolSpec:
+        if task not in ("forbidden", "optional", "required"):
+            raise ValueError(f"task must be 'forbidden', 'optional' or 'required', not {task!r}")
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"tool {fn!r} must be an async function (run blocking work with trio.to_thread)")
         hints = get_type_hints(fn, include_extras=True)
         params = inspect.signature(fn).parameters
         context_param = next((p for p in params if hints.get(p) is Context), None)
+        task_status_param = TASK_STATUS_PARAM in params
+        if task_status_param and task == "forbidden":
+            raise TypeError(f"tool {fn.__name__}: task_status needs task='optional' or 'required'")
         name = name or fn.__name__
         model = schema = None
         if input_schema is None:
-            model = _arguments_model(fn, params, hints, context_param)
+            skip = {context_param, TASK_STATUS_PARAM}
+            model = _arguments_model(fn, params, hints, skip)
             input_schema = model.model_json_schema()
             input_schema.pop("title", None)
         else:
@@ -77,14 +92,19 @@ class ToolSpec:
             context_param=context_param,
             header_params=header_parameters(input_schema),
             schema=schema,
+            task_support=task,
+            task_status_param=task_status_param,
         )
 
     def wire(self) -> dict[str, Any]:
         return self.definition.model_dump(by_alias=True, exclude_none=True, mode="json")
 
-    async def call(self, ctx: Context, arguments: dict[str, Any]) -> Any:
+    async def call(
+        self, ctx: Context, arguments: dict[str, Any], task_status: TaskStatus = TASK_STATUS_IGNORED
+    ) -> Any:
         """Validate ``arguments`` and run the tool.  Invalid arguments raise ``pydantic.ValidationError``
-        (schema from type hints) or :class:`InvalidArguments` (explicit schema); the tool does not run."""
+        (schema from type hints) or :class:`InvalidArguments` (explicit schema); the tool does not run.
+        A tool without a ``task_status`` parameter is started (``task_status.started()``) before it runs."""
         if self.arguments is not None:
             validated = self.arguments.model_validate(arguments)
             kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
@@ -94,15 +114,19 @@ class ToolSpec:
             kwargs = dict(arguments)
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
+        if self.task_status_param:
+            kwargs[TASK_STATUS_PARAM] = task_status
+        else:
+            task_status.started()
         return await self.fn(**kwargs)
 
 
 def _arguments_model(
-    fn: ToolFn, params: Any, hints: dict[str, Any], context_param: str | None
+    fn: ToolFn, params: Any, hints: dict[str, Any], skip: set[str | None]
 ) -> type[pydantic.BaseModel]:
     fields: dict[str, Any] = {}
     for pname, param in params.items():
-        if pname == context_param:
+        if pname in skip:
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"tool {fn.__name__}: *args and **kwargs are not supported")

@@ -32,8 +32,15 @@ __all__ = [
     "unsupported_version",
 ]
 
-NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-"""Methods that need ``Mcp-Name``, and the param it mirrors."""
+NAMED_METHODS = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+"""Methods that need ``Mcp-Name``, and the param it mirrors (the tasks extension's name the task)."""
 
 _SENTINEL = re.compile(r"=\?base64\?(.*)\?=", re.DOTALL)
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")

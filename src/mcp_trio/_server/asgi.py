@@ -99,12 +99,17 @@ class MCPApp:
             bus.attach_worker(self.config.worker_id, self._deliver_forwarded)  # type: ignore[attr-defined]
             self._link = bus  # type: ignore[assignment]
         bus_run = getattr(bus, "run", None)
-        if bus_run is None:
-            await self._manager.run(task_status=task_status)
-            return
+        tasks = self._modern.tasks
+        tasks.publish = bus.publish
         async with trio.open_nursery() as nursery:
-            await nursery.start(bus_run)
+            if bus_run is not None:
+                await nursery.start(bus_run)
+            store_run = getattr(tasks.store, "run", None)
+            if store_run is not None:  # a store with tasks of its own (a shared one's signals)
+                await nursery.start(store_run, tasks)
+            await nursery.start(tasks.run)
             await self._manager.run(task_status=task_status)
+            nursery.cancel_scope.cancel()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MCPApp]:
@@ -121,6 +126,7 @@ class MCPApp:
         ``config.shutdown_grace``."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._modern.aclose)
+            nursery.start_soon(self._modern.tasks.aclose)
             nursery.start_soon(self._manager.aclose)
 
     def statistics(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from ..auth._resource import ProtectedResource
 from .eventstore import EventStore, InMemoryEventStore
 
 if TYPE_CHECKING:
+    from .._app.tasks import TaskStore
     from .session import SessionRegistry
 
 __all__ = ["Authenticate", "HTTPRequestInfo", "ServerConfig"]
@@ -130,6 +131,15 @@ class ServerConfig:
     every worker the same ring."""
     request_state_ttl: float = 600.0
     """How long a ``requestState`` stays valid."""
+    task_store_factory: Callable[[], TaskStore] | None = None
+    """Makes the app's store of tasks (tasks extension, 2026 era): None for a
+    :class:`~mcp_trio.MemoryTaskStore` (this process only); :class:`mcp_trio.redis.RedisTaskStore` lets
+    every worker of a deployment answer for any task."""
+    task_ttl: float | None = 3600.0
+    """How long a task and its result are kept after it was created (its ``ttlMs``); a task still running
+    then is cancelled and forgotten.  None: kept until the store needs the room."""
+    task_poll_interval: float = 1.0
+    """The ``pollIntervalMs`` suggested to clients polling a task."""
     stats_path: str | None = None
     """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests)."""
 
@@ -141,6 +151,10 @@ class ServerConfig:
                 raise ValueError("oauth and authenticate are exclusive: each decides who sends a request")
         if self.worker_id is not None:
             check_worker_id(self.worker_id)
+        if self.task_ttl is not None and not self.task_ttl > 0:
+            raise ValueError("task_ttl must be positive (or None)")
+        if not 0 < self.task_poll_interval < 3600:
+            raise ValueError("task_poll_interval must be between 0 and 3600 seconds")
         secret = self.request_state_secret
         if secret is not None:
             keys = [secret] if isinstance(secret, bytes) else list(secret)

@@ -121,6 +121,7 @@ class MessageConnection(SessionPeer):
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._write_loop, name="mcp stdio writer")
+            await nursery.start(self._modern.tasks.run)
             self.server.attach(self)
             try:
                 task_status.started()
@@ -137,6 +138,7 @@ class MessageConnection(SessionPeer):
         grace = self.config.shutdown_grace
         with trio.move_on_after(grace):
             await self._idle.wait()
+        await self._modern.tasks.aclose()
         self.closing = True
         for call in list(self._inflight.values()):
             call.cancel()
@@ -241,7 +243,7 @@ class MessageConnection(SessionPeer):
 
     def notify_nowait(self, message: dict[str, Any]) -> None:
         """A server notification (from the notification bus)."""
-        if self.initialized:
+        if self.initialized and message.get("method") != "notifications/tasks":  # listen streams only
             self.write_nowait(message)
 
     async def request(

@@ -23,6 +23,7 @@ import trio
 from .._app.context import LOG_LEVELS, Context
 from .._app.inputs import InputRequired
 from .._app.server import MCPServer
+from .._app.tasks import MemoryTaskStore, TaskManager, declares_tasks, missing_extension, owner_key
 from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, sse, versions
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
@@ -97,6 +98,7 @@ class RequestPeer:
 
     session_id: str | None = None
     principal: object = None
+    tasks: TaskManager | None = None
 
     def __init__(self, revision: versions.Revision, meta: Mapping[str, Any], responder: Responder) -> None:
         self.protocol_version = revision.name
@@ -148,9 +150,18 @@ class Listener:
 
     session_id: str | None = None
     log_level: mt.LoggingLevel | None = None
+    principal: object = None
 
-    def __init__(self, request_id: mt.RequestId, wanted: mt.SubscriptionFilter, buffer: int) -> None:
+    def __init__(
+        self,
+        request_id: mt.RequestId,
+        wanted: mt.SubscriptionFilter,
+        buffer: int,
+        task_ids: frozenset[str] = frozenset(),
+    ) -> None:
         self.request_id = request_id
+        self.task_ids = task_ids
+        """Tasks whose ``notifications/tasks`` this stream gets (its owner's, tasks extension)."""
         self.protocol_version = versions.LATEST_MODERN.name
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
@@ -162,6 +173,8 @@ class Listener:
         method = message.get("method", "")
         if method == "notifications/resources/updated":
             return (message.get("params") or {}).get("uri") in self.subscriptions
+        if method == "notifications/tasks":
+            return (message.get("params") or {}).get("taskId") in self.task_ids
         flag = _FILTERS.get(method)
         return flag is not None and bool(getattr(self.wanted, _snake(flag)))
 
@@ -236,6 +249,15 @@ class ModernEndpoint:
         self.state = request_state(config)
         self.listeners: set[Listener] = set()
         self.inflight = 0
+        factory = config.task_store_factory
+        self.tasks = TaskManager(
+            factory() if factory is not None else MemoryTaskStore(),
+            ttl=config.task_ttl,
+            poll_interval=config.task_poll_interval,
+            worker_id=config.worker_id,
+            shutdown_grace=config.shutdown_grace,
+        )
+        """The app's running tasks (tasks extension); its nursery runs in :meth:`MCPApp.run`."""
         self._listeners_done = trio.Event()
         self._closing = False
         self.clock: Callable[[], float] = time.time
@@ -251,7 +273,7 @@ class ModernEndpoint:
     ) -> None:
         """Answer one modern request; a client disconnect cancels it and nothing is sent after."""
         responder = Responder(send, json_only=self.config.json_response)
-        listener = self.listener(request) if request.method == "subscriptions/listen" else None
+        listener = self.listener(request, principal) if request.method == "subscriptions/listen" else None
         self.inflight += 1
         try:
             async with trio.open_nursery() as nursery:
@@ -276,6 +298,7 @@ class ModernEndpoint:
         meta = params.get("_meta")
         peer = RequestPeer(revision, meta if isinstance(meta, dict) else {}, responder)
         peer.principal = principal
+        peer.tasks = self.tasks
         ctx = Context(request.id, request.method, peer, meta if isinstance(meta, dict) else {})
         try:
             peer.known = self._answers_brought(request.method, params)
@@ -329,8 +352,9 @@ class ModernEndpoint:
 
     # -- subscriptions/listen -----------------------------------------------------------------
 
-    def listener(self, request: mt.JSONRPCRequest) -> Listener:
+    def listener(self, request: mt.JSONRPCRequest, principal: object = None) -> Listener:
         """Validate a ``subscriptions/listen`` request (before anything is started for it)."""
+        task_ids = self._listened_tasks(request)
         try:
             params = mt.SubscriptionsListenRequestParams.model_validate(request.params or {})
         except ValueError as exc:
@@ -352,7 +376,44 @@ class ModernEndpoint:
             raise RemoteProtocolError(
                 exc.message, code=exc.code, request_id=request.id, data=exc.data
             ) from exc
-        return Listener(request.id, accepted, self.config.stream_buffer)
+        listener = Listener(request.id, accepted, self.config.stream_buffer, task_ids)
+        listener.principal = principal
+        return listener
+
+    def _listened_tasks(self, request: mt.JSONRPCRequest) -> frozenset[str]:
+        """The ``taskIds`` of a listen filter (-32021 without the tasks extension declared); which of
+        them it gets is decided when it starts (:meth:`_owned_tasks`)."""
+        params = request.params or {}
+        wanted = (params.get("notifications") or {}) if isinstance(params, dict) else {}
+        task_ids = wanted.get("taskIds") if isinstance(wanted, dict) else None
+        if task_ids is None:
+            return frozenset()
+        meta = params.get("_meta")
+        caps = meta.get(mt.CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+        if not declares_tasks(caps if isinstance(caps, dict) else {}):
+            error = missing_extension()
+            raise RemoteProtocolError(error.message, code=error.code, request_id=request.id, data=error.data)
+        if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
+            message = "Invalid params: taskIds must be a list of strings"
+            raise RemoteProtocolError(message, code=mt.INVALID_PARAMS, request_id=request.id)
+        if len(task_ids) > self.server.max_subscriptions:
+            error = self.server._too_many_subscriptions()
+            raise RemoteProtocolError(error.message, code=error.code, request_id=request.id)
+        return frozenset(task_ids)
+
+    async def _owned_tasks(self, listener: Listener) -> frozenset[str]:
+        """The listener's task ids that name tasks of its requester: the others (unknown, expired or
+        someone else's alike) are left out of the acknowledgement and get no notifications."""
+        owner = owner_key(listener.principal)
+        mine = set()
+        for task_id in listener.task_ids:
+            try:
+                record = await self.tasks.lookup(task_id)
+            except RPCError:
+                record = None
+            if record is not None and record.owner == owner:
+                mine.add(task_id)
+        return frozenset(mine)
 
     async def listen(
         self,
@@ -367,7 +428,11 @@ class ModernEndpoint:
         self.listeners.add(listener)
         self.server.attach(listener)
         try:
+            if listener.task_ids:
+                listener.task_ids = await self._owned_tasks(listener)
             accepted = listener.wanted.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if listener.task_ids:
+                accepted["taskIds"] = sorted(listener.task_ids)
             ack = {"notifications": accepted}
             await emit(listener.tag(jsonrpc.notification("notifications/subscriptions/acknowledged", ack)))
             idle_after = self.config.keepalive_interval if keepalive is not None else math.inf
@@ -415,7 +480,7 @@ class ModernEndpoint:
             await self._listeners_done.wait()
 
     def statistics(self) -> dict[str, int]:
-        return {"modern_inflight": self.inflight, "listeners": len(self.listeners)}
+        return {"modern_inflight": self.inflight, "listeners": len(self.listeners), **self.tasks.statistics()}
 
 
 async def _body(send: Send, data: bytes) -> None:
