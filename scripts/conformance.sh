@@ -25,6 +25,9 @@
 #                    2025-11-25 and runs them on the 2025-11-25 wire: stateful initialize +
 #                    Mcp-Session-Id; without it the alpha would also run the 2026-07-28 and
 #                    extension scenarios, on the stateless draft wire)
+# --every-spec-version leaves --spec-version out: with --suite all the alpha then runs every server
+# scenario it has on the 2026-07-28 wire, the extension ones (tasks-*) included, which no
+# --spec-version selects.
 #
 # Exit status: non-zero when the suite exits non-zero or any check in any checks.json is FAILURE.
 # WARNING checks are listed in the summary but do not fail the run (that is also the suite's rule).
@@ -150,7 +153,13 @@ run_server() {  # run_server VERSION URL EXTRA...
     if ! has_arg --scenario "$@" && ! has_arg --suite "$@" && ! has_arg --requirements "$@"; then
         args+=(--suite all)
     fi
-    if [ "$version" = "$VALPHA" ] && ! has_arg --spec-version "$@" && ! has_arg --requirements "$@"; then
+    local every_version=0 rest=()
+    for arg in "$@"; do  # --every-spec-version: no --spec-version filter (extension scenarios too)
+        if [ "$arg" = --every-spec-version ]; then every_version=1; else rest+=("$arg"); fi
+    done
+    set -- ${rest[@]+"${rest[@]}"}
+    if [ "$version" = "$VALPHA" ] && [ "$every_version" = 0 ] && ! has_arg --spec-version "$@" \
+        && ! has_arg --requirements "$@"; then
         args+=(--spec-version 2025-11-25)
     fi
     local outdir=""

@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "MCPApp": "._server.asgi",
     "MCPServer": "._app.server",
     "MCPTrioError": "._exceptions",
+    "MemoryTaskStore": "._app.tasks",
     "NotificationBus": "._app.bus",
     "ProtocolError": "._exceptions",
     "RPCError": "._exceptions",
@@ -36,14 +37,12 @@ _EXPORTS: dict[str, str] = {
     "SessionRegistry": "._server.session",
     "SkillVerificationError": "._exceptions",
     "StoredEvent": "._server.eventstore",
-    "TransportError": "._exceptions",
-    "MemoryTaskStore": "._app.tasks",
-    "TASK_STATUS_IGNORED": "._app.tasks",
     "TaskRecord": "._app.tasks",
     "TaskStatus": "._app.tasks",
     "TaskStore": "._app.tasks",
-    "TaskStoreFull": "._app.tasks",
-    "TaskStoreUnavailable": "._app.tasks",
+    "TaskStoreFull": "._exceptions",
+    "TaskStoreUnavailable": "._exceptions",
+    "TransportError": "._exceptions",
     "hypercorn_config": "._server.serve",
     "open_client_session": "._client.session",
     "open_stdio_client": "._client.session",
@@ -53,7 +52,6 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
-    "TASK_STATUS_IGNORED",
     "ClientSession",
     "Context",
     "EventStore",
@@ -98,13 +96,10 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._app.context import Context as Context
     from ._app.inputs import InputRequest as InputRequest
     from ._app.server import MCPServer as MCPServer
-    from ._app.tasks import TASK_STATUS_IGNORED as TASK_STATUS_IGNORED
     from ._app.tasks import MemoryTaskStore as MemoryTaskStore
     from ._app.tasks import TaskRecord as TaskRecord
     from ._app.tasks import TaskStatus as TaskStatus
     from ._app.tasks import TaskStore as TaskStore
-    from ._app.tasks import TaskStoreFull as TaskStoreFull
-    from ._app.tasks import TaskStoreUnavailable as TaskStoreUnavailable
     from ._client.session import ClientSession as ClientSession
     from ._client.session import open_client_session as open_client_session
     from ._client.session import open_stdio_client as open_stdio_client
@@ -116,6 +111,8 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._exceptions import SessionError as SessionError
     from ._exceptions import SessionExpired as SessionExpired
     from ._exceptions import SkillVerificationError as SkillVerificationError
+    from ._exceptions import TaskStoreFull as TaskStoreFull
+    from ._exceptions import TaskStoreUnavailable as TaskStoreUnavailable
     from ._exceptions import TransportError as TransportError
     from ._server.asgi import MCPApp as MCPApp
     from ._server.config import HTTPRequestInfo as HTTPRequestInfo

@@ -28,6 +28,8 @@ __all__ = [
     "SessionError",
     "SessionExpired",
     "SkillVerificationError",
+    "TaskStoreFull",
+    "TaskStoreUnavailable",
     "TransportError",
 ]
 
@@ -102,3 +104,11 @@ class SessionExpired(TransportError):
 
 class SkillVerificationError(MCPTrioError):
     """A skill file does not match its entry (digest, size or frontmatter): it must not be used."""
+
+
+class TaskStoreFull(MCPTrioError):
+    """A task store holds as many live tasks as it may (the call is answered -32603; try later)."""
+
+
+class TaskStoreUnavailable(MCPTrioError):
+    """A task store could not be reached (a Redis store whose server is down, say)."""

@@ -13,7 +13,7 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-from . import TASK_STATUS_IGNORED, Context, InputRequest, MCPServer, RPCError, TaskStatus
+from . import Context, InputRequest, MCPServer, RPCError, TaskStatus
 
 __all__ = ["build_demo_server"]
 
@@ -300,7 +300,7 @@ def _add_task_tools(server: MCPServer) -> None:
         return "Got " + " and ".join(map(str, names))
 
     @server.tool(description="Asks the user's name first, then works on as a task.", task="required")
-    async def test_tool_with_task(ctx: Context, task_status: TaskStatus = TASK_STATUS_IGNORED) -> str:
+    async def test_tool_with_task(ctx: Context, task_status: TaskStatus) -> str:
         answer = (await ctx.ask({"user_name": _form("What is your name?", "name")}))["user_name"]
         task_status.started()  # the answer came with the request: from here on, a task
         await trio.sleep(0.5)

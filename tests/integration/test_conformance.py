@@ -27,7 +27,28 @@ SUMMARY = re.compile(
 RUNS = [
     ([], {"0.1.16": 32, "0.2.0-alpha.12": 33}),
     (["--version", "0.2.0-alpha.12", "--spec-version", "2026-07-28"], {"0.2.0-alpha.12": 40}),
+    # every scenario of the alpha (no --spec-version filter): the extension ones (tasks-*) too
+    (["--version", "0.2.0-alpha.12", "--every-spec-version"], {"0.2.0-alpha.12": 65}),
 ]
+TASK_SCENARIOS = (
+    "tasks-lifecycle",
+    "tasks-capability-negotiation",
+    "tasks-wire-fields",
+    "tasks-request-state-removal",
+    "tasks-mrtr-input",
+    "tasks-request-headers",
+    "tasks-dispatch-and-envelope",
+    "tasks-status-notifications",
+    "tasks-required-task-error",
+    "tasks-mrtr-composition",
+)
+SKIPPED_BY_THE_SUITE = {"tasks-status-notifications"}
+"""Scenarios the suite itself always reports as skipped (one SKIPPED check, nothing run)."""
+SCENARIO_LINE = re.compile(
+    r"^(?P<mark>ok  |warn|FAIL) (?P<name>\S+)  \((?P<ok>\d+) ok, (?P<failed>\d+) failed, "
+    r"(?P<warnings>\d+) warnings(?:, (?P<skipped>\d+) skipped)?\)$",
+    re.MULTILINE,
+)
 
 
 def suite_installed() -> bool:
@@ -58,6 +79,15 @@ async def test_conformance_suite_both_eras_one_server(demo_server: DemoServer) -
             assert found["failed"] == "0" and found["warnings"] == "0", (version, tail)
             assert int(found["ok"]) > 0
         assert result.returncode == 0, tail
+        if "--every-spec-version" in extra:
+            lines = {m["name"]: m for m in SCENARIO_LINE.finditer(output)}
+            for name in TASK_SCENARIOS:
+                found = lines.get(name)
+                assert found is not None and found["mark"] == "ok  ", (name, tail)
+                if name in SKIPPED_BY_THE_SUITE:
+                    assert found["ok"] == "0" and found["skipped"] == "1", (name, tail)
+                else:
+                    assert int(found["ok"]) > 0 and found["skipped"] is None, (name, tail)
     # the server is healthy afterwards: no stream left open, no handler left running
     with trio.fail_after(5):
         while True:

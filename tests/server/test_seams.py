@@ -190,24 +190,26 @@ async def test_authenticate_refuses_before_anything_and_its_principal_reaches_co
 async def test_an_extension_method_is_served_in_both_eras() -> None:
     server = small_server()
 
-    async def tasks_get(ctx: Context, params: dict[str, Any] | None) -> dict[str, Any]:
-        task_id = (params or {}).get("taskId")
-        if not isinstance(task_id, str):
-            raise RPCError(mt.INVALID_PARAMS, "taskId must be a string")
-        return {"taskId": task_id, "status": "working"}
+    async def jobs_get(ctx: Context, params: dict[str, Any] | None) -> dict[str, Any]:
+        job_id = (params or {}).get("jobId")
+        if not isinstance(job_id, str):
+            raise RPCError(mt.INVALID_PARAMS, "jobId must be a string")
+        return {"jobId": job_id, "status": "working"}
 
-    server.add_method("tasks/get", tasks_get)
+    server.add_method("com.example/jobs/get", jobs_get)
     with pytest.raises(ValueError, match="core protocol"):
-        server.add_method("tools/call", tasks_get)
+        server.add_method("tools/call", jobs_get)
+    with pytest.raises(ValueError, match="tasks extension"):
+        server.add_method("tasks/get", jobs_get)
     app = MCPApp(server)
     async with open_asgi_client(app) as asgi:
         client = Client(asgi, app)
         await client.initialize()
-        answer = await client.request(2, "tasks/get", {"taskId": "t1"})
-        assert answer["result"] == {"taskId": "t1", "status": "working"}
-        answer = await client.request(3, "tasks/get", {"taskId": 5})
+        answer = await client.request(2, "com.example/jobs/get", {"jobId": "t1"})
+        assert answer["result"] == {"jobId": "t1", "status": "working"}
+        answer = await client.request(3, "com.example/jobs/get", {"jobId": 5})
         assert answer["error"]["code"] == mt.INVALID_PARAMS
-        status, body = await Modern(asgi).call("tasks/get", {"taskId": "t2"})
-        assert status == 200 and body["result"]["taskId"] == "t2", body
+        status, body = await Modern(asgi).call("com.example/jobs/get", {"jobId": "t2"})
+        assert status == 200 and body["result"]["jobId"] == "t2", body
         assert body["result"]["resultType"] == "complete"
     await settle()

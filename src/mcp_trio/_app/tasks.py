@@ -32,7 +32,7 @@ import mcp_types as mt
 import pydantic
 import trio
 
-from .._exceptions import RPCError
+from .._exceptions import RPCError, TaskStoreFull, TaskStoreUnavailable
 from .inputs import MISSING_REQUIRED_CLIENT_CAPABILITY
 
 if TYPE_CHECKING:
@@ -40,11 +40,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TASKS_EXTENSION",
+    "TASK_STATUS_IGNORED",
     "MemoryTaskStore",
     "TaskManager",
     "TaskRecord",
     "TaskStatus",
     "TaskStore",
+    "TaskStoreFull",
+    "TaskStoreUnavailable",
     "TaskSupport",
     "owner_key",
 ]
@@ -180,14 +183,6 @@ class TaskStore(Protocol):
         ...
 
     async def delete(self, task_id: str) -> None: ...
-
-
-class TaskStoreFull(Exception):
-    """The store holds as many live tasks as it may."""
-
-
-class TaskStoreUnavailable(Exception):
-    """The store could not be reached (a Redis store whose server is down, say)."""
 
 
 class MemoryTaskStore:
