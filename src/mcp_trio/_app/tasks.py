@@ -19,6 +19,7 @@ The records live in a :class:`TaskStore`: :class:`MemoryTaskStore` by default, o
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import math
 import secrets
@@ -189,7 +190,8 @@ class MemoryTaskStore:
     """The default store: records in this process's memory, forgotten after their TTL.
 
     ``max_tasks`` bounds how many it keeps: when full, the terminal task that expires first makes room;
-    if every task is still running, :meth:`create` raises :class:`TaskStoreFull`.
+    if every task is still running, :meth:`create` raises :class:`~mcp_trio.TaskStoreFull`.  Expired
+    records go at the next call that touches the store (each call forgets those due, oldest first).
     """
 
     def __init__(self, *, max_tasks: int = 10_000, clock: Callable[[], float] = time.time) -> None:
@@ -198,42 +200,53 @@ class MemoryTaskStore:
         self.max_tasks = max_tasks
         self._clock = clock
         self._records: dict[str, TaskRecord] = {}
+        self._expiries: list[tuple[float, str]] = []
+        """A heap of (expiry, task id): what to forget next."""
 
     def __len__(self) -> int:
         return len(self._records)
 
-    def _evict_expired(self) -> None:
+    def evict_expired(self) -> None:
+        """Forget every record past its TTL."""
         now = self._clock()
-        for task_id in [tid for tid, rec in self._records.items() if rec.expires_at <= now]:
-            del self._records[task_id]
+        while self._expiries and self._expiries[0][0] <= now:
+            _, task_id = heapq.heappop(self._expiries)
+            record = self._records.get(task_id)
+            if record is not None and record.expires_at <= now:
+                del self._records[task_id]
 
     async def create(self, record: TaskRecord) -> None:
-        if len(self._records) >= self.max_tasks:
-            self._evict_expired()
+        self.evict_expired()
         if len(self._records) >= self.max_tasks:
             done = [rec for rec in self._records.values() if rec.terminal]
             if not done:
                 raise TaskStoreFull(f"{self.max_tasks} tasks are running")
             del self._records[min(done, key=lambda rec: rec.expires_at).task_id]
         self._records[record.task_id] = record.copy()
+        if record.ttl_ms is not None:
+            heapq.heappush(self._expiries, (record.expires_at, record.task_id))
+        if len(self._expiries) > 2 * self.max_tasks:  # ids of records gone another way
+            self._expiries = [(at, tid) for at, tid in self._expiries if tid in self._records]
+            heapq.heapify(self._expiries)
+        await trio.lowlevel.checkpoint()
 
     async def get(self, task_id: str) -> TaskRecord | None:
+        self.evict_expired()
         record = self._records.get(task_id)
-        if record is None:
-            return None
-        if record.expires_at <= self._clock():
-            del self._records[task_id]
-            return None
-        return record.copy()
+        await trio.lowlevel.checkpoint()
+        return None if record is None else record.copy()
 
     async def put(self, record: TaskRecord) -> None:
         if record.task_id in self._records:
             self._records[record.task_id] = record.copy()
+        await trio.lowlevel.checkpoint()
 
     async def delete(self, task_id: str) -> None:
         self._records.pop(task_id, None)
+        await trio.lowlevel.checkpoint()
 
     def statistics(self) -> dict[str, int]:
+        self.evict_expired()
         return {"tasks_stored": len(self._records)}
 
 
@@ -577,7 +590,22 @@ class TaskManager:
         # Unknown, expired, evicted or someone else's: the same answer.
         if record is None or record.owner != owner_key(ctx.principal):
             raise RPCError(mt.INVALID_PARAMS, "Failed to retrieve task: Task not found")
+        if not record.terminal and record.worker == self.worker_id and record.task_id not in self.runs:
+            await self._orphaned(record)
         return record
+
+    async def _orphaned(self, record: TaskRecord) -> None:
+        """A task recorded as running here that is not (the process that ran it under this worker id
+        stopped, or its last write failed): it failed, and is recorded so."""
+        message = "The server running this task stopped before it ended"
+        record.status, record.status_message = "failed", message
+        record.error = {"code": mt.INTERNAL_ERROR, "message": message}
+        record.input_requests.clear()
+        record.updated_at = time.time()
+        try:
+            await self.store.put(record.copy())
+        except TaskStoreUnavailable as exc:
+            raise RPCError(mt.INTERNAL_ERROR, "Task store unavailable: try again later") from exc
 
     async def lookup(self, task_id: str) -> TaskRecord | None:
         """The record of ``task_id`` whoever owns it (None when unknown or expired)."""
