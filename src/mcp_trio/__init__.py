@@ -37,6 +37,9 @@ _EXPORTS: dict[str, str] = {
     "SessionRegistry": "._server.session",
     "SkillVerificationError": "._exceptions",
     "StoredEvent": "._server.eventstore",
+    "TaskCancelled": "._exceptions",
+    "TaskError": "._exceptions",
+    "TaskInfo": "._client.tasks",
     "TaskRecord": "._app.tasks",
     "TaskStatus": "._app.tasks",
     "TaskStore": "._app.tasks",
@@ -76,6 +79,9 @@ __all__ = [
     "SessionRegistry",
     "SkillVerificationError",
     "StoredEvent",
+    "TaskCancelled",
+    "TaskError",
+    "TaskInfo",
     "TaskRecord",
     "TaskStatus",
     "TaskStore",
@@ -103,6 +109,7 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._client.session import ClientSession as ClientSession
     from ._client.session import open_client_session as open_client_session
     from ._client.session import open_stdio_client as open_stdio_client
+    from ._client.tasks import TaskInfo as TaskInfo
     from ._exceptions import LocalProtocolError as LocalProtocolError
     from ._exceptions import MCPTrioError as MCPTrioError
     from ._exceptions import ProtocolError as ProtocolError
@@ -111,6 +118,8 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._exceptions import SessionError as SessionError
     from ._exceptions import SessionExpired as SessionExpired
     from ._exceptions import SkillVerificationError as SkillVerificationError
+    from ._exceptions import TaskCancelled as TaskCancelled
+    from ._exceptions import TaskError as TaskError
     from ._exceptions import TaskStoreFull as TaskStoreFull
     from ._exceptions import TaskStoreUnavailable as TaskStoreUnavailable
     from ._exceptions import TransportError as TransportError

@@ -30,6 +30,7 @@ import trio
 
 from ._app.context import LOG_LEVELS
 from ._client.session import ClientSession, open_client_session
+from ._client.tasks import TaskInfo
 from ._exceptions import MCPTrioError, RPCError, TransportError
 
 if TYPE_CHECKING:
@@ -260,6 +261,12 @@ when there is no text content.  --raw prints the whole result as JSON.
 
 Notifications go to stderr: progress as a bar on a terminal, else as lines
 "progress 1/3 message"; server log messages as "log info: message".
+
+A server may run the call as a task (the 2026-07-28 tasks extension): the
+command then polls it until it ends and shows its status on stderr, on a
+terminal as one line updated in place, else as lines "task ID STATUS" (with
+": message" when the server gives one).  Ctrl-C cancels the task on the
+server (tasks/cancel) before exiting.
 """
 
 CALL_EPILOG = """\
@@ -270,6 +277,7 @@ examples (against 'mcp-trio demo'):
   mcp-trio call http://127.0.0.1:8000/mcp count --arg steps=5 \\
       --arg delay=0.5 --mcp-log-level info
   mcp-trio call http://127.0.0.1:8000/mcp test_image_content --raw
+  mcp-trio call http://127.0.0.1:8000/mcp slow_compute --arg seconds=3
 
 """
 
@@ -553,6 +561,18 @@ class Notices:
             bar = "[progress] "
         self._draw(bar + " ".join(filter(None, (count, message))))
 
+    def task(self, task: TaskInfo) -> None:
+        """``on_task_status`` of the call: the status line redrawn, or one line
+        ``task ID STATUS: message`` per change."""
+        if not self.tty:
+            line = f"task {task.task_id} {task.status}"
+            if task.status_message:
+                line += f": {task.status_message}"
+            self.stream.write(line + "\n")
+            self.stream.flush()
+            return
+        self._draw(f"[task {task.status}] " + (task.status_message or task.task_id))
+
     def log(self, log: mt.LoggingMessageNotificationParams) -> None:
         """``on_log``: one line ``log LEVEL [LOGGER]: DATA`` (above the bar on a terminal)."""
         text = log.data if isinstance(log.data, str) else json.dumps(log.data)
@@ -738,7 +758,9 @@ async def _call(args: argparse.Namespace, notices: Notices) -> int:
         schema = await _input_schema(session, args.tool) if args.arg else None
         arguments = parse_arguments(args.arg, args.json, schema)
         try:
-            result = await session.call_tool(args.tool, arguments, progress=notices.progress)
+            result = await session.call_tool(
+                args.tool, arguments, progress=notices.progress, on_task_status=notices.task
+            )
         finally:
             notices.clear()
     print_result(result, args.raw)

@@ -10,14 +10,21 @@ MCPTrioError
  +- TransportError           (client) the exchange with the server failed: a status, a broken stream
  |   +- SessionExpired       (client) the server answered 404 for our session: open a new one
  +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
+ +- TaskStoreFull            (server) no room for another task in the task store
+ +- TaskStoreUnavailable     (server) the task store could not be reached
+ +- TaskError                (client) a task ended without a result (gone: expired or lost)
+     +- TaskCancelled        (client) the task was cancelled
 ```
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as mt
+
+if TYPE_CHECKING:
+    from ._client.tasks import TaskInfo
 
 __all__ = [
     "LocalProtocolError",
@@ -28,6 +35,8 @@ __all__ = [
     "SessionError",
     "SessionExpired",
     "SkillVerificationError",
+    "TaskCancelled",
+    "TaskError",
     "TaskStoreFull",
     "TaskStoreUnavailable",
     "TransportError",
@@ -112,3 +121,20 @@ class TaskStoreFull(MCPTrioError):
 
 class TaskStoreUnavailable(MCPTrioError):
     """A task store could not be reached (a Redis store whose server is down, say)."""
+
+
+class TaskError(MCPTrioError):
+    """A task ended without a result: the server no longer knows it (expired, lost: ``tasks/get``
+    answered -32602, which is the ``__cause__``), or it was cancelled (:class:`TaskCancelled`).
+    ``task`` is the task as last seen."""
+
+    def __init__(self, message: str, task: TaskInfo) -> None:
+        super().__init__(message)
+        self.message = message
+        self.task = task
+        self.task_id = task.task_id
+
+
+class TaskCancelled(TaskError):
+    """The task reached the ``cancelled`` status (by ``tasks/cancel``, from this client or another,
+    or by the server); ``task.status_message`` may say why."""

@@ -381,7 +381,9 @@ async def test_python_sdk_server_modern(sdk_server: SdkServer, http: httpx.Async
         meta = e.body["params"]["_meta"]
         assert meta["io.modelcontextprotocol/protocolVersion"] == MODERN_VERSION
         assert meta["io.modelcontextprotocol/clientInfo"] == {"name": "mcp-trio-interop", "version": "0.0.1"}
-        assert meta["io.modelcontextprotocol/clientCapabilities"].keys() == {"sampling", "elicitation"}
+        capabilities = meta["io.modelcontextprotocol/clientCapabilities"]
+        assert capabilities.keys() == {"sampling", "elicitation", "extensions"}
+        assert capabilities["extensions"] == {"io.modelcontextprotocol/tasks": {}}
     assert len(sdk_server.posts("server/discover")) == (1 if mode == "auto" else 0)
     assert sdk_server.posts("initialize") == []
     # sampling and elicitation went through input_required: each tool POSTed twice, the retry with

@@ -55,7 +55,6 @@ def modern_headers(
     return headers
 
 
-
 def _reason(exc: BaseException) -> str:
     """Why a request failed, in words: httpx's errors are often empty (an untrusted TLS certificate
     says why only in the exception's cause)."""
@@ -67,6 +66,7 @@ def _reason(exc: BaseException) -> str:
             parts.append(text)
         seen = seen.__cause__ or seen.__context__
     return ": ".join(parts) or type(exc).__name__
+
 
 class HTTPTransport:
     """Talks to one MCP endpoint.  Owns nothing but what ``open_client_session`` hands it: the httpx

@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Literal, TypeAlias, TypeVar, cast, overload
 
 import httpx
 import mcp_types as mt
@@ -21,6 +21,7 @@ from .._protocol import versions
 from . import skills as skills_ext
 from .http import HTTPTransport, MessageStream, SessionExpired, TransportError, _ErrorAnswer, modern_headers
 from .stdio import StdioTransport, start_process
+from .tasks import CANCEL_GRACE, TASKS_EXTENSION, TaskCancelled, TaskError, TaskInfo, TaskStatusHandler
 
 __all__ = [
     "ClientSession",
@@ -31,6 +32,10 @@ __all__ = [
     "RootsHandler",
     "SamplingHandler",
     "Subscription",
+    "TaskCancelled",
+    "TaskError",
+    "TaskInfo",
+    "TaskStatusHandler",
     "open_client_session",
     "open_stdio_client",
 ]
@@ -78,6 +83,7 @@ _SIGNATURES = {
     "roots": "() -> ListRootsResult",
     "on_log": "(LoggingMessageNotificationParams) -> None",
     "on_notification": "(message: dict) -> None",
+    "on_task_status": "(TaskInfo) -> None",
 }
 M = TypeVar("M", bound=pydantic.BaseModel)
 R = TypeVar("R")
@@ -120,6 +126,32 @@ class _Call:
         self.scope.cancel()
 
 
+@dataclass(eq=False)
+class _Watch:
+    """A task being waited for: as last seen, and whether it ended (a terminal status, or gone)."""
+
+    task: TaskInfo
+    ended: bool = False
+
+
+def _task_outcome(task: TaskInfo) -> mt.CallToolResult:
+    """What the call of an ended task returns or raises."""
+    if task.status == "completed":
+        if task.result is None:
+            raise TransportError(f"task {task.task_id} completed without a result")
+        return mt.CallToolResult.model_validate(task.result)
+    if task.status == "failed":
+        error = task.error or {}
+        code, message = error.get("code"), error.get("message")
+        raise RPCError(
+            code if isinstance(code, int) and not isinstance(code, bool) else mt.INTERNAL_ERROR,
+            message if isinstance(message, str) else task.status_message or f"task {task.task_id} failed",
+            error.get("data"),
+        )
+    why = f": {task.status_message}" if task.status_message else ""
+    raise TaskCancelled(f"task {task.task_id} was cancelled{why}", task)
+
+
 class ClientSession:
     """A conversation with one MCP server, in the era the server speaks (see :func:`open_client_session`)."""
 
@@ -135,6 +167,7 @@ class ClientSession:
         on_notification: NotificationHandler | None,
         log_level: mt.LoggingLevel | None,
         on_log: LogHandler | None = None,
+        tasks: bool = True,
     ) -> None:
         self._transport = transport
         self._nursery = nursery
@@ -155,9 +188,12 @@ class ClientSession:
         self.instructions: str | None = None
         self._header_params: dict[str, dict[str, tuple[str, ...]]] = {}
         self._running: set[trio.CancelScope] = set()
+        self._tasks = tasks  # declare the tasks extension (2026 era)
+        self._closing = False
 
     def _cancel_running(self) -> None:
         """The session ends: requests still waiting (in any task) fail promptly."""
+        self._closing = True
         for scope in self._running:
             scope.cancel()
 
@@ -177,6 +213,8 @@ class ClientSession:
             caps["elicitation"] = {"form": {}, "url": {}}
         if self._roots is not None:
             caps["roots"] = {}
+        if self.modern and self._tasks:  # declared per request, so 2026 era only
+            caps["extensions"] = {TASKS_EXTENSION: {}}
         return caps
 
     async def _initialize(self, version: str) -> None:
@@ -321,8 +359,18 @@ class ClientSession:
                     logger.info("could not cancel the server's %s: %r", method, exc)
 
     async def _answer_inputs(self, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-        """Answer the input requests of an input-required result, for the retry.  A handler's exception
-        (there is no error answer to an input request) cancels the others and is raised as it is."""
+        """Answer the input requests of an input-required result, for the retry."""
+        answers = await self._gather_inputs(result.get("inputRequests") or {})
+        retry = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+        retry["inputResponses"] = answers
+        if "requestState" in result:
+            retry["requestState"] = result["requestState"]
+        return retry
+
+    async def _gather_inputs(self, requests: Mapping[str, Any]) -> dict[str, Any]:
+        """Answer input requests (key -> ``{"method", "params"}``) concurrently with the callbacks.  A
+        handler's exception (there is no error answer to an input request) cancels the others and is
+        raised as it is."""
         answers: dict[str, Any] = {}
 
         async def answer(key: str, request: dict[str, Any]) -> None:
@@ -331,17 +379,13 @@ class ClientSession:
 
         try:
             async with trio.open_nursery() as nursery:
-                for key, request in (result.get("inputRequests") or {}).items():
-                    nursery.start_soon(answer, key, request)
+                for key, request in requests.items():
+                    nursery.start_soon(answer, key, request if isinstance(request, dict) else {})
         except BaseExceptionGroup as group:
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None
             raise
-        retry = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
-        retry["inputResponses"] = answers
-        if "requestState" in result:
-            retry["requestState"] = result["requestState"]
-        return retry
+        return answers
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -462,19 +506,188 @@ class ClientSession:
         result.tools = valid
         return result
 
+    @overload
     async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None = None, *, progress: ProgressHandler | None = None
-    ) -> mt.CallToolResult:
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        progress: ProgressHandler | None = None,
+        on_task_status: TaskStatusHandler | None = None,
+        wait_for_task: Literal[True] = True,
+    ) -> mt.CallToolResult: ...
+
+    @overload
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        progress: ProgressHandler | None = None,
+        on_task_status: TaskStatusHandler | None = None,
+        wait_for_task: bool,
+    ) -> mt.CallToolResult | TaskInfo: ...
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        progress: ProgressHandler | None = None,
+        on_task_status: TaskStatusHandler | None = None,
+        wait_for_task: bool = True,
+    ) -> mt.CallToolResult | TaskInfo:
         """``tools/call``.  ``progress`` (plain or async, see ``ProgressHandler``) gets the call's
-        progress notifications; if it raises, the call is cancelled and raises its exception."""
+        progress notifications; if it raises, the call is cancelled and raises its exception.
+
+        2026 era, tasks extension: the server may answer with a task instead of the result.  The call
+        then polls ``tasks/get`` (at the server's ``pollIntervalMs``, see :attr:`TaskInfo.poll_interval`)
+        until the task ends, answers the task's input requests with the ``sampling``, ``elicitation``
+        and ``roots`` callbacks (each key once, sent with ``tasks/update``), and ends as the call
+        would have without a task: the task's result is returned (``completed``), its JSON-RPC error is
+        raised as :class:`RPCError` (``failed``).  A task that was cancelled raises
+        :class:`TaskCancelled`; one the server no longer knows (expired) raises :class:`TaskError`.
+        ``on_task_status`` (plain or async, see ``TaskStatusHandler``) gets the task as created and at
+        each change of its status or status message.
+
+        The call owns its task: if it ends before the task does (the caller is cancelled, a callback
+        raises, Ctrl-C), it sends ``tasks/cancel`` on the way out (shielded, for at most
+        ``CANCEL_GRACE`` seconds), except when the session itself is closing.
+
+        ``wait_for_task=False`` returns the task as created (a :class:`TaskInfo`) instead of waiting
+        for it: follow it with :meth:`task_result`, :meth:`get_task`, :meth:`update_task` and
+        :meth:`cancel_task`.  A tool the server runs without a task still returns its result."""
+        _check_callback("on_task_status", on_task_status)
+        if on_task_status is not None and not wait_for_task:
+            raise TypeError("on_task_status= goes with waiting for the task (wait_for_task=True)")
+        result = await self._call_tool(name, arguments, progress)
+        if result.get("resultType") != "task":
+            return mt.CallToolResult.model_validate(result)
+        if not (self.modern and self._tasks):
+            raise TransportError(f"tools/call {name}: the server answered with a task, which was not offered")
+        task = TaskInfo.from_wire(result)
+        if not wait_for_task:
+            return task
+        return await self._wait(task, on_task_status, owned=True)
+
+    async def _call_tool(
+        self, name: str, arguments: dict[str, Any] | None, progress: ProgressHandler | None
+    ) -> dict[str, Any]:
         params = {"name": name, "arguments": arguments or {}}
         try:
-            return await self._typed(mt.CallToolResult, "tools/call", params, progress=progress)
+            return await self.request("tools/call", params, progress=progress)
         except RPCError as exc:
             if exc.code != mt.HEADER_MISMATCH or not self.modern or name in self._header_params:
                 raise
         await self.list_tools()  # learn which arguments travel in Mcp-Param-* headers, then try again
-        return await self._typed(mt.CallToolResult, "tools/call", params, progress=progress)
+        return await self.request("tools/call", params, progress=progress)
+
+    # -- the tasks extension (2026 era) ----------------------------------------------------------
+
+    async def get_task(self, task_id: str) -> TaskInfo:
+        """``tasks/get``: the task as the server describes it now (:class:`RPCError` -32602 if the
+        server does not know it, or no longer: tasks expire)."""
+        task = TaskInfo.from_wire(await self.request("tasks/get", {"taskId": task_id}))
+        if task.task_id != task_id:
+            raise TransportError(f"tasks/get {task_id}: the server answered for task {task.task_id}")
+        return task
+
+    async def update_task(self, task_id: str, responses: Mapping[str, Any]) -> None:
+        """``tasks/update``: answers to the task's ``input_requests``, by key (each an
+        ``ElicitResult``, ``CreateMessageResult`` or ``ListRootsResult``, or its JSON).  The server
+        applies them eventually: the next :meth:`get_task` may still show the old status."""
+        answers = {
+            key: value.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if isinstance(value, pydantic.BaseModel)
+            else value
+            for key, value in responses.items()
+        }
+        await self.request("tasks/update", {"taskId": task_id, "inputResponses": answers})
+
+    async def cancel_task(self, task_id: str) -> None:
+        """``tasks/cancel``: ask the server to cancel the task.  Cooperative and eventually
+        consistent: the ``cancelled`` status shows in a later :meth:`get_task`, if at all (a task
+        that finished first keeps its result)."""
+        await self.request("tasks/cancel", {"taskId": task_id})
+
+    async def task_result(
+        self, task: TaskInfo | str, *, on_task_status: TaskStatusHandler | None = None
+    ) -> mt.CallToolResult:
+        """Wait for a task (a :class:`TaskInfo`, or a task id) as :meth:`call_tool` does, and end as it
+        does: its result, or :class:`RPCError`, :class:`TaskCancelled`, :class:`TaskError`.  Its input
+        requests are answered with the session's callbacks.
+
+        Unlike :meth:`call_tool`, this only watches: cancelling the caller stops the wait, not the
+        task (use :meth:`cancel_task` for that)."""
+        _check_callback("on_task_status", on_task_status)
+        info = task if isinstance(task, TaskInfo) else await self.get_task(task)
+        return await self._wait(info, on_task_status, owned=False)
+
+    async def _wait(
+        self, task: TaskInfo, on_status: TaskStatusHandler | None, *, owned: bool
+    ) -> mt.CallToolResult:
+        watch = _Watch(task)
+        try:
+            with trio.CancelScope() as scope:  # cancelled if the session ends first
+                self._running.add(scope)
+                try:
+                    await self._follow(watch, on_status)
+                finally:
+                    self._running.discard(scope)
+        except BaseException:  # cancelled, interrupted, or failed: the task is of no use to anyone
+            if owned and not watch.ended and not self._closing:
+                await self._cancel_quietly(watch.task.task_id)
+            raise
+        if not watch.ended:
+            raise TransportError(f"the session ended while task {task.task_id} was running")
+        return _task_outcome(watch.task)
+
+    async def _follow(self, watch: _Watch, on_status: TaskStatusHandler | None) -> None:
+        """Poll the task until it ends, answering its input requests (each key once)."""
+        answered: set[str] = set()
+        seen: tuple[str, str | None] | None = None
+        while True:
+            task = watch.task
+            watch.ended = task.terminal
+            if on_status is not None and (task.status, task.status_message) != seen:
+                seen = (task.status, task.status_message)
+                await _call(on_status, task)
+            if task.terminal:
+                return
+            fresh = {k: v for k, v in task.input_requests.items() if k not in answered}
+            if task.status == "input_required" and fresh:
+                answers = await self._gather_inputs(fresh)
+                answered.update(fresh)
+                try:
+                    await self.update_task(task.task_id, answers)
+                except RPCError:
+                    watch.task = await self._poll(watch)
+                    if not answers.keys() & watch.task.input_requests.keys():
+                        continue  # it moved on meanwhile (ended, or answered by another client)
+                    raise  # the answers themselves were refused
+            else:
+                await trio.sleep(task.poll_interval)
+            watch.task = await self._poll(watch)
+
+    async def _poll(self, watch: _Watch) -> TaskInfo:
+        try:
+            return await self.get_task(watch.task.task_id)
+        except RPCError as exc:
+            if exc.code != mt.INVALID_PARAMS:
+                raise
+            watch.ended = True
+            raise TaskError(
+                f"task {watch.task.task_id} is gone: the server no longer knows it ({exc.message})",
+                watch.task,
+            ) from exc
+
+    async def _cancel_quietly(self, task_id: str) -> None:
+        """``tasks/cancel`` on the way out of a call that gave up on its task: shielded, bounded."""
+        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_GRACE):
+            try:
+                await self.cancel_task(task_id)
+            except (MCPTrioError, httpx.HTTPError) as exc:  # best effort only
+                logger.info("could not cancel task %s: %r", task_id, exc)
 
     async def list_resources(self, cursor: str | None = None) -> mt.ListResourcesResult:
         return await self._typed(
@@ -633,6 +846,7 @@ async def open_client_session(
     legacy_version: str = versions.LATEST.name,
     get_stream: bool = True,
     delete_grace: float = 2.0,
+    tasks: bool = True,
 ) -> AsyncIterator[ClientSession]:
     """Open a session with the MCP server at ``url``; it ends when the block does.
 
@@ -654,8 +868,13 @@ async def open_client_session(
     ``auth`` authenticates every request of the session (the POSTs, the GET stream, the DELETE):
     :class:`mcp_trio.auth.OAuth` for an OAuth-protected server, or any ``httpx.Auth``.  With ``http``
     too, it is applied per request and takes the place of that client's own ``auth``.
+
+    ``tasks``: a 2026-era session declares the tasks extension (``io.modelcontextprotocol/tasks``) in
+    every request, so a server may answer ``tools/call`` with a task, which
+    :meth:`ClientSession.call_tool` then waits for; ``tasks=False`` declares nothing (a tool that
+    requires a task is then refused with :class:`RPCError` -32021).
     """
-    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level)
+    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level, tasks)
     if auth is not None and not isinstance(auth, httpx.Auth):
         raise TypeError(f"auth= takes an httpx.Auth (e.g. mcp_trio.auth.OAuth(...)), not {auth!r:.200}")
     own_http = http is None
@@ -694,14 +913,16 @@ async def open_stdio_client(
     log_level: mt.LoggingLevel | None = None,
     legacy_version: str = versions.LATEST.name,
     terminate_grace: float = 2.0,
+    tasks: bool = True,
 ) -> AsyncIterator[ClientSession]:
     """Start ``command`` as an MCP server speaking stdio and open a session with it.
 
     On exit the child's stdin is closed; a child still running ``terminate_grace`` seconds later gets
     SIGTERM, then SIGKILL after as long again.  The child is always reaped.  The callbacks are those of
     :func:`open_client_session`; everything a stdio server sends outside a response arrives outside
-    any call, so an exception from ``on_log`` or ``on_notification`` ends the session."""
-    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level)
+    any call, so an exception from ``on_log`` or ``on_notification`` ends the session; ``tasks`` is
+    that of :func:`open_client_session`."""
+    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level, tasks)
     process = await start_process(command, env)
     transport = StdioTransport(process)
 
@@ -724,6 +945,7 @@ class _Handlers:
     on_notification: NotificationHandler | None
     on_log: LogHandler | None
     log_level: mt.LoggingLevel | None
+    tasks: bool = True
 
     def __post_init__(self) -> None:
         for name in ("sampling", "elicitation", "roots", "on_notification", "on_log"):
@@ -754,6 +976,7 @@ async def _run_session(
                 on_notification=handlers.on_notification,
                 on_log=handlers.on_log,
                 log_level=handlers.log_level,
+                tasks=handlers.tasks,
             )
             if isinstance(transport, StdioTransport):
                 await nursery.start(transport.read_loop, session._dispatch)

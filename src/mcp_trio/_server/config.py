@@ -6,13 +6,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._app.tasks import TaskStore
 from .._protocol.cluster import check_worker_id
 from .._protocol.session import new_session_id
 from ..auth._resource import ProtectedResource
 from .eventstore import EventStore, InMemoryEventStore
 
 if TYPE_CHECKING:
-    from .._app.tasks import TaskStore
     from .session import SessionRegistry
 
 __all__ = ["Authenticate", "HTTPRequestInfo", "ServerConfig"]
