@@ -453,6 +453,33 @@ async def _readme_client(run: Run) -> None:
     assert ast.literal_eval(names + "]") == listed
 
 
+async def _task_client(run: Run) -> None:
+    """The call became a task: its statuses, then the tool's answer."""
+    assert run.output.text == "task working\ntask completed\nComputed the report after 1 s\n", run.output.text
+
+
+async def _build_report(run: Run) -> None:
+    """A 2026 client gets a task, answers the question inside it, and gets the report; a 2025 one the
+    same result without a task."""
+    assert run.session is not None
+
+    def drafts(params: mt.ElicitRequestParams) -> mt.ElicitResult:
+        return mt.ElicitResult(action="accept", content={"drafts": True})
+
+    mode = "modern" if run.session.modern else "legacy"
+    async with open_client_session(run.url, elicitation=drafts, mode=mode) as session:
+        statuses: list[str] = []
+        result = await session.call_tool(
+            "build_report", {"month": "May"}, on_task_status=lambda task: statuses.append(task.status)
+        )
+    assert texts(result) == ["Report for May built (with drafts)"]
+    if session.modern:  # created working, or already asking (the task may run ahead of its answer)
+        assert statuses[0] in ("working", "input_required") and statuses[-1] == "completed", statuses
+        assert "input_required" in statuses, statuses
+    else:
+        assert statuses == []
+
+
 async def _embedded(run: Run) -> None:
     """Prints the URL it serves on (the comment shows it for port 8000)."""
     assert run.output.text == f"serving on ['http://127.0.0.1:{run.port}']\n"
@@ -487,6 +514,8 @@ EXPECTATIONS = [
     Expect("README.md", "open_client_session(", check=_readme_client),
     Expect("docs/embedded-server.md", "serve_h11", check=_embedded),
     Expect("docs/client.md", "session.listen(", check=_listen, driver=_listen_driver),
+    Expect("docs/tasks.md", 'on_task_status=lambda task: print("task", task.status)', check=_task_client),
+    Expect("docs/tasks.md", "async def build_report", check=_build_report),
 ]
 
 
