@@ -491,7 +491,12 @@ class TaskManager:
                 raise RPCError(mt.INTERNAL_ERROR, "Task store unavailable: try again later") from exc
             raise
         run.created.set()
-        return {"resultType": "task", **record.task()}
+        # The task as created: a handler that already ended tells it on tasks/get (a CreateTaskResult
+        # carries no result or error to end with).
+        seed = record.copy()
+        if seed.terminal:
+            seed.status, seed.status_message = "working", None
+        return {"resultType": "task", **seed.task()}
 
     async def _task(
         self, ctx: Context, runner: ToolRunner, run: TaskRun, *, task_status: trio.TaskStatus[_Outcome]

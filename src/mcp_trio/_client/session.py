@@ -566,6 +566,8 @@ class ClientSession:
         if not (self.modern and self._tasks):
             raise TransportError(f"tools/call {name}: the server answered with a task, which was not offered")
         task = TaskInfo.from_wire(result)
+        if task.terminal:  # a CreateTaskResult has no result or error: tasks/get has them
+            task = await self.get_task(task.task_id)
         if not wait_for_task:
             return task
         return await self._wait(task, on_task_status, owned=True)
