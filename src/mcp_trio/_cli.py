@@ -474,7 +474,8 @@ def _oauth_config(args: argparse.Namespace) -> ProtectedResource | None:
 
 
 def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
-    """Give the app's server a Redis notification bus (it runs in the app's nursery)."""
+    """Give the app's server a Redis notification bus (it runs in the app's nursery), and its tasks a
+    Redis store unless its config names a store of its own."""
     from ._app.bus import LocalNotificationBus
 
     worker = app.config.worker_id
@@ -488,6 +489,10 @@ def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
     if type(current) is not LocalNotificationBus or len(current):
         parser.error("--redis: the server already has a notification bus of its own")
     app.server.notifications = bus
+    if app.config.task_store_factory is None:  # tasks too: any worker answers for any task
+        from .redis import RedisTaskStore
+
+        app._modern.tasks.store = RedisTaskStore(url)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,26 +1,33 @@
-"""Workers that share Redis: :class:`RedisNotificationBus`.
+"""Workers that share Redis: :class:`RedisNotificationBus` and :class:`RedisTaskStore`.
 
 Install the extra first: ``pip install 'mcp_trio[redis]'`` (it brings `coredis
 <https://coredis.readthedocs.io>`_, an async Redis client that runs on Trio through AnyIO).  Only this
-module imports it, and only once a bus is made: ``import mcp_trio`` never does.  Redis 6 or later.
+module imports it, and only once a bus or a store is made: ``import mcp_trio`` never does.  Redis 6 or
+later.
 """
 
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import math
 import random
 import re
 import secrets
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
+import mcp_types as mt
 import trio
 
 from ._app.bus import LocalNotificationBus
+from ._app.tasks import TERMINAL, TaskManager, TaskRecord
+from ._exceptions import RPCError, TaskStoreFull, TaskStoreUnavailable
 from ._protocol.cluster import (
+    WORKER_ID,
     check_channel_prefix,
     check_instance_id,
     check_worker_id,
@@ -38,7 +45,7 @@ if TYPE_CHECKING:
 
     import coredis
 
-__all__ = ["RedisNotificationBus"]
+__all__ = ["RedisNotificationBus", "RedisTaskStore"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +73,7 @@ _USERINFO = re.compile(r"//[^/@]*@")
 
 
 _IN_BUS: contextvars.ContextVar[bool] = contextvars.ContextVar("mcp_trio_redis_bus", default=False)
-"""True in a bus's tasks, and so in the tasks coredis starts for them."""
+"""True in a bus's (and a task store's) tasks, and so in the tasks coredis starts for them."""
 
 
 class _BusConnectionLogs(logging.Filter):
@@ -439,31 +446,10 @@ class RedisNotificationBus(LocalNotificationBus):
         return connected
 
     async def _probe(self) -> None:
-        """Open and close a plain connection first: a refused one raises OSError here.  (A coredis
-        connection that fails to connect leaves memory streams unclosed behind it, a ResourceWarning
-        each; a worker retrying while Redis is down would make one per attempt.)"""
-        parts = urlsplit(self.url)
-        try:
-            with trio.fail_after(self.connect_timeout):
-                if parts.scheme.lower() == "unix":
-                    stream: trio.abc.Stream = await trio.open_unix_socket(parts.path)
-                else:
-                    stream = await trio.open_tcp_stream(parts.hostname or "localhost", parts.port or 6379)
-                await stream.aclose()
-        except OSError as exc:  # trio's "all attempts failed" says less than its cause
-            cause = _leaf(exc.__cause__) if exc.__cause__ is not None else exc
-            raise OSError(str(cause if isinstance(cause, OSError) else exc)) from exc
+        await _probe(self.url, self.connect_timeout)
 
     def _client(self) -> coredis.Redis[bytes]:
-        module = _coredis()
-        client: coredis.Redis[bytes] = module.Redis.from_url(
-            self.url,
-            retry_policy=module.retry.NoRetryPolicy(),
-            connect_timeout=self.connect_timeout,
-            stream_timeout=self.command_timeout,
-            client_name=f"mcp-trio-{self.instance_id}",
-        )
-        return client
+        return _new_client(self.url, self.connect_timeout, self.command_timeout, self.instance_id)
 
     async def _publisher(self, client: coredis.Redis[bytes]) -> None:
         async for data in self._outbox:
@@ -541,6 +527,540 @@ class RedisNotificationBus(LocalNotificationBus):
             logger.warning(
                 "Redis notification bus: dropped a malformed %s (%s; %d so far)", what, reason, so_far
             )
+
+
+# -- tasks: RedisTaskStore ----------------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+_CREATE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return -1 end
+local stored
+if ARGV[2] == '' then
+  stored = redis.call('SET', KEYS[1], ARGV[1], 'NX')
+else
+  stored = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+end
+if not stored then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[6])
+return 1
+"""
+"""Create a task's key (SET NX, with its TTL) and count it in the index, unless the index (pruned of
+expired ids first) already holds ``max_tasks`` ids: 1 created, 0 the key exists, -1 full."""
+_DELETE = """
+redis.call('ZREM', KEYS[2], ARGV[1])
+return redis.call('DEL', KEYS[1])
+"""
+"""Delete a task's key and its id in the index."""
+SIGNAL_LIMIT = 1024 * 1024
+"""Largest signal (JSON, bytes) sent or accepted on a worker's task channel."""
+_STATUSES = frozenset({"working", "input_required"}) | TERMINAL
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "task_id": (str,),
+    "owner": (str,),
+    "created_at": (int, float),
+    "updated_at": (int, float),
+    "ttl_ms": (int, type(None)),
+    "poll_interval_ms": (int, type(None)),
+    "status": (str,),
+    "status_message": (str, type(None)),
+    "result": (dict, type(None)),
+    "error": (dict, type(None)),
+    "input_requests": (dict,),
+    "worker": (str, type(None)),
+}
+"""The JSON type of each field of a stored :class:`~mcp_trio.TaskRecord`."""
+
+
+def _decode_record(raw: object, task_id: str) -> TaskRecord:
+    """The record stored for ``task_id``, or ValueError saying why the value is not one."""
+    if not isinstance(raw, bytes | str):
+        raise ValueError("the key does not hold a string")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError("not JSON") from exc
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    for name, types in _RECORD_TYPES.items():
+        value = data.get(name)
+        if name not in data or isinstance(value, bool) or not isinstance(value, types):
+            raise ValueError(f"{name} is missing or of the wrong type")
+    if data["task_id"] != task_id:
+        raise ValueError("it names another task")
+    if data["status"] not in _STATUSES:
+        raise ValueError("unknown status")
+    if not all(isinstance(k, str) and isinstance(v, dict) for k, v in data["input_requests"].items()):
+        raise ValueError("input_requests is not an object of objects")
+    if not all(math.isfinite(data[name]) for name in ("created_at", "updated_at")):
+        raise ValueError("a timestamp is not finite")
+    return TaskRecord.from_json(data)
+
+
+class RedisTaskStore:
+    """A :class:`~mcp_trio.TaskStore` in Redis, shared by the workers of a deployment: a task created on
+    one worker is found by ``tasks/get`` on any other, and ``tasks/cancel`` or ``tasks/update`` sent to
+    another worker reach the one that runs it.  Give each app its own store and its worker id::
+
+        ServerConfig(task_store_factory=lambda: RedisTaskStore(url), worker_id="w1")
+
+    Each task is the key ``<prefix>:task:<taskId>`` (its record as JSON), which Redis expires after the
+    task's TTL; the sorted set ``<prefix>:tasks:index`` counts the live tasks (by expiry) so that no
+    more than ``max_tasks`` are stored: :meth:`create` then raises :class:`~mcp_trio.TaskStoreFull`
+    (tasks without a TTL count until they are deleted).  A stored value that is not a valid record
+    reads as no task (it is logged).  Every command is bounded by ``timeout`` seconds: a Redis that is
+    down or too slow raises :class:`~mcp_trio.TaskStoreUnavailable` (answered -32603), never hangs.
+
+    Signals between workers go through Redis pub/sub: :meth:`signal` publishes on the channel
+    ``<prefix>:tasks:worker:<worker>`` of the worker that runs a task, and :meth:`run` (which
+    :meth:`MCPApp.run <mcp_trio.MCPApp.run>` starts) subscribes to this worker's own channel and hands
+    what arrives to the app's task manager.  :meth:`run` also keeps the connections the commands use;
+    while it is not connected (Redis down, or not running), each command opens a connection of its
+    own.  It reconnects with exponential backoff (``retry_initial`` doubling up to ``retry_max``
+    seconds, with jitter), and logs an outage once.
+
+    ``url``: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "mcp_trio",
+        max_tasks: int = 100_000,
+        timeout: float = 5.0,
+        retry_initial: float = 0.1,
+        retry_max: float = 2.0,
+        signal_limit: int = SIGNAL_LIMIT,
+    ) -> None:
+        _coredis()  # fail here, not in the app's nursery
+        if not isinstance(url, str) or not _URL.match(url):
+            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
+        if max_tasks < 1 or not timeout > 0 or signal_limit < 1:
+            raise ValueError("max_tasks and signal_limit must be at least 1, and timeout positive")
+        if not 0 < retry_initial <= retry_max:
+            raise ValueError("0 < retry_initial <= retry_max")
+        self.url = url
+        self.prefix = check_channel_prefix(prefix)
+        self.index_key = f"{self.prefix}:tasks:index"
+        self.max_tasks = max_tasks
+        self.timeout = timeout
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.signal_limit = signal_limit
+        self.instance_id = secrets.token_hex(8)
+        self.worker_id: str | None = None
+        """The worker whose signals :meth:`run` receives (the app's ``worker_id``), once it runs."""
+        self._state: State = "stopped"
+        self._running = False
+        self._live: coredis.Redis[bytes] | None = None
+        """The client :meth:`run` keeps connected, while it is (what the commands use)."""
+        self._lost = trio.Event()
+        """Set by a command whose connection failed: :meth:`run` then reconnects."""
+        self._outage_logged = False
+        self._outage_since: float | None = None
+        self._malformed_logged = False
+        self._last_error: str | None = None
+        self._counts = dict.fromkeys(
+            (
+                "created",
+                "full",
+                "malformed_records",
+                "unavailable",
+                "signals_sent",
+                "signals_unheard",
+                "signals_received",
+                "signals_malformed",
+                "connects",
+                "failures",
+            ),
+            0,
+        )
+
+    def task_key(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{task_id}"
+
+    def channel(self, worker: str) -> str:
+        """The channel of ``worker``'s signals."""
+        return f"{self.prefix}:tasks:worker:{check_worker_id(worker)}"
+
+    @property
+    def state(self) -> State:
+        """``stopped`` (not running), ``connecting`` (the first attempt), ``connected`` (subscribed to
+        this worker's channel) or ``disconnected`` (Redis unreachable: retrying)."""
+        return self._state
+
+    def statistics(self) -> dict[str, Any]:
+        """Under ``task_store``: the state, tasks ``created`` here, creations refused as ``full``,
+        ``malformed_records`` read as no task, commands that failed (``unavailable``), signals sent
+        (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received and
+        malformed, ``connects`` and ``failures`` of :meth:`run`, and the ``last_error``."""
+        stats: dict[str, Any] = {
+            "state": self._state,
+            "url": redact(self.url),
+            "prefix": self.prefix,
+            "max_tasks": self.max_tasks,
+            "last_error": self._last_error,
+            **self._counts,
+        }
+        if self.worker_id is not None:
+            stats["worker_id"] = self.worker_id
+        return {"task_store": stats}
+
+    # -- the TaskStore protocol ---------------------------------------------------------------
+
+    async def create(self, record: TaskRecord) -> None:
+        """Store a new record (SET NX, expiring with its TTL) unless ``max_tasks`` live tasks are
+        stored (:class:`~mcp_trio.TaskStoreFull`).  Atomic across workers."""
+        value = self._encode(record)
+        now = time.time()
+        if record.ttl_ms is None:
+            px, score = "", "+inf"
+        else:
+            expires = record.expires_at
+            px, score = str(max(1, math.ceil((expires - now) * 1000))), str(math.ceil(expires * 1000))
+        keys = [self.task_key(record.task_id), self.index_key]
+        args = [value, px, score, str(math.floor(now * 1000)), str(self.max_tasks), record.task_id]
+        created = await self._command("create", lambda c: c.eval(_CREATE, keys=keys, args=args))
+        if created == -1:
+            self._counts["full"] += 1
+            raise TaskStoreFull(f"{self.max_tasks} tasks are stored")
+        if created != 1:
+            raise RuntimeError(f"task {record.task_id} is already stored")
+        self._counts["created"] += 1
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        key = self.task_key(task_id)
+        raw = await self._command("get", lambda c: _get_value(c, key))
+        if raw is None:
+            return None
+        try:
+            return _decode_record(raw, task_id)
+        except ValueError as exc:
+            self._counts["malformed_records"] += 1
+            level = logging.DEBUG if self._malformed_logged else logging.WARNING
+            self._malformed_logged = True
+            logger.log(
+                level,
+                "Redis task store: the value of %s is not a task record (%s); read as no task "
+                "(%d so far, logged once)",
+                self.task_key(task_id)[:300],
+                exc,
+                self._counts["malformed_records"],
+            )
+            return None
+
+    async def put(self, record: TaskRecord) -> None:
+        """Replace the record of a task still stored (SET XX, its expiry kept): a task already
+        forgotten stays forgotten."""
+        value = self._encode(record)
+        key = self.task_key(record.task_id)
+        await self._command("put", lambda c: c.set(key, value, condition=_token("XX"), keepttl=True))
+
+    async def delete(self, task_id: str) -> None:
+        keys = [self.task_key(task_id), self.index_key]
+        await self._command("delete", lambda c: c.eval(_DELETE, keys=keys, args=[task_id]))
+
+    @staticmethod
+    def _encode(record: TaskRecord) -> str:
+        return json.dumps(record.to_json(), separators=(",", ":"), allow_nan=False)
+
+    # -- signals between workers ------------------------------------------------------------------
+
+    async def signal(self, record: TaskRecord, message: Mapping[str, Any]) -> bool:
+        """Publish ``{"taskId": ..., **message}`` on the channel of the worker that runs ``record``;
+        whether a subscriber got it (False for a record without a valid worker)."""
+        worker = record.worker
+        if worker is None or not WORKER_ID.fullmatch(worker):
+            return False
+        data = json.dumps({"taskId": record.task_id, **message}, separators=(",", ":")).encode()
+        if len(data) > self.signal_limit:
+            raise RPCError(mt.INVALID_PARAMS, f"Too large to pass on to the worker of task {record.task_id}")
+        channel = self.channel(worker)
+        receivers = await self._command("signal", lambda c: c.publish(channel, data))
+        self._counts["signals_sent"] += 1
+        if not receivers:
+            self._counts["signals_unheard"] += 1
+        return bool(receivers)
+
+    async def run(
+        self, manager: TaskManager, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep connected to Redis until cancelled, with the connections the commands use and, when
+        ``manager`` (the app's task manager) has a worker id, subscribed to that worker's channel: each
+        valid signal goes to ``manager.on_signal``; a malformed one is logged and ignored.  Reports
+        started at once (the app does not wait for Redis); reconnects as needed.  One app runs a
+        store."""
+        if self._running:
+            raise RuntimeError("this RedisTaskStore is already running (give each app its own store)")
+        worker = manager.worker_id
+        if worker is not None:
+            check_worker_id(worker)
+        self._running = True
+        self.worker_id = worker
+        self._state = "connecting"
+        self._outage_logged = False
+        in_bus = _IN_BUS.set(True)  # coredis's tasks for this one inherit it (see _BusConnectionLogs)
+        attempt = 0
+        try:
+            task_status.started()
+            while True:
+                connected = await self._connect_and_serve(manager, worker)
+                self._state = "disconnected"
+                attempt = 1 if connected else attempt + 1
+                delay = min(self.retry_max, self.retry_initial * 2 ** (attempt - 1))
+                await trio.sleep(delay * random.uniform(0.5, 1.0))
+        finally:
+            _IN_BUS.reset(in_bus)
+            self._live = None
+            self._running = False
+            self._state = "stopped"
+
+    async def _connect_and_serve(self, manager: TaskManager, worker: str | None) -> bool:
+        """One connection, until it fails (never raises but cancellation); whether it got connected."""
+        connected = False
+        lost = self._lost = trio.Event()
+        try:
+            await _probe(self.url, self.timeout)
+            client = self._client()
+            async with client, trio.open_nursery() as nursery:
+                if worker is not None:
+                    await nursery.start(self._subscriber, client, manager, worker)
+                else:
+                    with trio.fail_after(self.timeout):
+                        await client.ping()
+                connected = True
+                self._live = client
+                self._on_connected(worker)
+                await lost.wait()
+                raise ConnectionError(self._last_error or "a command failed")
+        except BaseException as exc:
+            self._live = None
+            fatal, rest = split_fatal(exc)
+            if fatal is not None:
+                if fatal is exc:
+                    raise
+                raise fatal from None
+            if trio.current_effective_deadline() == -math.inf:
+                logger.debug("Redis task store: error while shutting down", exc_info=rest)
+                await trio.lowlevel.checkpoint()
+            assert rest is not None
+            self._on_failure(rest, was_connected=connected)
+        return connected
+
+    async def _subscriber(
+        self,
+        client: coredis.Redis[bytes],
+        manager: TaskManager,
+        worker: str,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        retry = _coredis().retry.NoRetryPolicy()
+        channel = self.channel(worker)
+        with trio.fail_after(self.timeout) as subscribing:
+            async with client.pubsub(
+                channels=[channel], ignore_subscribe_messages=True, retry_policy=retry
+            ) as pubsub:
+                subscribing.deadline = math.inf  # subscribed in time; from here on it only reads
+                task_status.started()
+                async for item in pubsub:
+                    await self._on_item(item, manager, channel)
+        raise ConnectionError("the subscription ended")
+
+    async def _on_item(self, item: Any, manager: TaskManager, channel: str) -> None:
+        if not isinstance(item, dict) or item.get("type") != "message":
+            return  # subscription acknowledgements and the like
+        data = item.get("data")
+        try:
+            task_id, message = self._decode_signal(data)
+        except ValueError as exc:
+            self._counts["signals_malformed"] += 1
+            level = logging.WARNING if self._counts["signals_malformed"] == 1 else logging.DEBUG
+            logger.log(level, "Redis task store: ignored a malformed signal on %s (%s)", channel, exc)
+            return
+        self._counts["signals_received"] += 1
+        try:
+            await manager.on_signal(task_id, message)
+        except Exception:
+            logger.exception("Redis task store: the signal for task %s failed", task_id)
+
+    def _decode_signal(self, data: object) -> tuple[str, dict[str, Any]]:
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes):
+            raise ValueError(f"a {type(data).__name__}, not a string")
+        if len(data) > self.signal_limit:
+            raise ValueError(f"{len(data)} bytes, over the limit of {self.signal_limit}")
+        try:
+            message = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError("not JSON") from exc
+        if not isinstance(message, dict):
+            raise ValueError("not a JSON object")
+        task_id = message.pop("taskId", None)
+        if not isinstance(task_id, str) or not task_id:
+            raise ValueError("no taskId")
+        return task_id, message
+
+    # -- commands ---------------------------------------------------------------------------------
+
+    async def _command(self, what: str, call: Callable[[coredis.Redis[bytes]], Awaitable[_T]]) -> _T:
+        """``call`` on the connected client (or, while there is none, on a connection of its own),
+        within ``timeout``; any failure is :class:`~mcp_trio.TaskStoreUnavailable`."""
+        client = self._live
+        in_store = _IN_BUS.set(True)  # what coredis logs of a connection of its own is ours to report
+        try:
+            with trio.fail_after(self.timeout):
+                if client is not None:
+                    return await call(client)
+                await _probe(self.url, self.timeout)
+                async with self._client() as own:
+                    return await call(own)
+        except BaseException as exc:
+            fatal, rest = split_fatal(exc)
+            if fatal is not None:
+                raise
+            assert rest is not None
+            leaf = _leaf(rest)
+            self._counts["unavailable"] += 1
+            self._last_error = _describe(leaf, self.timeout)
+            if client is not None and self._live is client and not isinstance(leaf, _response_error()):
+                self._live = None  # the next commands connect on their own until run() is back
+                self._lost.set()
+            logger.debug("Redis task store: %s failed (%s)", what, self._last_error)
+            raise TaskStoreUnavailable(f"Redis task store: {what} failed ({self._last_error})") from None
+        finally:
+            _IN_BUS.reset(in_store)
+
+    def _client(self) -> coredis.Redis[bytes]:
+        return _closing_connections(_new_client(self.url, self.timeout, self.timeout, self.instance_id))
+
+    # -- connection state -------------------------------------------------------------------------
+
+    def _on_connected(self, worker: str | None) -> None:
+        self._state = "connected"
+        self._counts["connects"] += 1
+        if self._outage_logged:
+            down = trio.current_time() - (self._outage_since or trio.current_time())
+            logger.warning("Redis task store: connected to %s again after %.1f s", redact(self.url), down)
+        else:
+            where = f" ({self.channel(worker)})" if worker is not None else ""
+            logger.info("Redis task store: connected to %s%s", redact(self.url), where)
+        self._outage_logged = False
+        self._outage_since = None
+
+    def _on_failure(self, exc: BaseException, *, was_connected: bool) -> None:
+        leaf = _leaf(exc)
+        self._counts["failures"] += 1
+        self._last_error = _describe(leaf, self.timeout)
+        if self._outage_logged:
+            logger.debug("Redis task store: still unreachable (%s)", self._last_error)
+            return
+        self._outage_logged = True
+        self._outage_since = trio.current_time()
+        what = "lost its connection to" if was_connected else "cannot reach"
+        expected = isinstance(leaf, _expected_errors())
+        logger.log(
+            logging.WARNING if expected else logging.ERROR,
+            "Redis task store %s %s (%s): tasks cannot be stored or signalled until it is back; retrying",
+            what,
+            redact(self.url),
+            self._last_error,
+            exc_info=None if expected else exc,
+        )
+
+
+async def _probe(url: str, seconds: float) -> None:
+    """Open and close a plain connection first: a refused one raises OSError here.  (A coredis
+    connection that fails to connect leaves memory streams unclosed behind it, a ResourceWarning
+    each; a worker retrying while Redis is down would make one per attempt.)"""
+    parts = urlsplit(url)
+    try:
+        with trio.fail_after(seconds):
+            if parts.scheme.lower() == "unix":
+                stream: trio.abc.Stream = await trio.open_unix_socket(parts.path)
+            else:
+                stream = await trio.open_tcp_stream(parts.hostname or "localhost", parts.port or 6379)
+            await stream.aclose()
+    except OSError as exc:  # trio's "all attempts failed" says less than its cause
+        cause = _leaf(exc.__cause__) if exc.__cause__ is not None else exc
+        raise OSError(str(cause if isinstance(cause, OSError) else exc)) from exc
+
+
+def _new_client(
+    url: str, connect_timeout: float, command_timeout: float, instance_id: str
+) -> coredis.Redis[bytes]:
+    module = _coredis()
+    client: coredis.Redis[bytes] = module.Redis.from_url(
+        url,
+        retry_policy=module.retry.NoRetryPolicy(),
+        connect_timeout=connect_timeout,
+        stream_timeout=command_timeout,
+        client_name=f"mcp-trio-{instance_id}",
+    )
+    return client
+
+
+class _WrongType:
+    """What :func:`_get_value` reads from a key that holds something else than a string."""
+
+
+async def _get_value(client: coredis.Redis[bytes], key: str) -> object:
+    try:
+        return await client.get(key)
+    except _coredis().exceptions.WrongTypeError:
+        return _WrongType()
+
+
+_CLOSING_CLASSES: dict[type, type] = {}
+
+
+def _closing_connections(client: coredis.Redis[bytes]) -> coredis.Redis[bytes]:
+    """``client``, whose pool makes connections that close their memory streams however they end.
+
+    A coredis connection opens its buffers (AnyIO memory streams) when it is made, but closes them
+    only once it is connected: one that fails to connect (refused, or cancelled by a timeout) leaves
+    them to the garbage collector, a ResourceWarning each.  A store's commands may make a connection
+    right when Redis goes away, so its pool's connections close them when they end."""
+    pool = client.connection_pool
+    base = pool.connection_class
+    closing = _CLOSING_CLASSES.get(base)
+    if closing is None:
+        import anyio  # coredis's own dependency
+        import anyio.streams.memory as memory
+
+        streams = (memory.MemoryObjectSendStream, memory.MemoryObjectReceiveStream)
+
+        async def run(self: Any, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await base.run(self, task_status=task_status)
+            finally:
+                for value in list(vars(self).values()):
+                    if isinstance(value, streams):
+                        value.close()
+
+        closing = _CLOSING_CLASSES[base] = type(f"Closing{base.__name__}", (base,), {"run": run})
+    pool.connection_class = closing
+    return client
+
+
+def _describe(error: BaseException, timeout: float) -> str:
+    """A failure in a log line or ``last_error`` (a timeout of ours says what it waited for)."""
+    if isinstance(error, trio.TooSlowError):
+        return f"no answer within {timeout:g} s"
+    return f"{type(error).__name__}: {error}"[:300]
+
+
+def _token(name: str) -> Any:
+    return getattr(_coredis().tokens.PureToken, name)
+
+
+def _response_error() -> type[BaseException]:
+    """An error Redis answered (not a lost connection)."""
+    error: type[BaseException] = _coredis().exceptions.ResponseError
+    return error
 
 
 def _as_bytes(value: str | bytes) -> bytes:

@@ -320,18 +320,25 @@ class TaskRun:
         self.created = trio.Event()
         self.cancel_reason: str | None = None
         self._lock = trio.Lock()
+        self._version = self._written = 0
         self._keys_used: set[str] = set()
         self._answers: dict[str, Any] = {}
         self._answered = trio.Event()
 
     async def save(self) -> None:
-        """Write the current state (after the record was created; writes never overtake each other)."""
+        """Write the state as it is now (once the record was created).  Writes never overtake each
+        other: one whose state is older than the state already written is dropped, so the store (and
+        the ``notifications/tasks`` sent) never go back, and each state is written at most once."""
+        self.record.updated_at = max(self.record.updated_at, time.time())
+        self._version += 1
+        version, snapshot = self._version, self.record.copy()
         await self.created.wait()
         async with self._lock:
-            self.record.updated_at = max(self.record.updated_at, time.time())
-            snapshot = self.record.copy()
+            if version <= self._written:
+                return
             await self.manager.store.put(snapshot)
-        await self.manager.published(snapshot)
+            self._written = version
+            await self.manager.published(snapshot)
 
     async def ask(self, requests: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
         keys: dict[str, str] = {}
@@ -480,8 +487,9 @@ class TaskManager:
         outcome: _Outcome = await nursery.start(self._task, ctx, runner, run)
         if outcome.result is not None:
             return outcome.result
+        seed = record.copy()  # the task as created (it may run on meanwhile)
         try:
-            await self.store.create(record.copy())
+            await self.store.create(seed.copy())
         except BaseException as exc:
             run.cancel("it could not be stored")
             run.created.set()
@@ -493,7 +501,6 @@ class TaskManager:
         run.created.set()
         # The task as created: a handler that already ended tells it on tasks/get (a CreateTaskResult
         # carries no result or error to end with).
-        seed = record.copy()
         if seed.terminal:
             seed.status, seed.status_message = "working", None
         return {"resultType": "task", **seed.task()}
@@ -536,6 +543,8 @@ class TaskManager:
                 run.record.input_requests.clear()
                 await run.save()
                 final_saved = True
+            if not started:  # the TTL ran out before task_status.started(): no task was made
+                raise RPCError(mt.INTERNAL_ERROR, "The tool did not start its task within the task TTL")
         except Exception:
             if not started:
                 raise
@@ -552,12 +561,13 @@ class TaskManager:
                 self._forget(run)
 
     async def _ended_by_cancel(self, run: TaskRun) -> None:
-        if run.cancel_reason is None:  # its TTL ran out: it is forgotten, like the record
+        if run.cancel_reason is None and run.scope.cancelled_caught:  # its TTL ran out: forgotten too
             with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
                 await run.created.wait()
                 await self.store.delete(run.record.task_id)
             return
-        await self._record_end(run, "cancelled", message=f"Cancelled: {run.cancel_reason}")
+        reason = run.cancel_reason or "the server shut down"  # else the app's nursery was cancelled
+        await self._record_end(run, "cancelled", message=f"Cancelled: {reason}")
 
     async def _record_end(
         self, run: TaskRun, status: str, *, message: str | None = None, error: dict[str, Any] | None = None
@@ -591,11 +601,12 @@ class TaskManager:
         task_id = (params or {}).get("taskId")
         if not isinstance(task_id, str):
             raise RPCError(mt.INVALID_PARAMS, "Invalid params: taskId must be a string")
+        running = task_id in self.runs  # before the lookup: a task may end (and be forgotten) meanwhile
         record = await self.lookup(task_id)
         # Unknown, expired, evicted or someone else's: the same answer.
         if record is None or record.owner != owner_key(ctx.principal):
             raise RPCError(mt.INVALID_PARAMS, "Failed to retrieve task: Task not found")
-        if not record.terminal and record.worker == self.worker_id and record.task_id not in self.runs:
+        if not record.terminal and record.worker == self.worker_id and not running:
             await self._orphaned(record)
         return record
 
@@ -632,11 +643,15 @@ class TaskManager:
             raise RPCError(mt.INVALID_PARAMS, "Invalid params: inputResponses must be an object")
         run = self.runs.get(record.task_id)
         if run is None:
-            if record.terminal or record.status != "input_required":
+            # Not running here: ended since it was read if it ran here, else it runs on another worker.
+            if record.terminal or record.status != "input_required" or self._ran_here(record):
                 raise RPCError(mt.INVALID_PARAMS, f"Task {record.task_id} is not waiting for input")
             await self._signal(record, {"inputResponses": responses})
             return {}
-        await run.deliver(responses)
+        try:
+            await run.deliver(responses)
+        except TaskStoreUnavailable as exc:
+            raise RPCError(mt.INTERNAL_ERROR, "Task store unavailable: try again later") from exc
         return {}
 
     async def cancel(self, ctx: Context, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -646,16 +661,23 @@ class TaskManager:
         run = self.runs.get(record.task_id)
         if run is not None:
             run.cancel("the client cancelled it")
-        else:
+        elif not self._ran_here(record):  # one that ran here ended since it was read: nothing to cancel
             await self._signal(record, {"cancel": True})
         return {}
+
+    def _ran_here(self, record: TaskRecord) -> bool:
+        return record.worker is None or record.worker == self.worker_id
 
     async def _signal(self, record: TaskRecord, message: dict[str, Any]) -> None:
         """Reach the worker that runs ``record`` (a store shared between workers carries it)."""
         signal = getattr(self.store, "signal", None)
         if record.worker is None or record.worker == self.worker_id or signal is None:
             raise RPCError(mt.INTERNAL_ERROR, f"Task {record.task_id} is not running here")
-        if not await signal(record, message):
+        try:
+            heard = await signal(record, message)
+        except TaskStoreUnavailable as exc:
+            raise RPCError(mt.INTERNAL_ERROR, "Task store unavailable: try again later") from exc
+        if not heard:
             raise RPCError(mt.INTERNAL_ERROR, f"The worker running task {record.task_id} is unreachable")
 
     async def on_signal(self, task_id: str, message: Mapping[str, Any]) -> None:

@@ -137,7 +137,8 @@ class ServerConfig:
     every worker of a deployment answer for any task."""
     task_ttl: float | None = 3600.0
     """How long a task and its result are kept after it was created (its ``ttlMs``); a task still running
-    then is cancelled and forgotten.  None: kept until the store needs the room."""
+    then is cancelled and forgotten.  None: no TTL (the memory store then forgets finished tasks only
+    when it needs the room)."""
     task_poll_interval: float = 1.0
     """The ``pollIntervalMs`` suggested to clients polling a task."""
     stats_path: str | None = None
