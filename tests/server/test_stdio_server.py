@@ -641,3 +641,30 @@ async def test_initialize_with_capabilities_too_deep_to_serialize_is_invalid_par
         assert answer["error"]["code"] == mt.INVALID_PARAMS, answer
         params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": info}
         assert (await client.call(2, "initialize", params))["result"]["protocolVersion"] == "2025-11-25"
+
+
+async def test_a_task_over_stdio_with_its_status_on_a_listen_stream() -> None:
+    tasks = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    async with open_stdio() as client:
+        created = (
+            await client.call(
+                1,
+                "tools/call",
+                {"name": "slow_compute", "arguments": {"seconds": 0.3}, "_meta": modern_meta(**tasks)},
+            )
+        )["result"]
+        assert created["resultType"] == "task" and created["status"] == "working", created
+        task_id = created["taskId"]
+        listen = {"notifications": {"taskIds": [task_id, "not-a-task"]}, "_meta": modern_meta(**tasks)}
+        await client.request(2, "subscriptions/listen", listen)
+        ack = await client.receive()
+        assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+        assert ack["params"]["notifications"]["taskIds"] == [task_id]  # only a task of the requester
+        done = await client.receive()  # the task's end, pushed
+        assert done["method"] == "notifications/tasks", done
+        assert done["params"]["taskId"] == task_id and done["params"]["status"] == "completed", done
+        assert done["params"]["result"]["content"][0]["text"] == "Computed result after 0.3 s"
+        assert done["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 2
+        got = (await client.call(3, "tasks/get", {"taskId": task_id, "_meta": modern_meta(**tasks)}))["result"]
+        assert got["status"] == "completed"
+        await client.notify("notifications/cancelled", {"requestId": 2})

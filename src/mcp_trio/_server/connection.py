@@ -121,6 +121,7 @@ class MessageConnection(SessionPeer):
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._write_loop, name="mcp stdio writer")
+            self._modern.tasks.publish = self.server.notifications.publish  # notifications/tasks
             await nursery.start(self._modern.tasks.run)
             self.server.attach(self)
             try:
