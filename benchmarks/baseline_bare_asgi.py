@@ -6,8 +6,10 @@ Prints ``bare-asgi: serving on http://HOST:PORT/mcp`` once listening; stops on S
 
 Every POST body is decoded as JSON only to read its ``id``.  ``initialize`` gets a fixed result and a
 fixed ``mcp-session-id`` header; a notification (no ``id``) gets 202; any other request gets the fixed
-``tools/call`` result ``{"content":[{"type":"text","text":"hi"}]}``, always as ``application/json`` (never
-SSE).  DELETE gets 200; GET streams are not supported (405), so the harness skips ``churn`` for it.  Like
+``tools/call`` result ``{"content":[{"type":"text","text":"hi"}]}`` (a 2026-07-28 request, one whose
+``params._meta`` names a protocol version, gets it with ``resultType`` and ``_meta``; ``server/discover``
+gets a fixed discover result), always as ``application/json`` (never SSE).  DELETE gets 200; GET streams
+are not supported (405), so the harness skips ``churn`` for it (and, in 2026, mrtr and listen).  Like
 ``baseline_python_sdk.py`` it uses ``hypercorn.trio.serve`` with a default ``Config`` (access log off) and
 mcp_trio's hypercorn CLOSE_WAIT fix and request-path patches, as ``mcp-trio`` applies them
 (``--no-hypercorn-fast-path`` leaves out the patches, ``--no-hypercorn-fix`` both).  Its throughput is
@@ -29,7 +31,24 @@ INITIALIZE_RESULT = (
     b'"serverInfo":{"name":"bare-asgi","version":"0.1.0"}}}'
 )
 CALL_RESULT = b'"result":{"content":[{"type":"text","text":"hi"}]}}'
+# 2026-07-28 (a request whose params._meta names a protocol version): every result carries resultType and
+# the server's info; server/discover gets a fixed discover result.
+MODERN_META = b'"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"bare-asgi","version":"0.1.0"}}'
+MODERN_CALL_RESULT = (
+    b'"result":{"content":[{"type":"text","text":"hi"}],"resultType":"complete",' + MODERN_META + b"}}"
+)
+DISCOVER_RESULT = (
+    b'"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"ttlMs":0,'
+    b'"cacheScope":"private","resultType":"complete",' + MODERN_META + b"}}"
+)
 JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def _modern(request: dict[str, Any]) -> bool:
+    """A 2026-07-28 request: its params._meta names a protocol version."""
+    params = request.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
 
 
 async def _respond(
@@ -75,10 +94,15 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await _respond(send, 202)
         return
     head = b'{"jsonrpc":"2.0","id":' + json.dumps(request["id"]).encode() + b","
-    if request.get("method") == "initialize":
+    kind = request.get("method")
+    if kind == "initialize":
         await _respond(send, 200, head + INITIALIZE_RESULT, [*JSON_HEADERS, (b"mcp-session-id", SESSION_ID)])
+    elif kind == "server/discover":
+        await _respond(send, 200, head + DISCOVER_RESULT, JSON_HEADERS)
     else:
-        await _respond(send, 200, head + CALL_RESULT, JSON_HEADERS)
+        await _respond(
+            send, 200, head + (MODERN_CALL_RESULT if _modern(request) else CALL_RESULT), JSON_HEADERS
+        )
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -7,8 +7,10 @@ Prints ``bare-h11: serving on http://HOST:PORT/mcp`` once listening; stops on SI
 Answers exactly like ``baseline_bare_asgi.py``: every POST body is decoded as JSON only to read its
 ``id``.  ``initialize`` gets a fixed result and a fixed ``mcp-session-id`` header; a notification (no
 ``id``) gets 202; any other request gets the fixed ``tools/call`` result
-``{"content":[{"type":"text","text":"hi"}]}``, always as ``application/json`` (never SSE).  DELETE gets
-200; GET streams are not supported (405), so the harness skips ``churn`` for it.  The path is ignored.
+``{"content":[{"type":"text","text":"hi"}]}`` (a 2026-07-28 request, one whose ``params._meta`` names a
+protocol version, gets it with ``resultType`` and ``_meta``; ``server/discover`` gets a fixed discover
+result), always as ``application/json`` (never SSE).  DELETE gets 200; GET streams are not supported
+(405), so the harness skips ``churn`` for it (and, in 2026, mrtr and listen).  The path is ignored.
 
 No ASGI and no hypercorn: ``trio.serve_tcp`` runs one task per connection; each task owns an
 ``h11.Connection``, reads with ``receive_some``, and writes each whole response (head and body) with a
@@ -23,6 +25,7 @@ import argparse
 import json
 import signal
 from functools import partial
+from typing import Any
 
 import h11
 import trio
@@ -33,6 +36,16 @@ INITIALIZE_RESULT = (
     b'"serverInfo":{"name":"bare-h11","version":"0.1.0"}}}'
 )
 CALL_RESULT = b'"result":{"content":[{"type":"text","text":"hi"}]}}'
+# 2026-07-28 (a request whose params._meta names a protocol version): every result carries resultType and
+# the server's info; server/discover gets a fixed discover result.
+MODERN_META = b'"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"bare-h11","version":"0.1.0"}}'
+MODERN_CALL_RESULT = (
+    b'"result":{"content":[{"type":"text","text":"hi"}],"resultType":"complete",' + MODERN_META + b"}}"
+)
+DISCOVER_RESULT = (
+    b'"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"ttlMs":0,'
+    b'"cacheScope":"private","resultType":"complete",' + MODERN_META + b"}}"
+)
 JSON_HEADERS = [(b"content-type", b"application/json")]
 MAX_RECV = 65536
 
@@ -50,9 +63,19 @@ def _answer(method: bytes, body: bytes) -> tuple[int, bytes, list[tuple[bytes, b
     if not isinstance(request, dict) or "id" not in request:
         return 202, b"", []
     head = b'{"jsonrpc":"2.0","id":' + json.dumps(request["id"]).encode() + b","
-    if request.get("method") == "initialize":
+    kind = request.get("method")
+    if kind == "initialize":
         return 200, head + INITIALIZE_RESULT, [*JSON_HEADERS, (b"mcp-session-id", SESSION_ID)]
-    return 200, head + CALL_RESULT, JSON_HEADERS
+    if kind == "server/discover":
+        return 200, head + DISCOVER_RESULT, JSON_HEADERS
+    return 200, head + (MODERN_CALL_RESULT if _modern(request) else CALL_RESULT), JSON_HEADERS
+
+
+def _modern(request: dict[str, Any]) -> bool:
+    """A 2026-07-28 request: its params._meta names a protocol version."""
+    params = request.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
 
 
 async def _serve_connection(stream: trio.SocketStream) -> None:

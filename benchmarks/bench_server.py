@@ -1,7 +1,7 @@
 """Load benchmark of the ``mcp-trio`` Streamable HTTP server, optionally against the official python-sdk.
 
-    python3 benchmarks/bench_server.py [--quick] [--baseline python-sdk] [--baseline bare-asgi]
-                                       [--json-response] [--runs 3] [--json FILE]
+    python3 benchmarks/bench_server.py [--quick] [--era 2025|2026] [--baseline python-sdk]
+                                       [--baseline bare-asgi] [--json-response] [--runs 3] [--json FILE]
 
 The server under test runs as a subprocess pinned to one CPU (``--server-cpu``, default 0); the load
 generator runs in this process pinned to another (``--client-cpu``, default 1).  It speaks raw HTTP/1.1
@@ -16,12 +16,24 @@ Scenarios (see README.md):
 * ``calls c=N``: tools/call echo on N pre-initialized sessions, one session per connection.  Reports
   calls/s and p50/p99 latency.
 
+With ``--era 2026``, stateless 2026-07-28 POSTs instead (``_meta`` with the protocol version and client
+capabilities, the MCP-Protocol-Version, Mcp-Method and Mcp-Name headers, no session):
+
+* ``calls c=N``: tools/call echo, one keep-alive connection per loop.
+* ``discover c=16``: server/discover.
+* ``mrtr c=16``: an input-required round trip of ``test_input_required_result_elicitation`` (the first
+  POST answers input_required, the retry carries inputResponses and the requestState); both POSTs count
+  as one operation.
+* ``listen c=16``: subscriptions/listen on a new connection, read up to its acknowledgement, then the
+  connection closed; the server's socket count must fall back afterwards.
+
 For each scenario the server's CPU time (``/proc/PID/stat`` utime+stime) is measured around the timed
 part and divided by the operations done; its socket count (``/proc/PID/fd``) and RSS (VmRSS) are read
 before and after (after the client closed its connections and the server settled).
 
-Any failed request (wrong status, malformed or missing JSON-RPC result, timeout, dropped connection)
-makes the script exit with status 1.
+Any failed request (wrong status, malformed or missing JSON-RPC result, timeout, dropped connection;
+in 2026 also a wrong resultType, sockets or mcp-trio's 2026 requests/listeners not settling) makes the
+script exit with status 1.
 """
 
 from __future__ import annotations
@@ -182,19 +194,8 @@ class Connection:
             body = b""
         elif "chunked" in headers.get("transfer-encoding", "").lower():
             chunks = []
-            while True:
-                size_line = await self._read_until(b"\r\n")
-                try:
-                    size = int(size_line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise BenchError(f"malformed chunk size {size_line[:40]!r}") from None
-                if size == 0:
-                    while await self._read_until(b"\r\n"):  # trailers, up to the empty line
-                        pass
-                    break
-                chunks.append(await self._read_exact(size))
-                if await self._read_exact(2) != b"\r\n":
-                    raise BenchError("chunk not followed by CRLF")
+            while (chunk := await self._read_chunk()) is not None:
+                chunks.append(chunk)
             body = b"".join(chunks)
         elif "content-length" in headers:
             body = await self._read_exact(int(headers["content-length"]))
@@ -212,6 +213,34 @@ class Connection:
         if "close" in headers.get("connection", "").lower():
             await self.close()
         return body
+
+    async def _read_chunk(self) -> bytes | None:
+        """One chunk of a chunked body; None after the terminating chunk (and its trailers)."""
+        size_line = await self._read_until(b"\r\n")
+        try:
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise BenchError(f"malformed chunk size {size_line[:40]!r}") from None
+        if size == 0:
+            while await self._read_until(b"\r\n"):  # trailers, up to the empty line
+                pass
+            return None
+        chunk = await self._read_exact(size)
+        if await self._read_exact(2) != b"\r\n":
+            raise BenchError("chunk not followed by CRLF")
+        return chunk
+
+    async def read_piece(self, response: Response) -> bytes | None:
+        """The next piece of a streamed body (an SSE answer still open): one chunk of a chunked body,
+        or what has arrived of any other body (BenchError if the connection ends first); None after the
+        terminating chunk."""
+        if "chunked" in response.headers.get("transfer-encoding", "").lower():
+            return await self._read_chunk()
+        if not self._buf:
+            await self._receive()
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
 
     async def request(self, data: bytes, method: str) -> Response:
         await self.send(data)
@@ -350,6 +379,183 @@ class Session:
         return response
 
 
+# --------------------------------------------------------------------------------------------------------
+# The 2026-07-28 era: stateless POSTs (docs/transport-2026.md)
+# --------------------------------------------------------------------------------------------------------
+
+MODERN_VERSION = "2026-07-28"
+# What every 2026 POST carries in params._meta: the version and the client's capabilities (elicitation, for
+# the input-required round trip; clientInfo is optional and left out).
+MODERN_META_JSON = json.dumps(
+    {
+        "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    },
+    separators=(",", ":"),
+)
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+INPUT_TOOL = "test_input_required_result_elicitation"  # mcp_trio.demo's; baseline_python_sdk.py has one too
+INPUT_ANSWER = {"action": "accept", "content": {"name": "x"}}
+INPUT_GREETING = "Hello, x!"
+
+
+def modern_params(params: dict[str, Any]) -> str:
+    """``params`` as JSON with the 2026 ``_meta`` added."""
+    encoded = json.dumps(params, separators=(",", ":"))
+    return encoded[:-1] + ("," if params else "") + '"_meta":' + MODERN_META_JSON + "}"
+
+
+ECHO_PARAMS = modern_params({"name": "echo", "arguments": {"text": ECHO_TEXT}})
+DISCOVER_PARAMS = modern_params({})
+INPUT_PARAMS = modern_params({"name": INPUT_TOOL, "arguments": {}})
+LISTEN_PARAMS = modern_params({"notifications": {"toolsListChanged": True}})
+
+
+def expect_modern_result(response: Response, request_id: int, what: str, result_type: str) -> dict[str, Any]:
+    result = expect_result(response, request_id, what)
+    if result.get("resultType") != result_type:
+        raise BenchError(f"{what}: resultType {result.get('resultType')!r} (expected {result_type!r})")
+    return result
+
+
+def check_text(result: dict[str, Any], text: str, what: str) -> None:
+    content = result.get("content")
+    if (
+        result.get("isError")
+        or not isinstance(content, list)
+        or not content
+        or not isinstance(content[0], dict)
+        or content[0].get("text") != text
+    ):
+        raise BenchError(f"{what}: wrong result {json.dumps(result)[:200]} (expected the text {text!r})")
+
+
+def sse_events(buffer: bytearray) -> Iterator[Any]:
+    """Take the complete SSE events out of ``buffer`` (what has arrived of a stream, CRLF or LF line ends);
+    yield the JSON of each one that has data (comments and priming events yield nothing, an incomplete
+    last event stays in ``buffer``)."""
+    buffer[:] = buffer.replace(b"\r\n", b"\n")  # a CR alone at the end waits for its LF
+    while (end := buffer.find(b"\n\n")) >= 0:
+        event = bytes(buffer[:end])
+        del buffer[: end + 2]
+        data = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+        if data and data != [b""]:
+            try:
+                yield json.loads(b"\n".join(data))
+            except ValueError as exc:
+                raise BenchError(f"undecodable JSON in an SSE event: {exc}; {event[:200]!r}") from None
+
+
+class ModernClient:
+    """2026-07-28 requests over one keep-alive connection: each POST self-contained (``_meta``, the
+    MCP-Protocol-Version, Mcp-Method and Mcp-Name headers), no session."""
+
+    __slots__ = ("conn", "next_id", "target")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.target = conn.target
+        self.next_id = 1
+
+    def _post(self, method: str, params: str, name: str | None) -> tuple[int, bytes]:
+        request_id = self.next_id
+        self.next_id += 1
+        body = f'{{"jsonrpc":"2.0","id":{request_id},"method":"{method}","params":{params}}}'.encode()
+        headers = [
+            ("accept", ACCEPT_BOTH),
+            ("content-type", "application/json"),
+            ("mcp-protocol-version", MODERN_VERSION),
+            ("mcp-method", method),
+        ]
+        if name is not None:
+            headers.append(("mcp-name", name))
+        return request_id, http_request(self.target, "POST", headers, body)
+
+    async def call_echo(self) -> None:
+        request_id, data = self._post("tools/call", ECHO_PARAMS, "echo")
+        response = await self.conn.request(data, "POST")
+        check_text(
+            expect_modern_result(response, request_id, "tools/call", "complete"), ECHO_TEXT, "tools/call"
+        )
+
+    async def discover(self) -> None:
+        request_id, data = self._post("server/discover", DISCOVER_PARAMS, None)
+        response = await self.conn.request(data, "POST")
+        result = expect_modern_result(response, request_id, "server/discover", "complete")
+        supported = result.get("supportedVersions")
+        if not isinstance(supported, list) or MODERN_VERSION not in supported:
+            raise BenchError(f"server/discover: supportedVersions {supported!r} without {MODERN_VERSION}")
+
+    async def ask_input(self) -> tuple[list[str], str]:
+        """The first POST of an input-required round trip: the keys asked for and the requestState."""
+        what = "tools/call (input_required)"
+        request_id, data = self._post("tools/call", INPUT_PARAMS, INPUT_TOOL)
+        response = await self.conn.request(data, "POST")
+        result = expect_modern_result(response, request_id, what, "input_required")
+        requests, state = result.get("inputRequests"), result.get("requestState")
+        if (
+            not isinstance(requests, dict)
+            or not requests
+            or not all(
+                isinstance(r, dict) and r.get("method") == "elicitation/create" for r in requests.values()
+            )
+            or not isinstance(state, str)
+            or not state
+        ):
+            raise BenchError(
+                f"{what}: no elicitation inputRequests or no requestState: {json.dumps(result)[:200]}"
+            )
+        return list(requests), state
+
+    async def answer_input(self, keys: list[str], state: str) -> None:
+        """The retry: every question answered (accept, name "x"), the requestState echoed."""
+        what = "tools/call (retry with inputResponses)"
+        params = {
+            "name": INPUT_TOOL,
+            "arguments": {},
+            "inputResponses": dict.fromkeys(keys, INPUT_ANSWER),
+            "requestState": state,
+        }
+        request_id, data = self._post("tools/call", modern_params(params), INPUT_TOOL)
+        response = await self.conn.request(data, "POST")
+        check_text(expect_modern_result(response, request_id, what, "complete"), INPUT_GREETING, what)
+
+    async def listen_ack(self) -> None:
+        """POST subscriptions/listen and read its stream up to the acknowledgement (the stream stays open)."""
+        what = "subscriptions/listen"
+        request_id, data = self._post("subscriptions/listen", LISTEN_PARAMS, None)
+        conn = self.conn
+        await conn.send(data)
+        response = await conn.read_head()
+        ctype = response.headers.get("content-type", "")
+        if response.status != 200 or not ctype.startswith("text/event-stream"):
+            body = await conn.read_body(response, "POST")
+            raise BenchError(
+                f"{what}: HTTP {response.status} {ctype!r} (expected 200 SSE), body {body[:200]!r}"
+            )
+        buffer = bytearray()
+        while True:
+            piece = await conn.read_piece(response)
+            if piece is None:
+                raise BenchError(
+                    f"{what}: the stream ended before its acknowledgement: {bytes(buffer)[:200]!r}"
+                )
+            buffer += piece
+            for message in sse_events(buffer):
+                params = message.get("params") if isinstance(message, dict) else None
+                meta = params.get("_meta") if isinstance(params, dict) else None
+                if (
+                    not isinstance(meta, dict)  # (then message is a dict)
+                    or message.get("method") != "notifications/subscriptions/acknowledged"
+                    or meta.get(SUBSCRIPTION_ID_KEY) != request_id
+                ):
+                    raise BenchError(
+                        f"{what}: first message is not the acknowledgement of id {request_id}: "
+                        f"{json.dumps(message)[:200]}"
+                    )
+                return
+
+
 async def step(what: str, limit: float, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``fn(*args)`` within ``limit`` seconds; any failure becomes a BenchError naming ``what``."""
     try:
@@ -417,6 +623,8 @@ class ScenarioResult:
     errors: int
     error_messages: list[str]
     server_sessions_after: int | None = None
+    server_listeners_after: int | None = None  # mcp-trio's /stats after a 2026 scenario (None otherwise)
+    server_inflight_after: int | None = None
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -470,8 +678,8 @@ async def settle_sockets(ctx: Context, goal: int) -> int:
         await trio.sleep(0.05)
 
 
-async def server_sessions(ctx: Context) -> int | None:
-    """Live sessions according to mcp-trio's ``--stats-path`` endpoint (None for a server without one)."""
+async def server_stats(ctx: Context) -> dict[str, Any] | None:
+    """mcp-trio's ``--stats-path`` endpoint (None for a server without one)."""
     if ctx.stats_path is None:
         return None
     conn = Connection(ctx.target)
@@ -483,7 +691,28 @@ async def server_sessions(ctx: Context) -> int | None:
         await conn.close()
     if response.status != 200:
         raise BenchError(f"stats: HTTP {response.status}")
-    return int(json.loads(response.body)["sessions"])
+    stats: dict[str, Any] = json.loads(response.body)
+    return stats
+
+
+async def server_sessions(ctx: Context) -> int | None:
+    """Live sessions according to mcp-trio's ``--stats-path`` endpoint (None for a server without one)."""
+    stats = await server_stats(ctx)
+    return None if stats is None else int(stats["sessions"])
+
+
+MODERN_STATS = ("modern_inflight", "listeners")  # what /stats must show back at 0 after a 2026 scenario
+
+
+async def settle_modern_stats(ctx: Context) -> dict[str, Any] | None:
+    """mcp-trio's stats once its 2026 requests in progress and its listeners are back at 0 (or, after
+    ``ctx.settle`` seconds, as they are); None for a server without stats."""
+    deadline = trio.current_time() + ctx.settle
+    while True:
+        stats = await server_stats(ctx)
+        if stats is None or not any(stats.get(k) for k in MODERN_STATS) or trio.current_time() >= deadline:
+            return stats
+        await trio.sleep(0.05)
 
 
 async def measure(
@@ -495,7 +724,14 @@ async def measure(
     teardown: Callable[[], Awaitable[None]],
     rec: Recorder,
     conns: list[Connection],
+    modern: bool = False,
+    sockets_must_settle: bool = False,
 ) -> ScenarioResult:
+    """Runs ``setup``, the timed ``body``, ``teardown``; closes ``conns``; reads the server's figures.
+
+    ``modern`` (a 2026 scenario): mcp-trio's /stats must come back to no request in progress and no
+    listener within ``ctx.settle`` seconds; ``sockets_must_settle``: the server's sockets must come back
+    to their count before the scenario within that time.  Otherwise the scenario counts one failure."""
     sockets_before = proc_sockets(ctx.pid)
     rss_before = proc_rss_kb(ctx.pid)
     await setup()
@@ -506,12 +742,27 @@ async def measure(
     await teardown()
     for conn in conns:
         await conn.close()
+    stats: dict[str, Any] | None = None
     try:
-        sessions_after = await server_sessions(ctx)
+        if modern:
+            stats = await settle_modern_stats(ctx)
+            sessions_after = None if stats is None else int(stats["sessions"])
+        else:
+            sessions_after = await server_sessions(ctx)
     except BenchError as exc:
         rec.fail(exc)
         sessions_after = None
     sockets_after = await settle_sockets(ctx, sockets_before)  # after the /stats connection, too
+    if modern and stats is not None and any(stats.get(k) for k in MODERN_STATS):
+        left = ", ".join(f"{k} {stats.get(k)}" for k in MODERN_STATS)
+        rec.fail(BenchError(f"{name}: /stats still shows {left} {ctx.settle:g}s after the clients left"))
+    if sockets_must_settle and sockets_after > sockets_before:
+        rec.fail(
+            BenchError(
+                f"{name}: the server's sockets did not settle: {sockets_before} before, {sockets_after}"
+                f" {ctx.settle:g}s after the clients closed their connections"
+            )
+        )
     latencies = sorted(rec.latencies)
     ops = len(latencies)
     seconds = t1 - t0
@@ -539,6 +790,8 @@ async def measure(
         errors=rec.errors,
         error_messages=rec.messages,
         server_sessions_after=sessions_after,
+        server_listeners_after=None if stats is None else stats.get("listeners"),
+        server_inflight_after=None if stats is None else stats.get("modern_inflight"),
     )
 
 
@@ -629,6 +882,67 @@ async def calls(ctx: Context, concurrency: int, count: int, duration: float) -> 
     return await measure(ctx, f"calls c={concurrency}", concurrency, setup, body, teardown, rec, conns)
 
 
+async def modern_op(client: ModernClient, kind: str, limit: float) -> None:
+    """One operation of 2026 scenario ``kind`` (see MODERN_SCENARIOS)."""
+    if kind == "calls":
+        await step("tools/call", limit, client.call_echo)
+    elif kind == "discover":
+        await step("server/discover", limit, client.discover)
+    elif kind == "mrtr":
+        keys, state = await step("tools/call (input_required)", limit, client.ask_input)
+        await step("tools/call (retry with inputResponses)", limit, client.answer_input, keys, state)
+    elif kind == "listen":
+        try:
+            await step("subscriptions/listen", limit, client.listen_ack)
+        finally:
+            await client.conn.close()  # drop the stream: the next listen opens a new connection
+    else:
+        raise AssertionError(kind)
+
+
+async def modern(ctx: Context, kind: str, concurrency: int, count: int, duration: float) -> ScenarioResult:
+    """2026-07-28 scenario ``kind`` on ``concurrency`` connections, each with its own loop (keep-alive, but
+    ``listen`` opens a connection per stream and closes it once the acknowledgement is read)."""
+    rec = Recorder()
+    clients = [ModernClient(Connection(ctx.target)) for _ in range(concurrency)]
+    limit = ctx.limit
+
+    async def worker(client: ModernClient, budget: Budget) -> None:
+        latencies = rec.latencies
+        while budget.take():
+            t0 = time.perf_counter()
+            try:
+                await modern_op(client, kind, limit)
+            except BenchError as exc:
+                rec.fail(exc)
+                return
+            latencies.append(time.perf_counter() - t0)
+
+    async def body() -> None:
+        budget = Budget(count, duration)
+        async with trio.open_nursery() as nursery:
+            for client in clients:
+                nursery.start_soon(worker, client, budget)
+
+    async def nothing() -> None:
+        pass
+
+    conns = [c.conn for c in clients]
+    name = f"{kind} c={concurrency}"
+    return await measure(
+        ctx,
+        name,
+        concurrency,
+        nothing,
+        body,
+        nothing,
+        rec,
+        conns,
+        modern=True,
+        sockets_must_settle=kind == "listen",
+    )
+
+
 @dataclass(frozen=True)
 class Plan:
     churn_concurrency: int
@@ -641,10 +955,14 @@ class Plan:
     warmup_calls: int
     request_timeout: float
     settle_seconds: float
+    # --era 2026: discover, mrtr and listen (the calls use call_concurrency, call_count, call_seconds)
+    modern_concurrency: int = 16
+    modern_count: int = 100_000
+    modern_seconds: float = 2.0
 
 
-FULL = Plan(16, 20_000, 4.0, (1, 16, 64), 100_000, 3.0, 50, 500, 10.0, 3.0)
-QUICK = Plan(4, 40, 0.5, (1, 16, 64), 300, 0.3, 4, 40, 5.0, 1.0)
+FULL = Plan(16, 20_000, 4.0, (1, 16, 64), 100_000, 3.0, 50, 500, 10.0, 3.0, 16, 100_000, 2.0)
+QUICK = Plan(4, 40, 0.5, (1, 16, 64), 300, 0.3, 4, 40, 5.0, 1.0, 16, 100, 0.3)
 
 
 async def run_scenarios(
@@ -665,6 +983,35 @@ async def run_scenarios(
     return results, warmup
 
 
+MODERN_SCENARIOS = ("calls", "discover", "mrtr", "listen")
+CANNED_SCENARIOS = ("calls", "discover")  # what the bare floors answer in the 2026 era
+
+
+async def run_modern_scenarios(
+    ctx: Context, plan: Plan, kinds: tuple[str, ...] = MODERN_SCENARIOS
+) -> tuple[list[ScenarioResult], ScenarioResult]:
+    """The 2026 scenarios a server serves (``kinds``): warm-up, then calls at each concurrency, then
+    discover, mrtr and listen at ``plan.modern_concurrency``."""
+    warm = [await modern(ctx, "calls", 4, plan.warmup_calls, 30.0)]
+    for kind in ("mrtr", "listen"):
+        if kind in kinds:
+            warm.append(await modern(ctx, kind, 2, plan.warmup_sessions, 30.0))
+    warmup = warm[0]
+    for other in warm[1:]:
+        warmup.errors += other.errors
+        warmup.error_messages += other.error_messages
+    warmup.scenario = "warmup"
+    results = []
+    for concurrency in plan.call_concurrency:
+        results.append(await modern(ctx, "calls", concurrency, plan.call_count, plan.call_seconds))
+    for kind in kinds:
+        if kind != "calls":
+            results.append(
+                await modern(ctx, kind, plan.modern_concurrency, plan.modern_count, plan.modern_seconds)
+            )
+    return results, warmup
+
+
 # --------------------------------------------------------------------------------------------------------
 # Server processes
 # --------------------------------------------------------------------------------------------------------
@@ -680,6 +1027,7 @@ class ServerSpec:
     argv: list[str]
     stats_path: str | None
     churn: bool = True  # False: the server has no GET stream / session lifecycle (bare-asgi)
+    modern: tuple[str, ...] = MODERN_SCENARIOS  # the 2026 scenarios it serves (none: no 2026-07-28)
 
 
 def ts_sdk_node() -> str | None:
@@ -715,11 +1063,19 @@ def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
             bare = [sys.executable, str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"]
             if shipped:
                 bare.append("--no-hypercorn-fast-path")
-            specs.append(ServerSpec("bare-asgi", bare, None, churn=False))
+            specs.append(ServerSpec("bare-asgi", bare, None, churn=False, modern=CANNED_SCENARIOS))
         elif baseline == "bare-h11":
             bare = [sys.executable, str(HERE / "baseline_bare_h11.py"), "--bind", "127.0.0.1:0"]
-            specs.append(ServerSpec("bare-h11", bare, None, churn=False))
+            specs.append(ServerSpec("bare-h11", bare, None, churn=False, modern=CANNED_SCENARIOS))
         elif baseline == "ts-sdk":
+            if getattr(args, "era", "2025") == "2026":
+                print(
+                    "bench: --baseline ts-sdk skipped for --era 2026: the TypeScript SDK"
+                    " (@modelcontextprotocol/sdk 1.32.2) does not serve 2026-07-28 (its newest revision is"
+                    " 2025-11-25; a 2026 POST without a session gets 400 'No valid session ID provided')",
+                    file=sys.stderr,
+                )
+                continue
             node = ts_sdk_node()
             if node is None:
                 print("bench: --baseline ts-sdk skipped: no Node 22 with the TypeScript SDK", file=sys.stderr)
@@ -727,7 +1083,7 @@ def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
             ts = [node, str(HERE / "baseline_ts_sdk.mjs"), "--bind", "127.0.0.1:0"]
             if args.json_response:
                 ts.append("--json-response")
-            specs.append(ServerSpec("ts-sdk", ts, None))
+            specs.append(ServerSpec("ts-sdk", ts, None, modern=()))
     return specs
 
 
@@ -871,7 +1227,7 @@ def summarize(results: list[ScenarioResult], servers: list[str]) -> list[dict[st
 
 
 COLUMNS = (  # title, width, alignment
-    ("scenario", 12, "<"),
+    ("scenario", 13, "<"),
     ("server", 15, "<"),
     ("rate/s", 8, ">"),
     ("(min-max)", 19, "<"),
@@ -890,7 +1246,7 @@ def table_line(cells: list[str], columns: tuple[tuple[str, int, str], ...] = COL
     return " ".join(f"{cell:{align}{width}}" for cell, (_, width, align) in zip(cells, columns, strict=False))
 
 
-def render(summary: list[dict[str, Any]], unit: dict[str, str], servers: list[str]) -> str:
+def render(summary: list[dict[str, Any]], unit: dict[str, str], servers: list[str], era: str = "2025") -> str:
     head = table_line([title for title, _, _ in COLUMNS])
     out = [head, "-" * len(head)]
     for row in summary:
@@ -939,11 +1295,22 @@ def render(summary: list[dict[str, Any]], unit: dict[str, str], servers: list[st
         "sockets: server's open sockets before > at the end of the timed part > after the client closed"
         " and the server settled."
     )
+    not_run = (
+        "the bare floors answer only tools/call and server/discover, with canned JSON"
+        if era == "2026"
+        else "the bare floors have no churn"
+    )
     out.append(
         "ours/X: mcp-trio divided by baseline X (rate > 1x: ours faster; latency and cpu/op < 1x: ours"
-        " cheaper). n/a: scenario not run for that server (bare-asgi has no churn)."
+        f" cheaper). n/a: scenario not run for that server ({not_run})."
     )
-    if "bare-asgi" in servers:
+    if era == "2026":
+        out.append(
+            "2026-07-28 stateless POSTs (_meta, MCP-Protocol-Version, Mcp-Method, Mcp-Name); mrtr: one"
+            " input-required round trip = both POSTs; listen: a subscriptions/listen stream opened, its"
+            " acknowledgement read, the connection closed."
+        )
+    elif "bare-asgi" in servers:
         out.append("bare-asgi always answers application/json (never SSE), whatever --json-response says.")
     return "\n".join(out)
 
@@ -982,6 +1349,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json-response", action="store_true", help="servers answer with JSON, not SSE")
     parser.add_argument(
+        "--era",
+        choices=["2025", "2026"],
+        default="2025",
+        help="2025: sessions (churn, calls); 2026: stateless 2026-07-28 POSTs (calls discover mrtr listen)",
+    )
+    parser.add_argument(
         "--hypercorn-as-shipped",
         action="store_true",
         help="every hypercorn-based server without mcp_trio's request-path patches (CLOSE_WAIT fix stays)",
@@ -1007,16 +1380,23 @@ def main(argv: list[str] | None = None) -> int:
     specs = server_specs(args)
     mode = "json" if args.json_response else "sse"
     print(
-        f"bench_server: mode={mode} runs={runs} {'quick' if args.quick else 'full'} "
+        f"bench_server: era={args.era} mode={mode} runs={runs} {'quick' if args.quick else 'full'} "
         f"servers={','.join(s.name for s in specs)} server cpu={server_cpu} client cpu={client_cpu}"
     )
     print("versions: " + " ".join(f"{k}={v}" for k, v in versions().items()))
-    print(
-        f"plan: churn c={plan.churn_concurrency} <= {plan.churn_count} sessions / {plan.churn_seconds:g}s; "
+    calls_plan = (
         f"calls c={','.join(map(str, plan.call_concurrency))} <= {plan.call_count} calls"
-        f" / {plan.call_seconds:g}s each; request timeout {plan.request_timeout:g}s",
-        flush=True,
+        f" / {plan.call_seconds:g}s each"
     )
+    if args.era == "2026":
+        first = ""
+        calls_plan += (
+            f"; discover, mrtr, listen c={plan.modern_concurrency} <= {plan.modern_count}"
+            f" / {plan.modern_seconds:g}s each"
+        )
+    else:
+        first = f"churn c={plan.churn_concurrency} <= {plan.churn_count} sessions / {plan.churn_seconds:g}s; "
+    print(f"plan: {first}{calls_plan}; request timeout {plan.request_timeout:g}s", flush=True)
 
     results: list[ScenarioResult] = []
     warmups: list[ScenarioResult] = []
@@ -1036,7 +1416,10 @@ def main(argv: list[str] | None = None) -> int:
                     plan.settle_seconds,
                     spec.stats_path,
                 )
-                run_results, warmup = trio.run(run_scenarios, ctx, plan, spec.churn)
+                if args.era == "2026":
+                    run_results, warmup = trio.run(run_modern_scenarios, ctx, plan, spec.modern)
+                else:
+                    run_results, warmup = trio.run(run_scenarios, ctx, plan, spec.churn)
             stop = {
                 "server": spec.name,
                 "run": run,
@@ -1059,9 +1442,17 @@ def main(argv: list[str] | None = None) -> int:
 
     servers = [s.name for s in specs]
     summary = summarize(results, servers)
-    units = {"churn": "sessions/s", "calls": "tools/call per s"}
+    if args.era == "2026":
+        units = {
+            "calls": "tools/call per s",
+            "discover": "server/discover per s",
+            "mrtr": "input-required round trips per s",
+            "listen": "streams opened per s",
+        }
+    else:
+        units = {"churn": "sessions/s", "calls": "tools/call per s"}
     print()
-    print(render(summary, units, servers))
+    print(render(summary, units, servers, args.era))
     print(f"\ntotal wall time {time.monotonic() - started:.1f}s")
 
     failed = [r for r in results + warmups if r.errors]
@@ -1076,6 +1467,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {stop['server']} run {stop['run']} ignored SIGINT for 15s and was killed")
     if args.json:
         document = {
+            "era": args.era,
             "mode": mode,
             "runs": runs,
             "quick": args.quick,

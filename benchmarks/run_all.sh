@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every measurement of docs/performance.md, in one command (about 15 minutes on 2 cores):
+# Every measurement of docs/performance.md, in one command (on 2 cores about 12 minutes with RUNS=2, 16 with 3):
 #
 #   bash benchmarks/run_all.sh [RUNS]        # RUNS per server per invocation, default 3
 #
@@ -10,7 +10,11 @@
 #        bare Trio + h11 loop (the floor), SSE then JSON;
 #   5-6. memory per idle session and per open GET stream: mcp-trio (hypercorn) vs python-sdk vs
 #        ts-sdk, then mcp-trio on h11; plus the in-process tracemalloc figure;
-#   7.   2026 tools/call through HAProxy to 1 and 2 workers vs direct (needs haproxy, redis-server).
+#   7.   2026 tools/call through HAProxy to 1 and 2 workers vs direct (needs haproxy, redis-server);
+#   8.   the 2026-07-28 era (stateless POSTs: tools/call, server/discover, an input-required round trip,
+#        subscriptions/listen opened and dropped) on hypercorn: mcp-trio vs python-sdk vs bare-asgi;
+#   9.   the same on the embedded h11 server: mcp-trio vs bare-h11 (the TypeScript SDK 1.32.2 does not
+#        serve 2026-07-28: its column is skipped with a note).
 # The TypeScript SDK needs Node 22 and the SDK that `bash scripts/test.sh` installs
 # (scripts/install-node-deps.sh); without them its columns are skipped with a note.
 set -euo pipefail
@@ -35,4 +39,8 @@ run 5-memory-hypercorn benchmarks/bench_memory.py --baseline python-sdk --baseli
     --json "$OUT/5-memory-hypercorn.json"
 run 6-memory-h11 benchmarks/bench_memory.py --http h11 --json "$OUT/6-memory-h11.json"
 run 7-balancer benchmarks/bench_balancer.py --runs "$RUNS" --json "$OUT/7-balancer.json"
+run 8-hypercorn-2026 benchmarks/bench_server.py --runs "$RUNS" --era 2026 --baseline python-sdk \
+    --baseline bare-asgi --json "$OUT/8-hypercorn-2026.json"
+run 9-h11-2026 benchmarks/bench_server.py --runs "$RUNS" --era 2026 --http h11 --baseline ts-sdk \
+    --baseline bare-h11 --json "$OUT/9-h11-2026.json"
 echo "results in $OUT"

@@ -665,6 +665,6 @@ async def test_a_task_over_stdio_with_its_status_on_a_listen_stream() -> None:
         assert done["params"]["taskId"] == task_id and done["params"]["status"] == "completed", done
         assert done["params"]["result"]["content"][0]["text"] == "Computed result after 0.3 s"
         assert done["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 2
-        got = (await client.call(3, "tasks/get", {"taskId": task_id, "_meta": modern_meta(**tasks)}))["result"]
-        assert got["status"] == "completed"
+        got = await client.call(3, "tasks/get", {"taskId": task_id, "_meta": modern_meta(**tasks)})
+        assert got["result"]["status"] == "completed"
         await client.notify("notifications/cancelled", {"requestId": 2})
