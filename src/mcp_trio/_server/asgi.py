@@ -25,7 +25,7 @@ from .._protocol.session import parse_event_id
 from ..auth._resource import BearerGuard
 from ..auth._token import AccessToken
 from .config import HTTPRequestInfo, ServerConfig
-from .hypercorn_server import CANCELLABLE_SEND
+from .hypercorn_server import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
 from .manager import SessionManager
 from .modern import ModernEndpoint
 from .session import Session
@@ -211,7 +211,7 @@ class MCPApp:
             http.check_origin(facts, self._origin_policy(scope))
             principal = await self._authenticate(scope)
             if facts.method == "POST":
-                await self._post(facts, receive, send, principal)
+                await self._post(facts, receive, send, principal, _disconnect_hook(scope))
             elif facts.method == "GET":
                 await self._get(facts, receive, send, principal)
             else:
@@ -258,7 +258,12 @@ class MCPApp:
     # -- POST -------------------------------------------------------------------------------
 
     async def _post(
-        self, facts: http.RequestFacts, receive: Receive, send: GuardedSend, principal: object
+        self,
+        facts: http.RequestFacts,
+        receive: Receive,
+        send: GuardedSend,
+        principal: object,
+        on_disconnect: DisconnectHook | None = None,
     ) -> None:
         http.check_post(facts, max_body_size=self.config.max_body_size, json_only=False)
         if self._oauth is not None and isinstance(principal, AccessToken):
@@ -275,7 +280,7 @@ class MCPApp:
             meta_version=modern_rules.meta_version(params),
         )
         if modern:
-            await self._post_modern(facts, incoming, receive, send, principal)
+            await self._post_modern(facts, incoming, receive, send, principal, on_disconnect)
             return
         http.check_protocol_version(facts)
         if self._oauth is not None and isinstance(principal, AccessToken):
@@ -331,8 +336,11 @@ class MCPApp:
         receive: Receive,
         send: GuardedSend,
         principal: object,
+        on_disconnect: DisconnectHook | None = None,
     ) -> None:
-        """A 2026-era POST: one request (or notification), validated against its headers."""
+        """A 2026-era POST: one request (or notification), validated against its headers.
+        ``on_disconnect``: the server's disconnect callback hook, if it offers one (see
+        :data:`~mcp_trio._server.hypercorn_server.DISCONNECT_CALLBACK`)."""
         (message,) = incoming.messages if not incoming.batch else (None,)
         if message is None:
             raise RemoteProtocolError("Invalid Request: JSON-RPC batches are not supported in 2026-07-28")
@@ -358,7 +366,7 @@ class MCPApp:
                 code=mt.METHOD_NOT_FOUND,
                 request_id=message.id,
             )
-        await self._modern.handle(message, revision, receive, send, principal)
+        await self._modern.handle(message, revision, receive, send, principal, on_disconnect)
 
     def _header_params(self, message: mt.JSONRPCRequest) -> dict[str, tuple[str, ...]] | None:
         if message.method != "tools/call" or not message.params:
@@ -380,7 +388,7 @@ class MCPApp:
         result = session.accept(accepted)
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
-            exchange = Exchange(_with_session_header(send, session.id), send)
+            exchange = Exchange(send, head=((b"mcp-session-id", session.id.encode()),))
             with session.connection(stream, exchange):
                 await session.answer_now(request.id, jsonrpc.response(request.id, result))
                 await _wait(exchange, receive)
@@ -490,6 +498,13 @@ def _same_owner(owner: object, principal: object) -> bool:
     return owner == principal
 
 
+def _disconnect_hook(scope: Scope) -> DisconnectHook | None:
+    """The server's disconnect callback hook of this request (mcp_trio's own servers offer one)."""
+    extensions = scope.get("extensions")
+    hook = extensions.get(DISCONNECT_CALLBACK) if isinstance(extensions, dict) else None
+    return hook if isinstance(hook, DisconnectHook) else None
+
+
 def _header_name(facts: http.RequestFacts) -> str | None:
     """The decoded ``Mcp-Name`` header, or None (absent or malformed: the body check refuses that)."""
     if facts.mcp_name is None:
@@ -514,11 +529,12 @@ def _refuse_modern(facts: http.RequestFacts) -> None:
 async def _wait(exchange: Exchange, receive: Receive, *, quick: float = 0.0) -> None:
     """Wait for the writer of ``exchange`` to finish; a client disconnect cancels the writer.
 
-    ``quick``: first wait this long for the exchange alone, without watching ``receive()`` (most
-    POSTs are answered well within it, and then no receive has to be started and cancelled)."""
+    ``quick`` (the session's ``sse_start_delay``, > 0 only for a POST's stream): first wait for the
+    exchange alone, without watching ``receive()``, until the session's start timer rouses this task
+    that long after (most POSTs are answered well within it, and then no receive has to be started
+    and cancelled, and no deadline set)."""
     if quick > 0 and not exchange.done.is_set():
-        with trio.move_on_after(quick):
-            await exchange.done.wait()
+        await exchange.park()
     if not exchange.done.is_set():
         with trio.CancelScope() as exchange.wait_scope:
             while True:
@@ -548,17 +564,6 @@ def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
         await send(message)
 
     return send_with_headers
-
-
-def _with_session_header(send: Send, session_id: str) -> Send:
-    header = (b"mcp-session-id", session_id.encode())
-
-    async def send_with_header(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start" and message["status"] < 300:
-            message = {**message, "headers": [*message["headers"], header]}
-        await send(message)
-
-    return send_with_header
 
 
 async def _read_body(receive: Receive, limit: int, within: float) -> bytes:
@@ -605,5 +610,10 @@ async def _respond(
     headers.extend(extra or ())
     if status != 204:
         headers.append(content_length(body))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    start = {"type": "http.response.start", "status": status, "headers": headers}
+    end = {"type": "http.response.body", "body": body, "more_body": False}
+    if isinstance(send, GuardedSend):  # one shielded scope for the two sends
+        await send.whole(start, end)
+    else:
+        await send(start)
+        await send(end)

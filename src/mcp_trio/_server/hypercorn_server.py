@@ -68,7 +68,13 @@ from hypercorn.utils import wrap_app
 from . import hypercorn_fast_path as fast
 from . import hypercorn_patch as close_wait
 
-__all__ = ["CANCELLABLE_SEND", "hypercorn_fixes_available", "serve_hypercorn"]
+__all__ = [
+    "CANCELLABLE_SEND",
+    "DISCONNECT_CALLBACK",
+    "DisconnectHook",
+    "hypercorn_fixes_available",
+    "serve_hypercorn",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +90,49 @@ CANCELLABLE_SEND = "mcp_trio.cancellable_send"
 """ASGI scope extension set by mcp_trio's servers where cancelling the app's ``send()`` is safe: an
 interrupted send ends that response and nothing else (HTTP/1.1: it closes that connection; HTTP/2 on
 mcp_trio's hypercorn server: it resets that stream, the connection's other streams go on)."""
+
+DISCONNECT_CALLBACK = "mcp_trio.disconnect_callback"
+"""ASGI scope extension set by mcp_trio's servers that know when a client disconnects without the app
+reading ``receive()``: its value is a :class:`DisconnectHook`.  The app calls ``hook.set(callback)``
+and the server calls ``callback()`` (synchronously, from the server's own task) when the client goes,
+the moment it puts ``http.disconnect`` on the request's queue; at once if it already went; never
+after ``hook.set(None)``.  An app that uses it needs no task watching ``receive()`` for the disconnect."""
+
+
+class DisconnectHook:
+    """The value of the :data:`DISCONNECT_CALLBACK` extension: one request's disconnect callback."""
+
+    __slots__ = ("_callback", "gone")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[], object] | None = None
+        self.gone = False
+        """The client went away (or the server ended the request's stream)."""
+
+    def set(self, callback: Callable[[], object] | None) -> None:
+        """Call ``callback()`` when the client goes (at once if it went already); None: no more."""
+        self._callback = callback
+        if callback is not None and self.gone:
+            self.fire()
+
+    def fire(self) -> None:
+        """The server saw the client go: call the callback once (it is forgotten first)."""
+        self.gone = True
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+
+def _watching_disconnect(put: Callable[[Any], Awaitable[None]], hook: DisconnectHook) -> Any:
+    """The app queue's ``put`` that also fires ``hook`` when it queues ``http.disconnect``."""
+
+    async def put_watching(message: Any) -> None:
+        if message.get("type") == "http.disconnect":
+            hook.fire()
+        await put(message)
+
+    return put_watching
+
 
 # sha256[:16] of the dedented hypercorn 0.18.0 source of each function we rebind, replace or rely on.
 _EXPECTED = {
@@ -329,21 +378,27 @@ class _H2Protocol(H2Protocol):
 
 class _TaskGroup(TaskGroup):
     """The connection's task group: the app's queue without needless round trips (fast path), the
-    fast path's one write per ASGI send, and the scope extension that says sends may be cancelled."""
+    fast path's one write per ASGI send, and the scope extensions that say sends may be cancelled and
+    call the app back when its client disconnects."""
 
     fast_path = True
 
     async def spawn_app(self, app: Any, config: Any, scope: Any, send: Any) -> Any:
         protocol = getattr(getattr(getattr(send, "__self__", None), "send", None), "__self__", None)
         extensions = scope.get("extensions")
+        hook = None
         if isinstance(protocol, (_SafeH11Protocol, _H2Protocol)) and isinstance(extensions, dict):
             extensions[CANCELLABLE_SEND] = {}
+            if scope.get("type") == "http":
+                hook = extensions[DISCONNECT_CALLBACK] = DisconnectHook()
         if isinstance(protocol, _FastH11Protocol):
             send = fast.one_write_per_send(protocol, send)
         if not self.fast_path:
-            return await super().spawn_app(app, config, scope, send)
-        assert self._nursery is not None
-        return fast.spawn_app(self._nursery, app, config, scope, send)
+            put = await super().spawn_app(app, config, scope, send)
+        else:
+            assert self._nursery is not None
+            put = fast.spawn_app(self._nursery, app, config, scope, send)
+        return put if hook is None else _watching_disconnect(put, hook)
 
 
 # -- the connection ---------------------------------------------------------------------------------

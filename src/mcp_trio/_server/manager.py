@@ -104,12 +104,15 @@ class SessionManager:
             logger.error("session_id_factory returned an unusable id %r", session_id[:80])
             raise SessionError("the session id factory returned an unusable id")
         session = Session(self, session_id, revision)
-        self._sessions.add(session)
+        # start_soon, not start: no round trip to the session's task; what the session is given to run
+        # before its task has opened the nursery starts there first (Session._spawn).
+        self._nursery.start_soon(session.run, name=f"mcp session {session.id[:8]}")
+        self._sessions.add(session)  # its task's ``finally`` removes it, whatever happens
         self.sessions_created += 1
         try:
-            await self._nursery.start(session.run, name=f"mcp session {session.id[:8]}")
+            self.server.attach(session)  # ... and detaches it
         except BaseException:
-            self.forget(session)
+            session.close()
             raise
         return session
 

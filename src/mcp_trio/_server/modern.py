@@ -1,13 +1,16 @@
 """The modern (2026-07-28) era: every POST is a self-contained request owned by its ASGI request task.
 
-The handler runs inside a nursery of the request task, next to a sibling that watches ``receive()``
-for ``http.disconnect``: a disconnect cancels the handler (JSON and SSE answers alike) and nothing is
-sent afterwards.  Nothing of a request outlives it.  ``subscriptions/listen`` streams are the one
-long-lived kind; each is registered with the server while open and ends gracefully at shutdown.
+The handler runs in the request task, under the request's cancel scope: on mcp_trio's own servers the
+server cancels that scope when the client disconnects (the ``mcp_trio.disconnect_callback`` scope
+extension); elsewhere a sibling task watches ``receive()`` for ``http.disconnect``.  Either way a
+disconnect cancels the handler (JSON and SSE answers alike) and nothing is sent afterwards.  Nothing
+of a request outlives it.  ``subscriptions/listen`` streams are the one long-lived kind; each is
+registered with the server while open and ends gracefully at shutdown.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -30,6 +33,7 @@ from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._protocol.modern import RequestState
 from .config import ServerConfig
 from .containment import split_fatal
+from .hypercorn_server import DisconnectHook
 from .streams import GuardedSend, content_length
 
 __all__ = ["ModernEndpoint"]
@@ -270,22 +274,45 @@ class ModernEndpoint:
         receive: Receive,
         send: Send,
         principal: object = None,
+        on_disconnect: DisconnectHook | None = None,
     ) -> None:
-        """Answer one modern request; a client disconnect cancels it and nothing is sent after."""
+        """Answer one modern request; a client disconnect cancels it and nothing is sent after.
+
+        ``on_disconnect``: the server's :class:`DisconnectHook` (mcp_trio's own servers offer one):
+        the handler then runs in this task, under a cancel scope the hook cancels; without one a
+        sibling task watches ``receive()`` for the disconnect."""
         responder = Responder(send, json_only=self.config.json_response)
         listener = self.listener(request, principal) if request.method == "subscriptions/listen" else None
         self.inflight += 1
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, responder)
-                if listener is not None:
-                    await self._listen(listener, send)
-                else:
-                    message, status = await self.answer(request, revision, responder, principal)
-                    await responder.finish(message, status)
-                nursery.cancel_scope.cancel()
+            if on_disconnect is None:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, responder)
+                    await self._respond(request, revision, responder, principal, listener)
+                    nursery.cancel_scope.cancel()
+            else:
+                with trio.CancelScope() as scope:
+                    on_disconnect.set(functools.partial(_disconnected, scope, responder))
+                    try:
+                        await self._respond(request, revision, responder, principal, listener)
+                    finally:
+                        on_disconnect.set(None)
         finally:
             self.inflight -= 1
+
+    async def _respond(
+        self,
+        request: mt.JSONRPCRequest,
+        revision: versions.Revision,
+        responder: Responder,
+        principal: object,
+        listener: Listener | None,
+    ) -> None:
+        if listener is not None:
+            await self._listen(listener, responder.send)
+        else:
+            message, status = await self.answer(request, revision, responder, principal)
+            await responder.finish(message, status)
 
     async def answer(
         self,
@@ -488,13 +515,19 @@ async def _body(send: Send, data: bytes) -> None:
 
 
 async def _watch_disconnect(receive: Receive, scope: trio.CancelScope, responder: Responder) -> None:
-    """The sibling of every modern request: a client disconnect cancels the request's scope (and cuts
-    a send stuck on it)."""
+    """The sibling of a modern request on a server without a :class:`DisconnectHook`: a client
+    disconnect cancels the request's scope (and cuts a send stuck on it)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            responder.gone = True
-            if isinstance(responder.send, GuardedSend):
-                responder.send.abort()
-            scope.cancel()
+            _disconnected(scope, responder)
             return
+
+
+def _disconnected(scope: trio.CancelScope, responder: Responder) -> None:
+    """The client of a modern request went: nothing more is sent, a send under way is cut (where the
+    server allows), the request is cancelled."""
+    responder.gone = True
+    if isinstance(responder.send, GuardedSend):
+        responder.send.abort()
+    scope.cancel()

@@ -9,8 +9,7 @@ task waiting on a writer then finishes its HTTP response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as mt
@@ -20,8 +19,8 @@ from .._exceptions import RemoteProtocolError
 from .._protocol import jsonrpc, sse
 from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
 from .._protocol.versions import Revision
-from .containment import contained
-from .eventstore import EventStore, StoredEvent
+from .containment import split_fatal
+from .eventstore import EventStore, InMemoryEventStore, StoredEvent
 from .peer import SessionPeer
 from .streams import CUT, END, TRANSPORT_ERRORS, Exchange, Outgoing, Stream, content_length
 
@@ -87,6 +86,22 @@ class LocalSessionRegistry:
         return len(self._sessions)
 
 
+class _Connection:
+    """What :meth:`Session.connection` returns: its ``with`` block ends the exchange's membership."""
+
+    __slots__ = ("_exchange", "_exchanges")
+
+    def __init__(self, exchanges: set[Exchange], exchange: Exchange) -> None:
+        self._exchanges = exchanges
+        self._exchange = exchange
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._exchanges.discard(self._exchange)
+
+
 class Session(SessionPeer):
     """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`."""
 
@@ -95,7 +110,8 @@ class Session(SessionPeer):
         self.revision = revision
         self.state = SessionState.INITIALIZING
         self.closing = False
-        self.closed = trio.Event()
+        self._closed: trio.Event | None = None
+        self._ended = False
         self._manager = manager
         self.server = manager.server
         self._config = manager.config
@@ -112,24 +128,41 @@ class Session(SessionPeer):
         self._exchanges: set[Exchange] = set()
         """Every exchange (HTTP response) of the session not yet done: closing aborts their sends."""
         self._nursery: trio.Nursery | None = None
-        self._cancel_scope = trio.CancelScope()
+        self._early: list[tuple[Callable[..., Awaitable[object]], tuple[Any, ...], str | None]] | None = []
+        """Tasks offered before :meth:`run` opened the nursery (None once it has): started there first."""
         self._busy = 0
         self._created = self._idle_since = trio.current_time()
         self._wake = trio.Event()
+        """Set by :meth:`close`: the expiry watcher returns and the session ends."""
 
     # -- lifetime ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The session's life, as a task of the manager's nursery.  Never raises but Cancelled."""
+        """The session's life, as a task of the manager's nursery.  Never raises but Cancelled.
+
+        The manager starts it with ``start_soon`` (no round trip through ``Nursery.start``): tasks the
+        session is offered before its nursery is open wait in :attr:`_early` and start first in it,
+        and a session closed before this task ran ends at once (its early tasks start cancelled)."""
         try:
-            with contained(f"session {self.id}"), self._cancel_scope:
-                async with trio.open_nursery() as nursery:
-                    self._nursery = nursery
-                    self._manager.server.attach(self)
-                    task_status.started()
-                    await self._watch_expiry()
-                    self.closing = True  # before the nursery can close: no new task is offered to it
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                early, self._early = self._early, None
+                if self.closing:
                     nursery.cancel_scope.cancel()
+                for fn, args, name in early or ():
+                    nursery.start_soon(fn, *args, name=name)
+                task_status.started()
+                await self._watch_expiry()
+                self.closing = True  # before the nursery can close: no new task is offered to it
+                nursery.cancel_scope.cancel()
+        except BaseException as exc:  # containment (see .containment.contained), inline: cheaper
+            fatal, rest = split_fatal(exc)
+            if rest is not None:
+                logger.error("session %s failed", self.id, exc_info=rest)
+            if fatal is not None:
+                if fatal is exc:
+                    raise
+                raise fatal from None
         finally:
             self.closing = True
             self._manager.server.detach(self)
@@ -138,40 +171,69 @@ class Session(SessionPeer):
                 self._manager.undefer(stream)
                 stream.detach_current()
             self._manager.forget(self)
-            self.closed.set()
-            if self._store is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(self._config.shutdown_grace):
-                    await self._store.forget_session(self.id)
+            self._ended = True
+            if self._closed is not None:
+                self._closed.set()
+            store = self._store
+            if store is not None:
+                if isinstance(store, InMemoryEventStore) and (
+                    type(store).forget_session is InMemoryEventStore.forget_session
+                ):
+                    store.forget_session_nowait(self.id)  # no await, no shielded scope
+                else:
+                    with trio.CancelScope(shield=True), trio.move_on_after(self._config.shutdown_grace):
+                        await store.forget_session(self.id)
 
     def close(self) -> None:
         """End the session now: cancels its nursery, so every stream and handler of it ends; a send
-        stuck on a client that stopped reading is cut rather than waited for."""
+        stuck on a client that stopped reading is cut rather than waited for.  A session with no task
+        but its expiry watcher is not cancelled: the watcher is woken and returns (cheaper than
+        delivering ``Cancelled``); a task started after that is cancelled when the watcher returns."""
         self.closing = True
-        self._cancel_scope.cancel()
+        nursery = self._nursery
+        if nursery is not None and nursery.child_tasks:
+            nursery.cancel_scope.cancel()
+        self._wake.set()
         for exchange in self._exchanges:
             if exchange.guard is not None:
                 exchange.guard.abort()
+
+    @property
+    def closed(self) -> trio.Event:
+        """Set once the session has ended (made when first asked for: an idle session keeps none)."""
+        event = self._closed
+        if event is None:
+            event = self._closed = trio.Event()
+            if self._ended:
+                event.set()
+        return event
 
     async def aclose(self) -> None:
         self.close()
         await self.closed.wait()
 
-    @contextmanager
-    def activity(self) -> Iterator[None]:
-        """Held by each HTTP request of the session while it is open: pauses idle expiry."""
+    def activity(self) -> Session:
+        """Held (``with session.activity():``) by each HTTP request of the session while it is open:
+        pauses idle expiry.  The session is its own context manager for this (a class's ``__enter__``
+        and ``__exit__`` cost a quarter of a generator's, and nothing is allocated)."""
+        return self
+
+    def __enter__(self) -> None:
         self._busy += 1  # the expiry watcher is not woken: its deadline can only move later
-        try:
-            yield
-        finally:
-            self._busy -= 1
-            if not self._busy:
-                self._idle_since = trio.current_time()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._busy -= 1
+        if not self._busy:
+            self._idle_since = trio.current_time()
 
     async def _watch_expiry(self) -> None:
+        """Return when the session is closed (:meth:`close` sets :attr:`_wake`) or expires."""
         config = self._config
-        while True:
+        wake = self._wake
+        while not wake.is_set():
             # While busy the session cannot expire before a whole idle timeout from now: the watcher
-            # sleeps until then and looks again (requests never need to wake it).
+            # sleeps until then and looks again (requests never need to wake it, nor does
+            # ``notifications/initialized``: a deadline only ever moves later).
             now = trio.current_time()
             if self._busy:
                 deadline = now + max(config.idle_timeout, 0.01)
@@ -182,20 +244,25 @@ class Session(SessionPeer):
             if now >= deadline:
                 logger.info("session %s expired", self.id)
                 return
-            self._wake = trio.Event()
             with trio.move_on_at(deadline):
-                await self._wake.wait()
+                await wake.wait()
 
     @property
     def nursery(self) -> trio.Nursery:
         assert self._nursery is not None, "session not running"
         return self._nursery
 
+    def _spawn(self, fn: Callable[..., Awaitable[object]], *args: Any, name: str | None = None) -> None:
+        """Start a task of the session: in its nursery, or first thing in it once :meth:`run` opens it."""
+        if self._early is not None:
+            self._early.append((fn, args, name))
+        else:
+            self.nursery.start_soon(fn, *args, name=name)
+
     # -- incoming ---------------------------------------------------------------------------
 
     def _initialized(self) -> None:
         self.state = transition(self.state, SessionEvent.INITIALIZED)
-        self._wake.set()
 
     def _cancel_request(self, request_id: mt.RequestId) -> None:
         scope = self._inflight.get(request_id)
@@ -238,7 +305,7 @@ class Session(SessionPeer):
             seen.add(request.id)
 
     def start_request(self, request: mt.JSONRPCRequest) -> None:
-        self.nursery.start_soon(self._run_request, request, name=f"mcp request {request.id!r}")
+        self._spawn(self._run_request, request, name=f"mcp request {request.id!r}")
 
     async def _run_request(self, request: mt.JSONRPCRequest) -> None:
         with trio.CancelScope() as scope:
@@ -248,10 +315,17 @@ class Session(SessionPeer):
             finally:
                 del self._inflight[request.id]
         if not scope.cancelled_caught:  # (notifications/cancelled: no response is sent)
-            with contained(f"answer to {request.method}") as failure:
+            try:
                 await self.send_message(message, request.id)
                 return
-            assert failure.caught is not None
+            except BaseException as exc:  # contained (see .containment.contained), inline: cheaper
+                fatal, rest = split_fatal(exc)
+                if rest is not None:
+                    logger.error("answer to %s failed", request.method, exc_info=rest)
+                if fatal is not None:
+                    if fatal is exc:
+                        raise
+                    raise fatal from None
         await self._flush_json(self._forget_request(request.id))
 
     async def answer_now(self, request_id: mt.RequestId, message: dict[str, Any]) -> None:
@@ -292,7 +366,7 @@ class Session(SessionPeer):
         if store_nowait is not None:
             store_nowait(self.id, event)
         else:
-            self.nursery.start_soon(self._store.store, self.id, event)
+            self._spawn(self._store.store, self.id, event)
 
     def _route(self, message: dict[str, Any], related: mt.RequestId | None) -> StoredEvent | None:
         """Queue a message for its SSE stream (a response on a JSON-mode stream goes through
@@ -309,9 +383,8 @@ class Session(SessionPeer):
         return StoredEvent(stream.id, item.seq, data)
 
     def _queue(self, stream: Stream, item: Outgoing) -> None:
-        if stream.deferred is not None:  # its first message: the writer starts now
-            self._manager.undefer(stream)
-            self._start_writer(stream)
+        if stream.deferred is not None:  # its first message: the writer starts now (the stream stays
+            self._start_writer(stream)  # with the timer, which rouses its request task when due)
         stream.push(item)
 
     def _forget_request(self, request_id: mt.RequestId) -> Stream | None:
@@ -339,6 +412,7 @@ class Session(SessionPeer):
         """Send a complete JSON-mode stream as one HTTP response, unless its client has gone."""
         if stream is None or stream.exchange is None:
             return
+        self._manager.undefer(stream)
         exchange, stream.exchange = stream.exchange, None
         bodies = stream.bodies
         if not bodies:  # every request of it was cancelled
@@ -355,8 +429,7 @@ class Session(SessionPeer):
         if not exchange.claim():
             return
         try:
-            await exchange.start(status, headers)
-            await exchange.body(body, more=False)
+            await exchange.whole(status, headers, body)
         except TRANSPORT_ERRORS as exc:
             logger.debug("response of session %s: send failed: %r", self.id, exc)
         except Exception:
@@ -366,24 +439,25 @@ class Session(SessionPeer):
 
     # -- stream connections -----------------------------------------------------------------
 
-    @contextmanager
-    def connection(
-        self, stream: Stream, exchange: Exchange, replay_after: int | None = None
-    ) -> Iterator[None]:
-        """While its request task waits: ``exchange`` carries ``stream`` (see :meth:`connect`), and the
-        session's end cuts a send of it that is stuck."""
+    def connection(self, stream: Stream, exchange: Exchange, replay_after: int | None = None) -> _Connection:
+        """While its request task waits (``with session.connection(...):``): ``exchange`` carries
+        ``stream`` (see :meth:`connect`), and the session's end cuts a send of it that is stuck."""
         self._exchanges.add(exchange)
         try:
             self.connect(stream, exchange, replay_after)
-            yield
-        finally:
+        except BaseException:
             self._exchanges.discard(exchange)
+            raise
+        return _Connection(self._exchanges, exchange)
 
     def connect(self, stream: Stream, exchange: Exchange, replay_after: int | None = None) -> None:
         """Start the writer of ``exchange`` in the session's nursery (the caller waits on it); a
         JSON-mode stream has no writer: the task that completes it sends it."""
+        quick = replay_after is None and stream.id != GET_STREAM and self._config.sse_start_delay > 0
         if stream.json_mode:
             stream.attach_json(exchange)
+            if quick:  # the timer rouses its request task (which parks first: see asgi._wait)
+                self._manager.defer(self, stream)
             return
         if replay_after is not None:
             first = replay_after
@@ -391,24 +465,28 @@ class Session(SessionPeer):
             first = -stream.allocate_seq() - 2  # the priming event's id comes before any message
         else:
             first = -1
-        if replay_after is None and stream.id != GET_STREAM and self._config.sse_start_delay > 0:
+        if quick:
             stream.detach_current()
             stream.attach_deferred(exchange, first)
             self._manager.defer(self, stream)
             return
         receive = stream.attach(exchange, self._config.stream_buffer)
-        self.nursery.start_soon(self._write_sse, stream, exchange, receive, first)
+        self._spawn(self._write_sse, stream, exchange, receive, first)
 
     def start_deferred(self, stream: Stream) -> None:
-        """``sse_start_delay`` has passed and the handler has sent nothing: start the stream."""
+        """``sse_start_delay`` has passed: start the stream if the handler has sent nothing, and rouse
+        its request task (parked until now: from now on it watches its client too)."""
         if stream.deferred is not None and not self.closing:
             self._start_writer(stream)
+        exchange = stream.exchange
+        if exchange is not None:
+            exchange.rouse()
 
     def _start_writer(self, stream: Stream) -> None:
         exchange, first = stream.exchange, stream.deferred
         assert exchange is not None and first is not None
         receive = stream.open_queue(self._config.stream_buffer)
-        self.nursery.start_soon(self._write_sse, stream, exchange, receive, first)
+        self._spawn(self._write_sse, stream, exchange, receive, first)
 
     async def _send_whole_sse(self, stream: Stream, related: mt.RequestId, message: dict[str, Any]) -> None:
         """Send a deferred stream's only remaining message, its last response, as the whole stream."""
@@ -430,12 +508,22 @@ class Session(SessionPeer):
         await self._send_whole(exchange, 200, [*SSE_HEADERS, content_length(body)], body)
 
     def _priming_event(self, stream_id: int, seq: int) -> bytes:
-        return sse.encode_event("", id=make_event_id(stream_id, seq), retry=self._config.sse_retry_ms)
+        retry = self._config.sse_retry_ms
+        if type(retry) is int and retry >= 0:  # what sse.encode_event writes, without its checks
+            return b"id: %d-%d\nretry: %d\ndata:\n\n" % (stream_id, seq, retry)
+        return sse.encode_event("", id=make_event_id(stream_id, seq), retry=retry)
 
     def _sse_event(self, stream_id: int, seq: int, data: bytes) -> bytes:
         """A message as an SSE event: with its id when there is an event store to resume from."""
-        event_id = make_event_id(stream_id, seq) if self._store is not None else None
-        return sse.encode_event(data.decode(), id=event_id)
+        text = data.decode()
+        if not text or "\n" in text or "\r" in text:  # never for a message we serialized
+            event_id = make_event_id(stream_id, seq) if self._store is not None else None
+            return sse.encode_event(text, id=event_id)
+        # one ``data`` line: what sse.encode_event writes, without its checks (an id of two ints
+        # holds nothing they refuse)
+        if self._store is not None:
+            return f"id: {stream_id}-{seq}\ndata: {text}\n\n".encode()
+        return f"data: {text}\n\n".encode()
 
     def stream_for_resume(self, stream_id: int) -> Stream | None:
         """The live SSE stream a ``Last-Event-ID`` names (a JSON-mode answer is never resumed: its

@@ -75,6 +75,31 @@ class GuardedSend:
             self.broken = True
             raise trio.BrokenResourceError("a send was cut: the client does not read")
 
+    async def whole(
+        self, start: dict[str, Any], body: dict[str, Any], between: Callable[[], object] | None = None
+    ) -> None:
+        """Send a response's head and its one body message in one shielded scope (one scope, not two:
+        a scope costs about as much as the rest of a send), calling ``between`` once the head is sent.
+        The guarantees are those of two calls, except that an :meth:`abort` during the head also
+        bounds the body."""
+        if self.broken:
+            raise trio.BrokenResourceError("the connection was abandoned")
+        with trio.CancelScope(shield=True) as scope:
+            self._scope = scope
+            self.since = trio.current_time()
+            self._in_progress.add(self)
+            try:
+                await self._send(start)
+                if between is not None:
+                    between()
+                await self._send(body)
+            finally:
+                self._scope = None
+                self._in_progress.discard(self)
+        if scope.cancelled_caught:
+            self.broken = True
+            raise trio.BrokenResourceError("a send was cut: the client does not read")
+
     def abort(self) -> None:
         """The exchange is abandoned: a send under way gets :data:`ABORT_GRACE` more, then is cut."""
         scope = self._scope
@@ -107,13 +132,22 @@ class Exchange:
     session) claims it and sends through it; the request task waits until :attr:`done`, then ends the
     response if the writer could not."""
 
-    __slots__ = ("done", "guard", "send", "started", "state", "wait_scope", "writer_scope")
+    __slots__ = ("_waiter", "done", "guard", "head", "send", "started", "state", "wait_scope", "writer_scope")
 
-    def __init__(self, send: ASGISend, guard: GuardedSend | None = None) -> None:
+    def __init__(
+        self,
+        send: ASGISend,
+        guard: GuardedSend | None = None,
+        *,
+        head: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> None:
         self.send = send
         self.guard = guard if guard is not None or not isinstance(send, GuardedSend) else send
         """The guarded send beneath ``send`` (``send`` itself when it is one): :meth:`cancel_writer`
         aborts a send under way."""
+        self.head = head
+        """Headers added to a successful (< 300) response head the writer sends (the session id of an
+        ``initialize`` answer)."""
         self.state = ExchangeState.PENDING
         self.started = False
         """The head went out (by the writer, in ``STREAMING`` or after)."""
@@ -121,6 +155,8 @@ class Exchange:
         """Set once the writer side is over: abandoned, or finished and its writer returned."""
         self.wait_scope: trio.CancelScope | None = None
         self.writer_scope: trio.CancelScope | None = None
+        self._waiter: trio.lowlevel.Task | None = None
+        """The request task in :meth:`park`, until :meth:`rouse`."""
 
     def _to(self, event: ExchangeEvent) -> None:
         self.state = transition(self.state, event)
@@ -131,8 +167,30 @@ class Exchange:
         """The writer side is over: the request task goes on."""
         if not self.done.is_set():
             self.done.set()
+            self.rouse()
             if self.wait_scope is not None:
                 self.wait_scope.cancel()
+
+    async def park(self) -> None:
+        """The request task waits until :attr:`done` or :meth:`rouse` (the session's ``sse_start_delay``
+        timer rouses it: then it watches its client).  A plain park, where an ``Event.wait`` under a
+        ``move_on_after`` cost a cancel scope per request; cancellable as any wait."""
+        if self.done.is_set():
+            await trio.lowlevel.checkpoint()
+            return
+        self._waiter = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._unpark)
+
+    def _unpark(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        self._waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def rouse(self) -> None:
+        """End a :meth:`park` under way (none: nothing happens)."""
+        task = self._waiter
+        if task is not None:
+            self._waiter = None
+            trio.lowlevel.reschedule(task)
 
     @property
     def finished(self) -> bool:
@@ -150,7 +208,29 @@ class Exchange:
         """The writer sends the head."""
         self._to(ExchangeEvent.START)
         self.started = True
+        if self.head and status < 300:
+            headers = [*headers, *self.head]
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """The writer sends the whole response: :meth:`start` and the last :meth:`body` (through one
+        shielded scope when ``send`` is a :class:`GuardedSend`)."""
+        self._to(ExchangeEvent.START)
+        self.started = True
+        if self.head and status < 300:
+            headers = [*headers, *self.head]
+        start = {"type": "http.response.start", "status": status, "headers": headers}
+        end = {"type": "http.response.body", "body": body, "more_body": False}
+        send = self.send
+        if isinstance(send, GuardedSend):
+            await send.whole(start, end, self._finishing)
+        else:
+            await send(start)
+            self._finishing()
+            await send(end)
+
+    def _finishing(self) -> None:
+        self._to(ExchangeEvent.FINISH)
 
     async def body(self, data: bytes, *, more: bool = True) -> None:
         """The writer sends body bytes (``more=False``: the end of the response)."""
