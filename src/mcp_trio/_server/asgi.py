@@ -30,6 +30,7 @@ from .manager import SessionManager
 from .modern import ModernEndpoint
 from .session import Session
 from .streams import TRANSPORT_ERRORS, Exchange, GuardedSend, Stream, content_length
+from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
 
 __all__ = ["MCPApp"]
 
@@ -83,6 +84,9 @@ class MCPApp:
         """With ``config.oauth``: the bearer check of every request, and the resource metadata."""
         self._owned_sessions = self.config.authenticate is not None or oauth is not None
         """Whether sessions belong to a principal (another worker cannot check it for a forwarded body)."""
+        self._websockets: set[WebSocketConnection] = set()
+        """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
+        self._closing = False
         self._link: WorkerLink | None = None
         """With a worker id and a bus that links workers: how to reach the other workers (set by
         :meth:`run`, so a bus given to the server after the app was made counts)."""
@@ -139,6 +143,7 @@ class MCPApp:
         if callable(bus_statistics):
             stats["notification_bus"] = bus_statistics()
         now = trio.current_time()
+        stats["websocket_connections"] = len(self._websockets)
         stats["writes_in_progress"] = len(self._sends)
         stats["writes_stalled"] = sum(now - guard.since > STALLED_AFTER for guard in self._sends)
         return stats
@@ -151,8 +156,8 @@ class MCPApp:
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
-        elif kind == "websocket":  # not served: the server answers the upgrade with 403
-            await send({"type": "websocket.close", "code": 1008})
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
         else:
             raise RuntimeError(f"mcp_trio does not serve ASGI {kind!r} scopes")
 
@@ -221,6 +226,47 @@ class MCPApp:
         except _ClientGone:
             return
 
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket upgrade on the endpoint: the checks of a GET (an HTTP refusal where the server
+        offers one), then one :class:`WebSocketConnection` served until it ends."""
+        facts = http.RequestFacts.from_headers("GET", scope.get("headers", ()))
+        try:
+            connect = await receive()
+            if connect.get("type") != "websocket.connect":
+                return  # gone before the handshake
+            path = scope.get("path", "/")
+            if self.config.path is not None and path.rstrip("/") != self.config.path.rstrip("/"):
+                raise RemoteProtocolError("Not Found", http_status=404)
+            http.check_duplicates(facts)
+            http.check_origin(facts, self._origin_policy(scope))
+            principal = await self._authenticate(scope)
+            if SUBPROTOCOL not in (scope.get("subprotocols") or ()):
+                raise RemoteProtocolError(
+                    f"Bad Request: a WebSocket client must ask for the {SUBPROTOCOL!r} subprotocol",
+                    http_status=400,
+                )
+            if self._closing or len(self._websockets) >= self.config.max_sessions:
+                raise RemoteProtocolError(
+                    "Service Unavailable: no more connections, try again later",
+                    http_status=503,
+                    headers=(("retry-after", "1"),),
+                )
+        except RemoteProtocolError as exc:
+            http_send = http_response_send(scope, send)
+            if http_send is None:
+                await send({"type": "websocket.close", "code": 1008})
+            else:
+                await _reject(http_send, exc)
+            return
+        connection = WebSocketConnection(self.server, self.config, self._modern, receive, send)
+        connection.principal = principal
+        self._websockets.add(connection)
+        try:
+            await send({"type": "websocket.accept", "subprotocol": SUBPROTOCOL})
+            await connection.serve()
+        finally:
+            self._websockets.discard(connection)
+
     async def _metadata(self, facts: http.RequestFacts, send: GuardedSend) -> None:
         """The protected resource metadata (RFC 9728): public, for any origin, before any other rule."""
         assert self._oauth is not None
@@ -239,7 +285,7 @@ class MCPApp:
             return None
         client = scope.get("client")
         info = HTTPRequestInfo(
-            method=scope["method"],
+            method=scope.get("method", "GET"),  # a WebSocket upgrade is a GET
             path=scope.get("path", "/"),
             headers=tuple((bytes(name).lower(), bytes(value)) for name, value in scope.get("headers", ())),
             client=(str(client[0]), int(client[1])) if client else None,

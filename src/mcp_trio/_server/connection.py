@@ -91,12 +91,23 @@ class MessageConnection(SessionPeer):
     """
 
     session_id: str | None = None
+    principal: object = None
+    """Who the client is (a WebSocket upgrade's bearer token or ``authenticate`` hook's answer; None over
+    stdio): handlers see it as ``ctx.principal``, and the 2026 tasks it starts belong to it."""
+    max_inflight = 1000
+    """Requests of this connection handled at once; beyond it a request is answered -32603 at once (a
+    client that sends without reading cannot make the server hold unbounded work for it)."""
 
-    def __init__(self, server: MCPServer, config: ServerConfig | None = None) -> None:
+    def __init__(
+        self, server: MCPServer, config: ServerConfig | None = None, endpoint: ModernEndpoint | None = None
+    ) -> None:
         self.server = server
         self.config = config = config or ServerConfig()
         self.max_message = config.max_body_size
-        self._modern = ModernEndpoint(server, config)
+        self._owns_endpoint = endpoint is None
+        """Whether the 2026 endpoint (and its task manager) is this connection's own (stdio) or an app's
+        (a WebSocket connection shares its app's, so tasks outlive the connection as over HTTP)."""
+        self._modern = endpoint or ModernEndpoint(server, config)
         # the 2025 session
         self.revision: versions.Revision | None = None
         self.initialized = False
@@ -120,9 +131,10 @@ class MessageConnection(SessionPeer):
         """Serve until the input ends (or the output breaks)."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(self._write_loop, name="mcp stdio writer")
-            self._modern.tasks.publish = self.server.notifications.publish  # notifications/tasks
-            await nursery.start(self._modern.tasks.run)
+            nursery.start_soon(self._write_loop, name="mcp connection writer")
+            if self._owns_endpoint:
+                self._modern.tasks.publish = self.server.notifications.publish  # notifications/tasks
+                await nursery.start(self._modern.tasks.run)
             self.server.attach(self)
             try:
                 task_status.started()
@@ -139,7 +151,8 @@ class MessageConnection(SessionPeer):
         grace = self.config.shutdown_grace
         with trio.move_on_after(grace):
             await self._idle.wait()
-        await self._modern.tasks.aclose()
+        if self._owns_endpoint:
+            await self._modern.tasks.aclose()
         self.closing = True
         for call in list(self._inflight.values()):
             call.cancel()
@@ -195,6 +208,10 @@ class MessageConnection(SessionPeer):
     async def _receive_request(self, request: mt.JSONRPCRequest) -> None:
         if request.id in self._inflight:
             await self._error(request.id, mt.INVALID_REQUEST, f"Invalid Request: id {request.id!r} is in use")
+            return
+        if len(self._inflight) >= self.max_inflight:
+            message = f"Too many requests in flight on this connection (limit {self.max_inflight})"
+            await self._error(request.id, mt.INTERNAL_ERROR, message)
             return
         try:
             if modern_rules.meta_version(request.params) is not None:
@@ -277,13 +294,15 @@ class MessageConnection(SessionPeer):
         if not self.server.knows(request.method, revision):
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {request.method}")
         if request.method == "subscriptions/listen":
-            listener = self._modern.listener(request)
+            listener = self._modern.listener(request, self.principal)
             self._start(request.id, self._run_listener, listener)
         else:
             self._start(request.id, self._run_modern, request, revision)
 
     async def _run_modern(self, call: _Call, request: mt.JSONRPCRequest, revision: versions.Revision) -> None:
-        message, _status = await self._modern.answer(request, revision, _ConnectionResponder(self, call))
+        message, _status = await self._modern.answer(
+            request, revision, _ConnectionResponder(self, call), self.principal
+        )
         await self.write(message, call)
 
     async def _run_listener(self, call: _Call, listener: Listener) -> None:

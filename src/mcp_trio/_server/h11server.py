@@ -40,6 +40,7 @@ import trio
 
 from .asgi import MCPApp
 from .containment import contained, split_fatal
+from .h11ws import H11WebSocket, is_websocket_upgrade
 from .hypercorn_server import CANCELLABLE_SEND
 from .streams import content_length
 
@@ -254,6 +255,8 @@ class _Connection:
 
     async def _serve(self, request: h11.Request) -> bool:
         """Run the app for ``request``; True if the connection can serve another request."""
+        if is_websocket_upgrade(request):
+            return await self._websocket(request)
         self._request = request
         self._body_done = False
         self._disconnected = False
@@ -299,6 +302,29 @@ class _Connection:
         if not self._response_done:  # it returned in the middle of a response: the only end left is close
             return False
         return self._body_done or self._skip_buffered_body()
+
+    async def _websocket(self, request: h11.Request) -> bool:
+        """A WebSocket upgrade: the app's ``websocket`` call, on wsproto; the connection ends with it."""
+        config = self.app.config
+        socket = H11WebSocket(
+            self.conn,
+            self.stream,
+            self._write,
+            _Gone,
+            max_message=config.max_body_size,
+            ping_interval=config.keepalive_interval,
+        )
+        try:
+            await socket.serve(self.app, request, self.client, self.server_addr)
+        except _Gone:
+            pass
+        except BaseException as exc:  # containment: the app's failure ends this connection only
+            fatal, rest = split_fatal(exc)
+            if fatal is not None:
+                raise
+            logger.error("ASGI app failed on a WebSocket", exc_info=rest)
+        self._broken = True  # nothing more on this connection (no lingering: the socket closes)
+        return False
 
     def _early_answer(self) -> bool:
         """A complete answer is about to go out while part of the request body has not arrived."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -50,10 +51,17 @@ async def serve(
     hypercorn's trio worker with mcp_trio's fixes, for this server only (no request can kill it,
     closed idle connections are released at once, each socket write is bounded by the app's
     ``config.write_timeout``) and, unless ``hypercorn_fast_path`` is false, the fast path; see
-    docs/hypercorn.md.  Other hypercorn servers in the process are not affected.  A ``config`` with
+    docs/hypercorn.md.  WebSocket connections get hypercorn's pings every ``keepalive_interval`` (unless
+    ``config`` sets ``websocket_ping_interval``) and messages are bounded by ``max_body_size``.  Other
+    hypercorn servers in the process are not affected.  A ``config`` with
     ``certfile`` and ``keyfile`` serves HTTPS, and HTTP/2 to clients that offer it (docs/deploy/tls.md).
     """
-    config = config or hypercorn_config()
+    config = copy.copy(config or hypercorn_config())
+    # WebSocket connections: a ping as often as SSE keep-alives, and hypercorn closes a message longer
+    # than the app accepts (1009) before buffering it whole.
+    if config.websocket_ping_interval is None:
+        config.websocket_ping_interval = app.config.keepalive_interval
+    config.websocket_max_message_size = min(config.websocket_max_message_size, app.config.max_body_size)
 
     async def trigger() -> None:
         if shutdown_trigger is None:
