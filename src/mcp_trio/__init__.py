@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "hypercorn_config": "._server.serve",
     "open_client_session": "._client.session",
     "open_stdio_client": "._client.session",
+    "open_websocket_client": "._client.session",
     "serve": "._server.serve",
     "serve_h11": "._server.h11server",
     "serve_stdio": "._stdio.server",
@@ -91,6 +92,7 @@ __all__ = [
     "hypercorn_config",
     "open_client_session",
     "open_stdio_client",
+    "open_websocket_client",
     "serve",
     "serve_h11",
     "serve_stdio",
@@ -109,6 +111,7 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._client.session import ClientSession as ClientSession
     from ._client.session import open_client_session as open_client_session
     from ._client.session import open_stdio_client as open_stdio_client
+    from ._client.session import open_websocket_client as open_websocket_client
     from ._client.tasks import TaskInfo as TaskInfo
     from ._exceptions import LocalProtocolError as LocalProtocolError
     from ._exceptions import MCPTrioError as MCPTrioError

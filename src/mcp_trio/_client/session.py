@@ -5,8 +5,9 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeVar, cast, overload
 
@@ -20,8 +21,11 @@ from .._protocol import modern as modern_rules
 from .._protocol import versions
 from . import skills as skills_ext
 from .http import HTTPTransport, MessageStream, SessionExpired, TransportError, _ErrorAnswer, modern_headers
+from .messages import MessageTransport
 from .stdio import StdioTransport, start_process
 from .tasks import CANCEL_GRACE, TASKS_EXTENSION, TaskCancelled, TaskError, TaskInfo, TaskStatusHandler
+from .websocket import SUBPROTOCOL as WS_SUBPROTOCOL
+from .websocket import WebSocketTransport
 
 __all__ = [
     "ClientSession",
@@ -38,6 +42,7 @@ __all__ = [
     "TaskStatusHandler",
     "open_client_session",
     "open_stdio_client",
+    "open_websocket_client",
 ]
 
 logger = logging.getLogger(__name__)
@@ -88,7 +93,7 @@ _SIGNATURES = {
 M = TypeVar("M", bound=pydantic.BaseModel)
 R = TypeVar("R")
 MAX_INPUT_ROUNDS = 10
-Transport = HTTPTransport | StdioTransport
+Transport = HTTPTransport | MessageTransport
 
 
 def _check_callback(name: str, value: object) -> None:
@@ -350,8 +355,8 @@ class ClientSession:
     async def _abandon(self, method: str, request_id: int) -> None:
         """We gave up on a request.  HTTP 2026: abandoning the POST is the cancellation; elsewhere the
         server is told."""
-        stdio = isinstance(self._transport, StdioTransport)
-        if (stdio or not self.modern) and method != "initialize":
+        messages = isinstance(self._transport, MessageTransport)  # stdio, WebSocket
+        if (messages or not self.modern) and method != "initialize":
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 try:
                     await self.notify("notifications/cancelled", {"requestId": request_id})
@@ -938,6 +943,77 @@ async def open_stdio_client(
         await transport.aclose(terminate_grace)
 
 
+@asynccontextmanager
+async def open_websocket_client(
+    url: str,
+    *,
+    mode: Mode = "auto",
+    headers: Mapping[str, str] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    client_info: dict[str, Any] | None = None,
+    sampling: SamplingHandler | None = None,
+    elicitation: ElicitationHandler | None = None,
+    roots: RootsHandler | None = None,
+    on_notification: NotificationHandler | None = None,
+    on_log: LogHandler | None = None,
+    log_level: mt.LoggingLevel | None = None,
+    legacy_version: str = versions.LATEST.name,
+    max_message_size: int = 4 * 1024 * 1024,
+    connect_timeout: float = 30.0,
+    close_timeout: float = 2.0,
+    tasks: bool = True,
+) -> AsyncIterator[ClientSession]:
+    """Open a session with the MCP server at ``url`` over WebSocket (``ws://`` or ``wss://``; an
+    ``http(s)://`` URL is taken as its ``ws(s)://`` twin), subprotocol ``mcp``; it ends when the block
+    does, with the WebSocket close handshake (bounded by ``close_timeout`` seconds).
+
+    Needs the ``websocket`` extra (trio-websocket).  The connection is the session: a 2025-era session
+    (``initialize``) or 2026-07-28 requests (``mode`` as for :func:`open_client_session`), with the same
+    :class:`ClientSession` API and callbacks; everything the server sends outside a response arrives
+    outside any call, as over stdio.  ``headers`` go with the upgrade request (``Authorization: Bearer
+    ...`` for a protected server); ``ssl_context`` is for ``wss://``.  A refused upgrade (an HTTP answer
+    such as 401, or a server that does not speak the ``mcp`` subprotocol), a message longer than
+    ``max_message_size`` from the server, or no connection within ``connect_timeout`` raise
+    :class:`TransportError`."""
+    handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level, tasks)
+    try:
+        import trio_websocket
+    except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
+        needs = "open_websocket_client needs trio-websocket: pip install 'mcp_trio[websocket]'"
+        raise ImportError(needs) from exc
+    if url.startswith(("http://", "https://")):
+        url = "ws" + url[4:]
+    extra = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
+    async with AsyncExitStack() as stack:
+        try:
+            ws = await stack.enter_async_context(
+                trio_websocket.open_websocket_url(
+                    url,
+                    ssl_context,
+                    subprotocols=[WS_SUBPROTOCOL],
+                    extra_headers=extra,
+                    max_message_size=max_message_size,
+                    connect_timeout=connect_timeout,
+                    disconnect_timeout=close_timeout,
+                )
+            )
+        except trio_websocket.ConnectionRejected as exc:
+            body = (exc.body or b"")[:200].decode("utf-8", "replace")
+            refused = f"the server refused the WebSocket upgrade: HTTP {exc.status_code} {body}"
+            raise TransportError(refused) from exc
+        except (trio_websocket.HandshakeError, OSError) as exc:
+            raise TransportError(f"could not open a WebSocket connection to {url}: {exc!r}") from exc
+        if ws.subprotocol != WS_SUBPROTOCOL:
+            raise TransportError(f"the server at {url} did not accept the {WS_SUBPROTOCOL!r} subprotocol")
+        transport = WebSocketTransport(ws)
+
+        async def finish(session: ClientSession) -> None:
+            pass  # leaving the connection's block closes it
+
+        async with _run_session(transport, handlers, mode, legacy_version, False, finish) as session:
+            yield session
+
+
 @dataclass(frozen=True)
 class _Handlers:
     client_info: dict[str, Any] | None
@@ -980,7 +1056,7 @@ async def _run_session(
                 log_level=handlers.log_level,
                 tasks=handlers.tasks,
             )
-            if isinstance(transport, StdioTransport):
+            if isinstance(transport, (StdioTransport, WebSocketTransport)):
                 await nursery.start(transport.read_loop, session._dispatch)
             if mode == "modern" or (mode == "auto" and await session._discover()):
                 session.modern = True

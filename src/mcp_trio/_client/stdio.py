@@ -1,17 +1,16 @@
 """The client side of the stdio transport: start a server as a child process and talk to it over its
-stdin and stdout (newline-delimited JSON-RPC)."""
+stdin and stdout (newline-delimited JSON-RPC), on the message transport that WebSocket shares."""
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import trio
 
 from .http import OnMessage, TransportError
+from .messages import MessageTransport
 
 __all__ = ["StdioTransport"]
 
@@ -19,54 +18,23 @@ logger = logging.getLogger(__name__)
 MAX_LINE = 4 * 1024 * 1024
 
 
-class StdioTransport:
-    """One child process.  ``post`` writes a line; a reader task (in the session's nursery) routes each
-    line read: responses to the request waiting for them, everything else to the session."""
+class StdioTransport(MessageTransport):
+    """One child process: a message is a line on its stdin / stdout."""
 
-    session_id: str | None = None
+    gone_message = "the server process has exited"
 
     def __init__(self, process: trio.Process) -> None:
+        super().__init__()
         assert process.stdin is not None and process.stdout is not None
         self.process = process
-        self.protocol_version: str | None = None
         self._stdin = process.stdin
         self._stdout = process.stdout
-        self._waiting: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
-        self._on_message: OnMessage | None = None
-        self._write_lock = trio.Lock()
-        self._closed = False
 
-    async def post(
-        self,
-        message: dict[str, Any],
-        on_message: OnMessage,
-        *,
-        extra_headers: Mapping[str, str] | None = None,
-    ) -> dict[str, Any] | None:
-        if self._closed:
-            raise TransportError("the server process has exited")
-        expect = message.get("id") if "method" in message else None
-        if expect is None:
-            await self._write(message)
-            return None
-        send, receive = trio.open_memory_channel[dict[str, Any]](1)
-        self._waiting[expect] = send
+    async def _send_raw(self, data: bytes) -> None:
         try:
-            await self._write(message)
-            try:
-                return await receive.receive()
-            except trio.EndOfChannel:
-                raise TransportError("the server process exited before answering") from None
-        finally:
-            self._waiting.pop(expect, None)
-
-    async def _write(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-        async with self._write_lock:
-            try:
-                await self._stdin.send_all(line)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise TransportError("the server process closed its stdin") from exc
+            await self._stdin.send_all(data + b"\n")
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise TransportError("the server process closed its stdin") from exc
 
     async def read_loop(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
         """Read the child's stdout until EOF; then every waiting request fails promptly."""
@@ -82,35 +50,11 @@ class StdioTransport:
                     raise TransportError("the server sent a line over 4 MiB")
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
-                    await self._route(line, on_message)
+                    await self.route(line, on_message)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         finally:
-            self._closed = True
-            for waiter in self._waiting.values():
-                waiter.close()
-
-    async def _route(self, line: bytes, on_message: OnMessage) -> None:
-        if not line.strip():
-            return
-        try:
-            message = json.loads(line)
-        except ValueError:
-            logger.info("the server wrote a line that is not JSON: %.100r", line)
-            return
-        if not isinstance(message, dict):
-            return
-        waiter = self._waiting.get(message.get("id")) if "method" not in message else None
-        if waiter is not None:
-            waiter.send_nowait(message)
-        else:
-            await on_message(message)
-
-    async def listen_get(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
-        task_status.started()  # stdio has no standalone stream: the read loop carries everything
-
-    async def delete(self) -> None:
-        """Ending a stdio session is ending the process (see ``aclose``)."""
+            self._end()
 
     async def aclose(self, grace: float) -> None:
         """Close the child's stdin (the stdio way to say goodbye), wait ``grace`` seconds, then terminate,

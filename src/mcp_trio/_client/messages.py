@@ -1,0 +1,99 @@
+"""The client side of a message transport: one connection that carries whole JSON-RPC messages (a stdio
+line, a WebSocket text frame), shared by the stdio and WebSocket transports.
+
+``post`` writes a message; a reader task (in the session's nursery) hands each message read to
+:meth:`MessageTransport.route`: a response to the request waiting for it, anything else to the session.
+When the reader ends (end of file, a closed connection), every request still waiting fails at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from .http import OnMessage, TransportError
+
+__all__ = ["MessageTransport"]
+
+logger = logging.getLogger(__name__)
+
+
+class MessageTransport:
+    """One message connection to a server.  A subclass writes (:meth:`_send_raw`) and reads (its
+    ``read_loop`` calls :meth:`route` for each message and :meth:`_end` when the input ends)."""
+
+    session_id: str | None = None
+    gone_message = "the server has gone"
+
+    def __init__(self) -> None:
+        self.protocol_version: str | None = None
+        self._waiting: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self._write_lock = trio.Lock()
+        self._closed = False
+
+    async def post(
+        self,
+        message: dict[str, Any],
+        on_message: OnMessage,
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any] | None:
+        """Send ``message``; for a request, wait for its response (what else arrives goes to the session)."""
+        if self._closed:
+            raise TransportError(self.gone_message)
+        expect = message.get("id") if "method" in message else None
+        if expect is None:
+            await self._write(message)
+            return None
+        send, receive = trio.open_memory_channel[dict[str, Any]](1)
+        self._waiting[expect] = send
+        try:
+            await self._write(message)
+            try:
+                return await receive.receive()
+            except trio.EndOfChannel:
+                raise TransportError(f"{self.gone_message} before answering") from None
+        finally:
+            self._waiting.pop(expect, None)
+
+    async def _write(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+        async with self._write_lock:
+            await self._send_raw(data)
+
+    async def _send_raw(self, data: bytes) -> None:
+        """Write one encoded message (raise :class:`TransportError` when the connection is gone)."""
+        raise NotImplementedError
+
+    async def route(self, data: bytes | str, on_message: OnMessage) -> None:
+        """One message read: a response to its waiting request, anything else to ``on_message``."""
+        if not data.strip():
+            return
+        try:
+            message = json.loads(data)
+        except ValueError:
+            logger.info("the server sent a message that is not JSON: %.100r", data)
+            return
+        if not isinstance(message, dict):
+            return
+        waiter = self._waiting.get(message.get("id")) if "method" not in message else None
+        if waiter is not None:
+            waiter.send_nowait(message)
+        else:
+            await on_message(message)
+
+    def _end(self) -> None:
+        """The input has ended: nothing more will be answered."""
+        self._closed = True
+        for waiter in self._waiting.values():
+            waiter.close()
+
+    async def listen_get(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
+        task_status.started()  # no standalone stream: the read loop carries everything
+
+    async def delete(self) -> None:
+        """Ending such a session is ending the connection (the transport's ``aclose``)."""
