@@ -113,12 +113,13 @@ def setup(app):
 
 # -- nitpicky references --------------------------------------------------------------------------
 # The build must not need the network, so there is no intersphinx: references to other projects'
-# types (Trio, mcp-types, pydantic, hypercorn, httpx, the standard library's collections.abc) cannot
+# types (Trio, mcp-types, pydantic, hypercorn, httpx, the standard library's collections.abc and ssl) cannot
 # resolve and are ignored here, by package.
 nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(trio|mcp_types|pydantic|hypercorn|httpx)(\..*)?"),
     (r"py:.*", r"collections\.abc\..*"),
+    (r"py:.*", r"ssl\..*"),
 ]
 # Private types that public signatures mention; they are not part of the API (and not importable from
 # mcp_trio), so they are named here one by one: a new one must be documented or added on purpose.
@@ -135,6 +136,7 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._client.session.Subscription"),  # ClientSession.listen(); see client.md
     ("py:class", "mcp_trio._client.http.HTTPTransport"),
     ("py:class", "mcp_trio._client.stdio.StdioTransport"),
+    ("py:class", "mcp_trio._client.messages.MessageTransport"),
 ]
 
 # -- HTML ----------------------------------------------------------------------------------------

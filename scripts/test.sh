@@ -10,7 +10,9 @@
 #   - from Debian's packages, if missing: nginx, caddy and haproxy (real reverse proxies), redis-server
 #     (the shared store of several workers) and chromium (a real browser, headless), about 150 MB;
 #   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
-#     conformance suite (2 x 52 MB) under .conformance/, all from the npm registry.
+#     conformance suite (2 x 52 MB) under .conformance/, all from the npm registry;
+#   - the Python SDK 1.x (mcp 1.30.0 and websockets, about 40 MB) in a venv of its own, .interop/mcp1/,
+#     the WebSocket interop peer (the 2.x SDK in the dev extra has no WebSocket transport).
 # A first run downloads about 500 MB and takes about 15-20 minutes on 2 cores; later runs skip the installs.
 # Any install that fails stops the run with its error.
 set -euo pipefail
@@ -58,6 +60,8 @@ fi
 echo "== install: Node 22, TypeScript SDK peers, conformance suite (npm)"
 bash scripts/install-node-deps.sh
 bash scripts/conformance.sh install
+echo "== install: the Python SDK 1.x WebSocket peer (.interop/mcp1)"
+bash scripts/install-mcp1.sh
 
 echo "== ruff"; python3 -m ruff check src tests benchmarks docs
 echo "== mypy"; python3 -m mypy
