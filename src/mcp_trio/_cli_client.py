@@ -95,8 +95,8 @@ SECRET_VARIABLE = "MCP_TRIO_OAUTH_CLIENT_SECRET"
 
 
 def _url(text: str) -> str:
-    if not text.startswith(("http://", "https://")):
-        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
+    if not text.startswith(("http://", "https://", "ws://", "wss://")):
+        raise argparse.ArgumentTypeError(f"expected an http(s):// or ws(s):// URL, got {text!r}")
     return text
 
 
@@ -139,7 +139,7 @@ def add_client_commands(sub: Any, formatter: type[argparse.HelpFormatter]) -> No
         formatter_class=formatter,
     )
     tools.add_argument(
-        "url", metavar="URL", type=_url, help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp"
+        "url", metavar="URL", type=_url, help="the MCP endpoint: http(s)://... or ws(s)://... (WebSocket)"
     )
     tools.add_argument("--raw", action="store_true", help="print the tools as JSON")
     call = sub.add_parser(
@@ -150,7 +150,7 @@ def add_client_commands(sub: Any, formatter: type[argparse.HelpFormatter]) -> No
         formatter_class=formatter,
     )
     call.add_argument(
-        "url", metavar="URL", type=_url, help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp"
+        "url", metavar="URL", type=_url, help="the MCP endpoint: http(s)://... or ws(s)://... (WebSocket)"
     )
     call.add_argument("tool", metavar="TOOL", help="the name of the tool ('mcp-trio tools URL' lists them)")
     call.add_argument(
@@ -704,6 +704,16 @@ async def _open_session(args: argparse.Namespace, **options: Any) -> AsyncIterat
     """A session with ``args.url`` in ``args.mode`` on an HTTP client that sends the ``--header``s, and
     authorizes with ``--oauth``."""
     _check_oauth_options(args)
+    if args.url.startswith(("ws://", "wss://")):
+        if args.oauth:
+            raise UsageError("--oauth is for http(s):// endpoints; give a WebSocket its token with --header")
+        from ._client.session import open_websocket_client
+
+        async with open_websocket_client(
+            args.url, mode=args.mode, headers=dict(args.header), **options
+        ) as session:
+            yield session
+        return
     oauth = _oauth(args)
     try:
         async with (

@@ -1002,7 +1002,8 @@ async def open_websocket_client(
             refused = f"the server refused the WebSocket upgrade: HTTP {exc.status_code} {body}"
             raise TransportError(refused) from exc
         except (trio_websocket.HandshakeError, OSError) as exc:
-            raise TransportError(f"could not open a WebSocket connection to {url}: {exc!r}") from exc
+            cause = exc.__cause__ or exc  # trio-websocket's HandshakeError wraps the OSError
+            raise TransportError(f"could not open a WebSocket connection to {url}: {cause}") from exc
         if ws.subprotocol != WS_SUBPROTOCOL:
             raise TransportError(f"the server at {url} did not accept the {WS_SUBPROTOCOL!r} subprotocol")
         transport = WebSocketTransport(ws)
