@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import trio
+import trio.testing
 
 from mcp_trio import MCPServer, ServerConfig
 from mcp_trio._server.connection import MessageConnection
@@ -71,3 +72,45 @@ async def test_both_eras_over_whole_messages() -> None:
             refused = json.loads(await connection.out_receive.receive())
             assert refused["error"]["code"] == -32600
             await send.aclose()  # end of input: the connection ends by itself
+
+
+async def test_requests_in_flight_are_bounded_per_connection() -> None:
+    """Past ``max_inflight`` requests at once, the next is answered -32603 at once (it never runs); once
+    one ends, requests run again."""
+    server = MCPServer("bounded")
+    release = trio.Event()
+    started = 0
+
+    @server.tool()
+    async def hold() -> str:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return "done"
+
+    send, receive = trio.open_memory_channel[bytes](100)
+    connection = ChannelConnection(server, receive)
+    connection.max_inflight = 3
+
+    def call(request_id: int) -> bytes:
+        params = {"name": "hold", "arguments": {}, "_meta": modern_meta()}
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        return json.dumps(message).encode()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(connection.run)
+            for request_id in (1, 2, 3, 4):
+                await send.send(call(request_id))
+            refused = json.loads(await connection.out_receive.receive())
+            assert refused["id"] == 4 and refused["error"]["code"] == -32603
+            assert "limit 3" in refused["error"]["message"]
+            await trio.testing.wait_all_tasks_blocked()
+            assert started == 3
+            release.set()
+            answers = [json.loads(await connection.out_receive.receive()) for _ in range(3)]
+            assert sorted(answer["id"] for answer in answers) == [1, 2, 3]
+            await send.send(call(5))
+            answer = json.loads(await connection.out_receive.receive())
+            assert answer["id"] == 5 and answer["result"]["content"][0]["text"] == "done"
+            await send.aclose()
