@@ -153,6 +153,30 @@ async def test_tools_and_call_in_each_era(demo: Demo) -> None:
 
 
 @pytest.mark.deadline(60)
+async def test_websocket_urls(demo: Demo) -> None:
+    """ws:// URLs go over WebSocket in both eras; a refused upgrade and no server are exit status 3."""
+    ws_url = "ws" + demo.url.removeprefix("http")
+    listed, *called, refused, nobody, oauth = await run_all(
+        ["tools", ws_url],
+        *[["call", ws_url, "add", "--arg", "a=1", "--arg", "b=2.5", "--mode", m] for m in ("auto", "legacy")],
+        ["call", ws_url.removesuffix("/mcp") + "/elsewhere", "echo"],
+        ["tools", "ws://127.0.0.1:9/mcp"],
+        ["tools", ws_url, "--oauth"],
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "echo: Echo the given text back." in listed.stdout.decode().splitlines()
+    for result in called:
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.decode().splitlines() == ['{"sum": 3.5}']
+    assert refused.returncode == 3
+    assert refused.stderr.decode().startswith("mcp-trio: the server refused the WebSocket upgrade: HTTP 404")
+    assert nobody.returncode == 3
+    assert nobody.stderr.decode().startswith("mcp-trio: could not open a WebSocket connection to ws://127.0.0.1:9")
+    assert "Traceback" not in nobody.stderr.decode() + refused.stderr.decode()
+    assert oauth.returncode == 2 and "--oauth is for http(s)://" in oauth.stderr.decode()
+
+
+@pytest.mark.deadline(60)
 async def test_arguments_typed_by_the_input_schema(demo: Demo) -> None:
     pairs = [
         "count=42",
