@@ -7,7 +7,7 @@ import itertools
 import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeVar, cast, overload
 
@@ -24,7 +24,6 @@ from .http import HTTPTransport, MessageStream, SessionExpired, TransportError, 
 from .messages import MessageTransport
 from .stdio import StdioTransport, start_process
 from .tasks import CANCEL_GRACE, TASKS_EXTENSION, TaskCancelled, TaskError, TaskInfo, TaskStatusHandler
-from .websocket import SUBPROTOCOL as WS_SUBPROTOCOL
 from .websocket import WebSocketTransport
 
 __all__ = [
@@ -967,7 +966,7 @@ async def open_websocket_client(
     ``http(s)://`` URL is taken as its ``ws(s)://`` twin), subprotocol ``mcp``; it ends when the block
     does, with the WebSocket close handshake (bounded by ``close_timeout`` seconds).
 
-    Needs the ``websocket`` extra (trio-websocket).  The connection is the session: a 2025-era session
+    The connection is the session: a 2025-era session
     (``initialize``) or 2026-07-28 requests (``mode`` as for :func:`open_client_session`), with the same
     :class:`ClientSession` API and callbacks; everything the server sends outside a response arrives
     outside any call, as over stdio.  ``headers`` go with the upgrade request (``Authorization: Bearer
@@ -976,43 +975,24 @@ async def open_websocket_client(
     ``max_message_size`` from the server, or no connection within ``connect_timeout`` raise
     :class:`TransportError`."""
     handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level, tasks)
-    try:
-        import trio_websocket
-    except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-        needs = "open_websocket_client needs trio-websocket: pip install 'mcp_trio[websocket]'"
-        raise ImportError(needs) from exc
     if url.startswith(("http://", "https://")):
         url = "ws" + url[4:]
-    extra = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
-    async with AsyncExitStack() as stack:
-        try:
-            ws = await stack.enter_async_context(
-                trio_websocket.open_websocket_url(
-                    url,
-                    ssl_context,
-                    subprotocols=[WS_SUBPROTOCOL],
-                    extra_headers=extra,
-                    max_message_size=max_message_size,
-                    connect_timeout=connect_timeout,
-                    disconnect_timeout=close_timeout,
-                )
+    try:
+        with trio.fail_after(connect_timeout):
+            transport = await WebSocketTransport.connect(
+                url, headers=headers, ssl_context=ssl_context, max_message_size=max_message_size
             )
-        except trio_websocket.ConnectionRejected as exc:
-            body = (exc.body or b"")[:200].decode("utf-8", "replace")
-            refused = f"the server refused the WebSocket upgrade: HTTP {exc.status_code} {body}"
-            raise TransportError(refused) from exc
-        except (trio_websocket.HandshakeError, OSError) as exc:
-            cause = exc.__cause__ or exc  # trio-websocket's HandshakeError wraps the OSError
-            raise TransportError(f"could not open a WebSocket connection to {url}: {cause}") from exc
-        if ws.subprotocol != WS_SUBPROTOCOL:
-            raise TransportError(f"the server at {url} did not accept the {WS_SUBPROTOCOL!r} subprotocol")
-        transport = WebSocketTransport(ws)
+    except trio.TooSlowError:
+        raise TransportError(f"no WebSocket connection to {url} within {connect_timeout} s") from None
 
-        async def finish(session: ClientSession) -> None:
-            pass  # leaving the connection's block closes it
+    async def finish(session: ClientSession) -> None:
+        await transport.aclose(close_timeout)
 
+    try:
         async with _run_session(transport, handlers, mode, legacy_version, False, finish) as session:
             yield session
+    finally:
+        await transport.aclose(close_timeout)
 
 
 @dataclass(frozen=True)

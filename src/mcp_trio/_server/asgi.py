@@ -260,6 +260,13 @@ class MCPApp:
             return
         connection = WebSocketConnection(self.server, self.config, self._modern, receive, send)
         connection.principal = principal
+        oauth = self._oauth
+        if oauth is not None and isinstance(principal, AccessToken):  # the scopes of each operation
+
+            def authorize(message: mt.JSONRPCRequest | mt.JSONRPCNotification) -> None:
+                oauth.require_for_messages(principal, (message,))
+
+            connection.authorize = authorize
         self._websockets.add(connection)
         try:
             await send({"type": "websocket.accept", "subprotocol": SUBPROTOCOL})

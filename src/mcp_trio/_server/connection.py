@@ -94,6 +94,10 @@ class MessageConnection(SessionPeer):
     principal: object = None
     """Who the client is (a WebSocket upgrade's bearer token or ``authenticate`` hook's answer; None over
     stdio): handlers see it as ``ctx.principal``, and the 2026 tasks it starts belong to it."""
+    authorize: Callable[[mt.JSONRPCRequest | mt.JSONRPCNotification], None] | None = None
+    """Checks each request and notification before it is served (a WebSocket's per-operation OAuth
+    scopes); raises :class:`RemoteProtocolError` to refuse it (a request gets that error, a
+    notification is dropped)."""
     max_inflight = 1000
     """Requests of this connection handled at once; beyond it a request is answered -32603 at once (a
     client that sends without reading cannot make the server hold unbounded work for it)."""
@@ -198,6 +202,15 @@ class MessageConnection(SessionPeer):
             await self.write(jsonrpc.error_envelope(exc.request_id, exc.code, exc.message, exc.data))
             return
         (message,) = incoming.messages
+        if self.authorize is not None and not isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)):
+            try:
+                self.authorize(message)
+            except RemoteProtocolError as exc:
+                if isinstance(message, mt.JSONRPCRequest):
+                    await self._error(message.id, exc.code, exc.message, exc.data)
+                else:
+                    logger.info("dropped %s: %s", message.method, exc.message)
+                return
         if isinstance(message, mt.JSONRPCRequest):
             await self._receive_request(message)
         elif isinstance(message, mt.JSONRPCNotification):
