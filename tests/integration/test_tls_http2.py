@@ -45,7 +45,7 @@ import pytest
 import trio
 from mcp_http import INIT, POST_HEADERS, STEP, VERSION, DemoServer, MCPClient, serve_demo, tcp_states
 
-from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, serve
+from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, open_websocket_client, serve
 from mcp_trio._cli import main
 from mcp_trio._server.hypercorn_server import CANCELLABLE_SEND, hypercorn_fixes_available, serve_hypercorn
 from mcp_trio._server.serve import hypercorn_config
@@ -274,6 +274,22 @@ async def test_mcp_trio_client_over_http2(cert: Cert, mode: str) -> None:
                 result = await session.call_tool("echo", {"text": "h2"})
                 assert result.content[0].text == "h2"
         assert seen and set(seen) == {"HTTP/2"}, seen
+
+
+@pytest.mark.deadline(60)
+async def test_websocket_over_tls(cert: Cert) -> None:
+    """wss:// to the demo with its certificate: a session in both eras; an untrusted one is refused."""
+    async with demo(*cert.flags) as server:
+        url = "wss" + server.url.removeprefix("https")
+        with trio.fail_after(3 * STEP):
+            for mode in ("legacy", "modern"):
+                async with open_websocket_client(url, mode=mode, ssl_context=cert.context()) as session:
+                    result = await session.call_tool("echo", {"text": "wss"})
+                    assert result.content[0].text == "wss"  # type: ignore[union-attr]
+                    assert session.modern is (mode == "modern")
+            with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED"):
+                async with open_websocket_client(url, mode="legacy"):
+                    pass  # pragma: no cover - the handshake fails first
 
 
 @pytest.mark.deadline(60)

@@ -105,7 +105,7 @@ class WebSocketTransport(MessageTransport):
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
             if isinstance(exc, (*_STREAM_ERRORS, RemoteProtocolError)):
-                raise TransportError(f"the WebSocket handshake with {url} failed: {exc}") from exc
+                raise TransportError(f"the WebSocket handshake with {url} failed: {_reason(exc)}") from exc
             raise
         return cls(stream, ws, max_message_size)
 
@@ -217,6 +217,11 @@ async def _handshake(stream: trio.abc.Stream, ws: WSConnection, url: str) -> Acc
                 raise _refused(url, refusal, body)
             raise TransportError(f"the server at {url} closed the connection during the WebSocket handshake")
         ws.receive_data(bytes(data))
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, where trio's error has no text of its own (a TLS failure is its cause)."""
+    return str(exc) or str(exc.__cause__ or "") or repr(exc)
 
 
 def _refused(url: str, refusal: RejectConnection, body: bytes) -> TransportError:

@@ -144,6 +144,7 @@ class MCPApp:
             stats["notification_bus"] = bus_statistics()
         now = trio.current_time()
         stats["websocket_connections"] = len(self._websockets)
+        stats["websocket_requests"] = sum(len(connection._inflight) for connection in self._websockets)
         stats["writes_in_progress"] = len(self._sends)
         stats["writes_stalled"] = sum(now - guard.since > STALLED_AFTER for guard in self._sends)
         return stats

@@ -27,6 +27,9 @@ hypercorn app in the same process is served exactly as shipped.  What the subcla
   response is complete is dropped (upstream raises ``KeyError``, which ends the connection and, on
   hypercorn as shipped, the whole server: pgjones/hypercorn#329); socket writes are never cut half-way
   by the writer's cancellation (one connection carries every stream), only by ``write_timeout``.
+- **WebSocket pings** (``websocket_ping_interval``) end with the app's WebSocket call: upstream's pinger
+  sleeps out its whole interval after the connection closed, holding the connection's tasks and the
+  server's shutdown that long.
 
 Every upstream function that is rebound or whose behaviour the subclasses rely on is checked against
 the sha256 of its hypercorn 0.18.0 source.  Where one differs, or sources are not shipped (a
@@ -59,11 +62,13 @@ from hypercorn.protocol.events import Body, EndBody, Response, Trailers
 from hypercorn.protocol.h2 import BUFFER_HIGH_WATER, H2Protocol, StreamBuffer
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio import run as _run_module
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask
 from hypercorn.utils import wrap_app
+from wsproto.events import Ping
 
 from . import hypercorn_fast_path as fast
 from . import hypercorn_patch as close_wait
@@ -158,6 +163,9 @@ _EXPECTED = {
     "H2Protocol._window_updated": "668e50364a02c9e3",
     "StreamBuffer": "bc347b7c78068613",
     "H11Protocol._maybe_recycle": "dba7c077157520be",
+    "WSStream._send_pings": "bcb105b24c0006d4",
+    "WSStream._accept": "ed78854514254af9",
+    "WSStream.app_send": "05aef97d75f5d0c6",
 }
 
 
@@ -185,6 +193,9 @@ def _targets() -> dict[str, Any]:
         "H2Protocol._window_updated": H2Protocol._window_updated,
         "StreamBuffer": StreamBuffer,
         "H11Protocol._maybe_recycle": H11Protocol._maybe_recycle,
+        "WSStream._send_pings": WSStream._send_pings,
+        "WSStream._accept": WSStream._accept,
+        "WSStream.app_send": WSStream.app_send,
     }
 
 
@@ -382,9 +393,39 @@ class _TaskGroup(TaskGroup):
     call the app back when its client disconnects."""
 
     fast_path = True
+    _apps_done: dict[WSStream, trio.Event] | None = None
+
+    def spawn(self, func: Callable[..., Any], *args: Any) -> None:
+        stream = getattr(func, "__self__", None)
+        if isinstance(stream, WSStream) and getattr(func, "__func__", None) is WSStream._send_pings:
+            done = self._apps_done.get(stream) if self._apps_done is not None else None
+            if done is not None:
+                func = functools.partial(_ping_until_done, stream, done)
+        super().spawn(func, *args)
+
+    def _websocket_send(self, send: Any) -> Any:
+        """A WebSocket app's send that, when the app has ended, ends its connection's pinger."""
+        stream = getattr(send, "__self__", None)
+        if not isinstance(stream, WSStream):
+            return send
+        done = trio.Event()
+        if self._apps_done is None:
+            self._apps_done = {}
+        self._apps_done[stream] = done
+
+        async def send_then_stop_pings(message: Any) -> None:
+            if message is None:  # the app has ended
+                done.set()
+                assert self._apps_done is not None
+                self._apps_done.pop(stream, None)
+            await send(message)
+
+        return send_then_stop_pings
 
     async def spawn_app(self, app: Any, config: Any, scope: Any, send: Any) -> Any:
         protocol = getattr(getattr(getattr(send, "__self__", None), "send", None), "__self__", None)
+        if scope.get("type") == "websocket":
+            send = self._websocket_send(send)
         extensions = scope.get("extensions")
         hook = None
         if isinstance(protocol, (_SafeH11Protocol, _H2Protocol)) and isinstance(extensions, dict):
@@ -399,6 +440,20 @@ class _TaskGroup(TaskGroup):
             assert self._nursery is not None
             put = fast.spawn_app(self._nursery, app, config, scope, send)
         return put if hook is None else _watching_disconnect(put, hook)
+
+
+async def _ping_until_done(stream: WSStream, done: trio.Event) -> None:
+    """hypercorn's WebSocket pinger (a ping every ``websocket_ping_interval``), ended as soon as the app
+    has: upstream's sleeps the whole interval before it sees the connection closed, holding the
+    connection's task group (and the server's shutdown) that long after every close."""
+    interval = stream.config.websocket_ping_interval
+    assert interval is not None  # upstream spawns the pinger only with an interval
+    while not stream.closed:
+        with trio.move_on_after(interval):
+            await done.wait()
+        if done.is_set() or stream.closed:
+            return
+        await stream._send_wsproto_event(Ping())
 
 
 # -- the connection ---------------------------------------------------------------------------------
