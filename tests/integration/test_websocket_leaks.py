@@ -301,6 +301,7 @@ async def run_batch(server: DemoServer, baseline: Baseline, kind: str, first: in
             await busy.wait_all()
             working = await fetch_stats(server)
             assert working["websocket_connections"] == BATCH, working
+            assert working["websocket_requests"] == BATCH, working  # each connection's sleep
             # Each sleeping handler is a task (at least) of its connection's nursery.
             handlers = working["process_tasks"] - idle["process_tasks"]
             assert handlers >= BATCH, f"{handlers} more tasks with {BATCH} sleeps in flight: {idle} {working}"
@@ -315,7 +316,7 @@ async def run_batch(server: DemoServer, baseline: Baseline, kind: str, first: in
     tally.closed.append(trio.current_time() - ended)
     # Back to the idle server: no socket or task left (a sleep still running would be a task).
     sockets, stats = await assert_back_to_baseline(server, baseline, within=SETTLE)
-    assert stats["websocket_connections"] == 0, stats
+    assert stats["websocket_connections"] == 0 and stats["websocket_requests"] == 0, stats
     assert sockets == baseline.sockets and stats["process_tasks"] == baseline.process_tasks, stats
     tally.settle.append(trio.current_time() - ended)
 
