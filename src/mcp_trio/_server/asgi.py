@@ -126,8 +126,12 @@ class MCPApp:
                 nursery.cancel_scope.cancel()
 
     async def aclose(self) -> None:
-        """Close every session and subscription (each open stream ends cleanly) within
+        """Close every session, subscription and WebSocket connection (each open stream ends cleanly,
+        each WebSocket with close code 1001 after what was queued for it) within
         ``config.shutdown_grace``."""
+        self._closing = True
+        for connection in list(self._websockets):
+            connection.stop()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._modern.aclose)
             nursery.start_soon(self._modern.tasks.aclose)

@@ -250,7 +250,8 @@ class H11WebSocket:
                 if isinstance(event, Message):
                     if discarding:
                         continue
-                    size += len(event.data)
+                    data = event.data
+                    size += len(data.encode()) if isinstance(data, str) else len(data)  # bytes, as the app
                     if size > self.max_message:
                         logger.warning("closing a WebSocket sending over %d bytes", self.max_message)
                         discarding = True

@@ -166,6 +166,7 @@ _EXPECTED = {
     "WSStream._send_pings": "bcb105b24c0006d4",
     "WSStream._accept": "ed78854514254af9",
     "WSStream.app_send": "05aef97d75f5d0c6",
+    "WSStream.handle": "45882777c6cf0444",
 }
 
 
@@ -196,6 +197,7 @@ def _targets() -> dict[str, Any]:
         "WSStream._send_pings": WSStream._send_pings,
         "WSStream._accept": WSStream._accept,
         "WSStream.app_send": WSStream.app_send,
+        "WSStream.handle": WSStream.handle,
     }
 
 
@@ -271,6 +273,10 @@ class _SafeH11Protocol(H11Protocol):
             # keep-alive client would send its next request on a connection about to close.
             event = dataclasses.replace(event, headers=[*event.headers, (b"connection", b"close")])
         await super().stream_send(event)
+        if type(event) is EndBody and isinstance(self.stream, WSStream) and self.stream.app_put is None:
+            # hypercorn refused a WebSocket upgrade itself (a malformed handshake: 400): no app runs, so
+            # nothing would ever end the stream, and upstream leaves the connection open for good.
+            await self._maybe_recycle()
 
 
 class _FastH11Protocol(_SafeH11Protocol):
