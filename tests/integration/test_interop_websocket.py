@@ -18,7 +18,7 @@ The peers:
   ``WebSocket`` (``bash scripts/install-node-deps.sh``).
 
 When a peer's runtime is missing its test skips, except under CI (``CI`` set to a true value), where
-it fails.
+it fails.  ``test_our_websocket_client`` does the same steps with mcp_trio's own client, in both eras.
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import mcp_types as mt
 import pytest
 import trio
 from mcp_http import Baseline, DemoServer, assert_back_to_baseline
+
+from mcp_trio import open_websocket_client
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -206,5 +209,37 @@ async def test_sdk_websocket_client(peer: Peer, demo_server: DemoServer, baselin
     assert summary["echo_text"] == "over a websocket"
 
     # -- the peer is gone: nothing of its connection or session is left on the server --
+    with trio.fail_after(10):
+        await assert_back_to_baseline(demo_server, baseline)
+
+
+@pytest.mark.deadline(DEADLINE)
+@pytest.mark.parametrize("mode", ["legacy", "auto"])  # auto: the 2026 era, found by server/discover
+async def test_our_websocket_client(mode: str, demo_server: DemoServer, baseline: Baseline) -> None:
+    """The same steps with mcp_trio's own client (``open_websocket_client``) in each era."""
+    progress: list[tuple[float, float | None, str | None]] = []
+    asked: list[mt.CreateMessageRequestParams] = []
+
+    def sampling(params: mt.CreateMessageRequestParams) -> mt.CreateMessageResult:
+        asked.append(params)
+        return mt.CreateMessageResult(
+            role="assistant", content=mt.TextContent(type="text", text="sampled by mcp_trio"), model="m"
+        )
+
+    with trio.fail_after(PEER_DEADLINE):
+        url = websocket_url(demo_server.url)
+        async with open_websocket_client(url, mode=mode, sampling=sampling) as session:  # type: ignore[arg-type]
+            assert session.modern is (mode == "auto")
+            assert session.server_info is not None and session.server_info["name"] == "mcp-trio-demo"
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            assert tools >= DEMO_TOOLS, sorted(DEMO_TOOLS - tools)
+            result = await session.call_tool(
+                "test_tool_with_progress", {}, progress=lambda *update: progress.append(update)
+            )
+            assert not result.is_error
+            assert progress == [(n, 100, f"Completed step {n} of 100") for n in (0, 50, 100)]
+            sampled = await session.call_tool("test_sampling", {"prompt": "hi"})
+            assert sampled.content[0].text == "LLM response: sampled by mcp_trio"  # type: ignore[union-attr]
+            assert [params.messages[0].content.text for params in asked] == ["hi"]  # type: ignore[union-attr]
     with trio.fail_after(10):
         await assert_back_to_baseline(demo_server, baseline)
