@@ -259,7 +259,7 @@ def test_failures_are_explained(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["call", "http://127.0.0.1:9/mcp", "t", "--json", "[1]"], "mcp-trio: --json wants a JSON object"),
         (["call", "http://127.0.0.1:9/mcp", "t", "--arg", "novalue"], "mcp-trio: --arg wants KEY=VALUE"),
-        (["call", "127.0.0.1:9/mcp", "t"], "expected an http:// or https:// URL"),
+        (["call", "127.0.0.1:9/mcp", "t"], "expected an http(s):// or ws(s):// URL"),
         (["call", "http://127.0.0.1:9/mcp", "t", "--mcp-log-level", "loud"], "invalid choice: 'loud'"),
         (["tools", "http://127.0.0.1:9/mcp", "--log-level", "loud"], "invalid choice: 'LOUD'"),
         (["demo", "--http", "h11", "--bind", "localhost"], "--bind: expected HOST:PORT"),

@@ -450,6 +450,7 @@ async def refused(port: int, **options: Any) -> Refused:
 def error_body(rejection: Refused) -> dict[str, Any]:
     """The refusal's body: a JSON-RPC error without an id."""
     assert rejection.header(b"content-type") == b"application/json", rejection.headers
+    assert rejection.header(b"connection") == b"close", rejection.headers  # no keep-alive after a refusal
     body: dict[str, Any] = json.loads(rejection.body)
     assert body["jsonrpc"] == "2.0" and "id" not in body, body
     assert isinstance(body["error"]["code"], int) and body["error"]["message"], body

@@ -137,6 +137,9 @@ def http_response_send(scope: dict[str, Any], send: Send) -> Send | None:
         return None
 
     async def send_http(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":  # the connection ends with the refusal: say so
+            headers = [*message.get("headers", ()), (b"connection", b"close")]
+            message = {**message, "headers": headers}
         await send({**message, "type": "websocket." + message["type"]})
 
     return send_http
