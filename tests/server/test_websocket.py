@@ -834,6 +834,37 @@ async def test_slow_reader_is_dropped_others_served(kind: str) -> None:
 # -- 7. pings ------------------------------------------------------------------------------------------
 
 
+async def test_quiet_connections_are_closed(kind: str) -> None:
+    """A connection that says nothing within ``init_timeout``, or that carries neither a 2025 session nor a
+    request for ``idle_timeout``, is closed (1000, "idle"); an initialized session is never idle, nor a
+    connection with a request in flight."""
+    probe = Probe()
+    app = build_app(probe, init_timeout=0.3, idle_timeout=0.6)
+    async with serving(kind, app) as served:
+        with trio.fail_after(DEADLINE):
+            async with RawClient.connect(served.port) as silent:
+                assert await silent.close_code() == 1000
+            async with RawClient.connect(served.port) as modern:
+                params = {**call_params("echo", text="x"), "_meta": modern_meta()}
+                assert (await modern.call(1, "tools/call", params))["result"]["content"][0]["text"] == "x"
+                started = trio.current_time()
+                assert await modern.close_code() == 1000
+                assert trio.current_time() - started >= 0.5  # idle_timeout, not init_timeout
+            async with RawClient.connect(served.port) as busy, RawClient.connect(served.port) as session:
+                await session.initialize()
+                params = {**call_params("block", key="long"), "_meta": modern_meta()}
+                await busy.request(1, "tools/call", params)
+                await probe.wait_started("long")
+                with trio.move_on_after(1.5):  # more than twice idle_timeout
+                    await busy.close_code()
+                    raise AssertionError("a connection with a request in flight was closed")
+                with trio.move_on_after(0.1):
+                    await session.close_code()
+                    raise AssertionError("an initialized session was closed as idle")
+                assert await session.call(2, "ping") == {"jsonrpc": "2.0", "id": 2, "result": {}}
+                assert not probe.was_cancelled("long")
+
+
 async def test_server_pings(kind: str) -> None:
     async with serving(kind, build_app(keepalive_interval=0.2)) as served:
         with trio.fail_after(DEADLINE):

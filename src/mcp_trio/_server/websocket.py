@@ -64,6 +64,8 @@ class WebSocketConnection(MessageConnection):
         self.close_reason = ""
         self._peer_gone = False
         self._reading = trio.CancelScope()
+        self._heard = False
+        self._last_heard = trio.current_time()
 
     def stop(self, code: int = GOING_AWAY, reason: str = "server shutting down") -> None:
         """End the connection (the server's shutdown): reading stops, what is queued is flushed within
@@ -72,10 +74,28 @@ class WebSocketConnection(MessageConnection):
             self.close_code, self.close_reason = code, reason
         self._reading.cancel()
 
+    async def _watch_quiet(self) -> None:
+        """Close a connection that carries nothing: no message within ``init_timeout`` of opening, or,
+        once it has spoken, neither a 2025 session (initialized: it waits for the server's
+        notifications, like a standalone GET stream) nor a request in flight for ``idle_timeout``."""
+        while True:
+            limit = self.config.idle_timeout if self._heard else self.config.init_timeout
+            await trio.sleep_until(self._last_heard + limit)
+            if self.initialized or self._running:
+                self._last_heard = trio.current_time()  # busy: look again one period later
+            elif trio.current_time() >= self._last_heard + limit:
+                logger.info("closing a WebSocket connection quiet for %s s", limit)
+                self.stop(NORMAL, "idle")
+                return
+
     async def _read_loop(self) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self._watch_quiet, name="mcp websocket quiet watch")
         with self._reading:
             while True:
                 message = await self._receive()
+                self._heard = True
+                self._last_heard = trio.current_time()
                 kind = message.get("type")
                 if kind == "websocket.disconnect":
                     self._peer_gone = True
