@@ -12,7 +12,8 @@ Refusals happen before the upgrade is accepted, with an HTTP answer (ASGI's ``we
 extension; a server without it gets a plain ``websocket.close``, which it answers 403): 404 off the
 endpoint, the ``Host``/``Origin`` checks (421/403), the bearer check (401/403), 400 without the ``mcp``
 subprotocol, 503 past ``max_sessions`` connections or while shutting down.  After it, a binary frame
-closes the connection with 1003 and a message longer than ``max_body_size`` with 1009.
+closes the connection with 1003, a message longer than ``max_body_size`` with 1009, and a connection
+that carries nothing (see :meth:`WebSocketConnection._watch_quiet`) with 1000.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ NORMAL = 1000
 GOING_AWAY = 1001
 UNSUPPORTED_DATA = 1003
 MESSAGE_TOO_BIG = 1009
-INTERNAL_ERROR = 1011
 
 Receive = Any
 Send = Any
@@ -70,8 +70,7 @@ class WebSocketConnection(MessageConnection):
     def stop(self, code: int = GOING_AWAY, reason: str = "server shutting down") -> None:
         """End the connection (the server's shutdown): reading stops, what is queued is flushed within
         ``shutdown_grace``, then the close frame goes out."""
-        if self.close_code is None:
-            self.close_code, self.close_reason = code, reason
+        self._close(code, reason)
         self._reading.cancel()
 
     async def _watch_quiet(self) -> None:
@@ -114,6 +113,7 @@ class WebSocketConnection(MessageConnection):
                 await self.receive_message(data)
 
     def _close(self, code: int, reason: str) -> None:
+        """The close code to send at the end (the first reason given wins)."""
         if self.close_code is None:
             self.close_code, self.close_reason = code, reason
 
