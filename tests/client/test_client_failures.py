@@ -306,11 +306,12 @@ async def test_black_holed_delete_costs_delete_grace(fake: Fake, http: httpx.Asy
 async def test_black_holed_delete_under_cancellation(fake: Fake, http: httpx.AsyncClient) -> None:
     """Leaving the block because of a cancellation: DELETE is still tried (shielded), still bounded."""
     fake.server.delete = wait_disconnect
-    start = trio.current_time()
-    with trio.move_on_after(0.2):
+    with trio.CancelScope() as cancelled:
         async with open_client_session(fake.url, mode="legacy", http=http, delete_grace=0.5):
+            start = trio.current_time()  # once the session is open (a loaded machine may take a while)
+            cancelled.cancel()
             await trio.sleep_forever()
-    assert 0.65 <= trio.current_time() - start < 1.1
+    assert 0.45 <= trio.current_time() - start < 1.1
     assert len(fake.server.requests("DELETE")) == 1
     assert_clean(http)
 
