@@ -69,6 +69,11 @@ class MessageTransport:
         """Write one encoded message (raise :class:`TransportError` when the connection is gone)."""
         raise NotImplementedError
 
+    async def read_loop(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
+        """Read messages until the input ends, :meth:`route` each, then :meth:`_end`; run in the
+        session's nursery."""
+        raise NotImplementedError
+
     async def route(self, data: bytes | str, on_message: OnMessage) -> None:
         """One message read: a response to its waiting request, anything else to ``on_message``."""
         if not data.strip():

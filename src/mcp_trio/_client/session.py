@@ -1037,7 +1037,7 @@ async def _run_session(
                 log_level=handlers.log_level,
                 tasks=handlers.tasks,
             )
-            if isinstance(transport, (StdioTransport, WebSocketTransport)):
+            if isinstance(transport, MessageTransport):
                 await nursery.start(transport.read_loop, session._dispatch)
             if mode == "modern" or (mode == "auto" and await session._discover()):
                 session.modern = True

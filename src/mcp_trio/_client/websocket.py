@@ -58,6 +58,7 @@ class WebSocketTransport(MessageTransport):
         self._frame_lock = trio.Lock()  # the writer of messages and the reader's pongs
         self._server_closed = False
         self._reader_done: trio.Event | None = None
+        self._shut = False
         self.close_code: int | None = None
         """The code of the server's close frame, once it sent one."""
 
@@ -181,7 +182,10 @@ class WebSocketTransport(MessageTransport):
 
     async def aclose(self, grace: float) -> None:
         """The close handshake (our close frame, the server's in answer), within ``grace`` seconds;
-        then the socket is closed."""
+        then the socket is closed.  Once only: later calls return at once."""
+        if self._shut:
+            return
+        self._shut = True
         with trio.CancelScope(shield=True):
             with trio.move_on_after(grace):
                 if self._reader_done is not None:  # cancelled with the session: it ends at once

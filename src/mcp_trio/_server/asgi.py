@@ -148,7 +148,7 @@ class MCPApp:
             stats["notification_bus"] = bus_statistics()
         now = trio.current_time()
         stats["websocket_connections"] = len(self._websockets)
-        stats["websocket_requests"] = sum(len(connection._inflight) for connection in self._websockets)
+        stats["websocket_requests"] = sum(c.statistics()["inflight"] for c in self._websockets)
         stats["writes_in_progress"] = len(self._sends)
         stats["writes_stalled"] = sum(now - guard.since > STALLED_AFTER for guard in self._sends)
         return stats
@@ -208,8 +208,7 @@ class MCPApp:
                 http.check_origin(facts, self._origin_policy(scope))
                 await _respond(send, 200, json.dumps(self.statistics()).encode())
                 return
-            if self.config.path is not None and path.rstrip("/") != self.config.path.rstrip("/"):
-                raise RemoteProtocolError("Not Found", http_status=404)
+            self._check_path(path)
             if self._cors is not None and http.is_preflight(facts):
                 http.check_duplicates(facts)
                 headers = http.cors_preflight(facts, self._cors)  # its origin passes check_origin
@@ -217,9 +216,7 @@ class MCPApp:
                 await _respond(send, 204, b"", content_type=None, extra=headers)
                 return
             http.check_method(facts)
-            http.check_duplicates(facts)
-            http.check_origin(facts, self._origin_policy(scope))
-            principal = await self._authenticate(scope)
+            principal = await self._admit(scope, facts)
             if facts.method == "POST":
                 await self._post(facts, receive, send, principal, _disconnect_hook(scope))
             elif facts.method == "GET":
@@ -231,6 +228,18 @@ class MCPApp:
         except _ClientGone:
             return
 
+    def _check_path(self, path: str) -> None:
+        """404 off the endpoint."""
+        if self.config.path is not None and path.rstrip("/") != self.config.path.rstrip("/"):
+            raise RemoteProtocolError("Not Found", http_status=404)
+
+    async def _admit(self, scope: Scope, facts: http.RequestFacts) -> object:
+        """The checks every request to the endpoint passes (an HTTP one or a WebSocket upgrade): no
+        duplicated MCP header, a known ``Host``/``Origin``, then authentication; its principal."""
+        http.check_duplicates(facts)
+        http.check_origin(facts, self._origin_policy(scope))
+        return await self._authenticate(scope)
+
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A WebSocket upgrade on the endpoint: the checks of a GET (an HTTP refusal where the server
         offers one), then one :class:`WebSocketConnection` served until it ends."""
@@ -239,12 +248,8 @@ class MCPApp:
             connect = await receive()
             if connect.get("type") != "websocket.connect":
                 return  # gone before the handshake
-            path = scope.get("path", "/")
-            if self.config.path is not None and path.rstrip("/") != self.config.path.rstrip("/"):
-                raise RemoteProtocolError("Not Found", http_status=404)
-            http.check_duplicates(facts)
-            http.check_origin(facts, self._origin_policy(scope))
-            principal = await self._authenticate(scope)
+            self._check_path(scope.get("path", "/"))
+            principal = await self._admit(scope, facts)
             if SUBPROTOCOL not in (scope.get("subprotocols") or ()):
                 raise RemoteProtocolError(
                     f"Bad Request: a WebSocket client must ask for the {SUBPROTOCOL!r} subprotocol",

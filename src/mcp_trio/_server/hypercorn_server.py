@@ -399,12 +399,16 @@ class _TaskGroup(TaskGroup):
     call the app back when its client disconnects."""
 
     fast_path = True
-    _apps_done: dict[WSStream, trio.Event] | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._apps_done: dict[WSStream, trio.Event] = {}
+        """Per WebSocket stream of this connection: set when its app has ended (ends its pinger)."""
 
     def spawn(self, func: Callable[..., Any], *args: Any) -> None:
         stream = getattr(func, "__self__", None)
         if isinstance(stream, WSStream) and getattr(func, "__func__", None) is WSStream._send_pings:
-            done = self._apps_done.get(stream) if self._apps_done is not None else None
+            done = self._apps_done.get(stream)
             if done is not None:
                 func = functools.partial(_ping_until_done, stream, done)
         super().spawn(func, *args)
@@ -414,15 +418,11 @@ class _TaskGroup(TaskGroup):
         stream = getattr(send, "__self__", None)
         if not isinstance(stream, WSStream):
             return send
-        done = trio.Event()
-        if self._apps_done is None:
-            self._apps_done = {}
-        self._apps_done[stream] = done
+        done = self._apps_done[stream] = trio.Event()
 
         async def send_then_stop_pings(message: Any) -> None:
             if message is None:  # the app has ended
                 done.set()
-                assert self._apps_done is not None
                 self._apps_done.pop(stream, None)
             await send(message)
 
