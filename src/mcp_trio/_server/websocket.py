@@ -79,10 +79,12 @@ class WebSocketConnection(MessageConnection):
         notifications, like a standalone GET stream) nor a request in flight for ``idle_timeout``."""
         while True:
             limit = self.config.idle_timeout if self._heard else self.config.init_timeout
-            await trio.sleep_until(self._last_heard + limit)
-            if self.initialized or self._running:
+            deadline = self._last_heard + limit  # both may have moved while this task slept
+            if trio.current_time() < deadline:
+                await trio.sleep_until(deadline)
+            elif self.initialized or self._running:
                 self._last_heard = trio.current_time()  # busy: look again one period later
-            elif trio.current_time() >= self._last_heard + limit:
+            else:
                 logger.info("closing a WebSocket connection quiet for %s s", limit)
                 self.stop(NORMAL, "idle")
                 return
