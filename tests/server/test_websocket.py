@@ -661,6 +661,23 @@ async def test_not_json_array_and_out_of_order_requests(kind: str) -> None:
                 assert "tools" in answer["result"]
 
 
+async def test_invalid_utf8_ends_the_connection(kind: str) -> None:
+    """A text frame that is not UTF-8 ends its connection (serve_h11 says why with 1007; hypercorn
+    closes the socket without a close frame) and nothing else: the next connection is served."""
+    async with serving(kind, build_app()) as served:
+        with trio.fail_after(DEADLINE):
+            async with RawClient.connect(served.port) as client:
+                await client.initialize()
+                mask = b"\x01\x02\x03\x04"
+                payload = bytes(byte ^ mask[n % 4] for n, byte in enumerate(b"\xff\xfe\xfd"))
+                await client.stream.send_all(bytes([0x81, 0x80 | len(payload)]) + mask + payload)
+                assert await client.close_code() == (1006 if kind == "hypercorn" else 1007)
+            await served.until_no_connection()
+            async with RawClient.connect(served.port) as again:
+                await again.initialize()
+                assert await again.call(1, "ping") == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
 async def test_duplicate_inflight_id(kind: str) -> None:
     probe = Probe()
     async with serving(kind, build_app(probe)) as served:

@@ -166,6 +166,8 @@ class WebSocketTransport(MessageTransport):
                     self._server_closed = True
                     if self._ws.state is ConnectionState.REMOTE_CLOSING:
                         await self._frame(event.response())
+                    elif self._ws.state is ConnectionState.OPEN:  # a frame wsproto refused (1002, 1007)
+                        await self._close(event.code, "invalid frame")
                     logger.info("the server closed the WebSocket (%s %s)", event.code, event.reason)
                     return
             try:

@@ -275,6 +275,8 @@ class H11WebSocket:
                 elif isinstance(event, CloseConnection):
                     if ws.state is ConnectionState.REMOTE_CLOSING:
                         await self._emit(event.response())
+                    elif ws.state is ConnectionState.OPEN:  # a frame wsproto refused (1002, 1007)
+                        await self._emit(CloseConnection(code=event.code, reason="invalid frame"))
                     self._peer_closed.set()
                     self._end(event.code)
                     return
