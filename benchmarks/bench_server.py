@@ -1059,6 +1059,8 @@ def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
     for baseline in dict.fromkeys(args.baseline or []):
         if baseline == "python-sdk":
             specs.append(ServerSpec("python-sdk", base, None))
+        elif baseline == "python-sdk-shipped":  # hypercorn as its users run it: no fix, no fast path
+            specs.append(ServerSpec("python-sdk-shipped", [*base, "--no-hypercorn-fix"], None))
         elif baseline == "bare-asgi":
             bare = [sys.executable, str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"]
             if shipped:
@@ -1344,8 +1346,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline",
         action="append",
-        choices=["python-sdk", "bare-asgi", "bare-h11", "ts-sdk"],
-        help="also run a baseline: the official python-sdk, or a bare ASGI app (the floor); may be repeated",
+        choices=["python-sdk", "python-sdk-shipped", "bare-asgi", "bare-h11", "ts-sdk"],
+        help="also run a baseline: the official python-sdk on the same hypercorn as ours (python-sdk) or on"
+        " hypercorn as shipped, as its users run it (python-sdk-shipped), a bare ASGI app or Trio + h11 loop"
+        " (the floors), the TypeScript SDK; may be repeated",
     )
     parser.add_argument("--json-response", action="store_true", help="servers answer with JSON, not SSE")
     parser.add_argument(

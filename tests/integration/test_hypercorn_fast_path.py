@@ -34,7 +34,7 @@ from hypercorn.trio import tcp_server
 from hypercorn.trio.task_group import TaskGroup
 from mcp_http import count_sockets, count_tasks, read_until, wait_until
 
-from mcp_trio._server.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
+from mcp_trio._server.hypercorn_server import DISCONNECT_CALLBACK, hypercorn_fixes_available, serve_hypercorn
 
 KEEP_ALIVE = 0.5  # keep_alive_timeout of the idle-timer tests
 IDLE_CLOSE_WINDOW = (0.3, 2.5)  # seconds within which such an idle connection must be closed
@@ -58,6 +58,7 @@ CL30 = [(b"content-length", b"30")]
 @dataclass
 class AppState:
     disconnects: int = 0  # http.disconnect messages seen by /hold
+    hook_calls: list[str] = field(default_factory=list)  # disconnect callbacks run, by path
     client_ports: list[int] = field(default_factory=list)  # peer port of each request
 
 
@@ -143,6 +144,18 @@ def make_app(state: AppState) -> Any:
             await send({"type": "http.response.start", "status": 200, "headers": CL30})
             await trio.sleep(0.3)
             await send({"type": "http.response.body", "body": b"x" * 30})
+        elif path in ("/hooked", "/hooked-hold"):  # the mcp_trio.disconnect_callback extension
+            hook = scope["extensions"][DISCONNECT_CALLBACK]
+            gone = trio.Event()
+            hook.set(lambda: (state.hook_calls.append(path), gone.set()))
+            if path == "/hooked":  # a whole response: the callback must not run for it
+                await respond(send, 200, b"whole")
+                await trio.sleep(0.1)
+                hook.set(None)
+            else:  # head and part of the body, then wait for the client to go
+                await send({"type": "http.response.start", "status": 200, "headers": event_stream})
+                await send({"type": "http.response.body", "body": b"data: 0\n\n", "more_body": True})
+                await gone.wait()
         elif path == "/boom":
             raise RuntimeError("boom before start")
         elif path == "/boom2":
@@ -479,6 +492,27 @@ async def test_streamed_head_arrives_and_client_disconnect_reaches_the_app() -> 
                 assert await stays_silent(stream, 2 * KEEP_ALIVE)  # open stream outlives the idle timeout
                 assert server.state.disconnects == 0
             await wait_until(lambda: server.state.disconnects == 1, within=1.0)
+            await wait_until(lambda: count_tasks(CONNECTION_TASK) == 0, within=RELEASE_BUDGET)
+
+
+async def test_disconnect_callback_runs_when_the_client_goes_not_after_a_whole_response() -> None:
+    """The disconnect callback extension: a response sent whole ends its stream without the callback
+    (nothing is left to cancel); a client that goes in the middle of a response gets it at once."""
+    with trio.fail_after(5):
+        async with running_server() as server:
+            async with await connect(server) as stream:
+                buffer = bytearray()
+                await stream.send_all(get("/hooked"))
+                head, body = await read_response(stream, buffer)
+                assert head.startswith(b"HTTP/1.1 200") and body == b"whole", (head, body)
+                await stream.send_all(post(CALL))  # the same connection serves the next request
+                assert (await read_response(stream, buffer))[1] == CALL_RESULT
+                assert server.state.hook_calls == []
+            async with await connect(server) as stream:
+                await stream.send_all(get("/hooked-hold"))
+                await read_until(stream, bytearray(), b"data: 0")
+                assert server.state.hook_calls == []
+            await wait_until(lambda: server.state.hook_calls == ["/hooked-hold"], within=1.0)
             await wait_until(lambda: count_tasks(CONNECTION_TASK) == 0, within=RELEASE_BUDGET)
 
 

@@ -11,6 +11,7 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import mcp_types as mt
 
@@ -48,9 +49,11 @@ LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 SESSION_HEADER = "mcp-session-id"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestFacts:
-    """What the transport looks at in an HTTP request's head (header names lower-case)."""
+    """What the transport looks at in an HTTP request's head (header names lower-case); read-only by
+    convention (not ``frozen``: a frozen dataclass of this many fields costs several microseconds to
+    build, once per request)."""
 
     method: str
     host: str | None = None
@@ -87,8 +90,10 @@ class RequestFacts:
         for name, value in headers:
             if name in _WANTED:
                 text = value.decode("latin-1").strip()
-                first = found.setdefault(name, text)
-                if first is not text and first != text:
+                first = found.get(name)
+                if first is None:
+                    found[name] = text
+                elif first != text:
                     if name in _JOINED:
                         found[name] = f"{first}, {text}"
                     elif name.decode() not in conflicts:
@@ -443,21 +448,46 @@ def accepts(accept: str | None, media_type: str) -> bool:
 
 def check_post(facts: RequestFacts, *, max_body_size: int, json_only: bool = False) -> None:
     """Accept (406), Content-Type (415) and declared size (413) of a POST."""
-    wanted = ("application/json",) if json_only else ("application/json", "text/event-stream")
-    if not all(accepts(facts.accept, media) for media in wanted):
+    if not _verdict(_accepts_post, facts.accept, json_only):
+        wanted = ("application/json",) if json_only else ("application/json", "text/event-stream")
         raise RemoteProtocolError(
             f"Not Acceptable: the client must accept {' and '.join(wanted)}", http_status=406
         )
-    media, *params = (p.strip().lower() for p in (facts.content_type or "").split(";"))
-    charset_ok = all(
-        p.replace(" ", "") in ("charset=utf-8", 'charset="utf-8"') for p in params if p.startswith("charset")
-    )
-    if media != "application/json" or not charset_ok:
+    if not _verdict(_json_content_type, facts.content_type):
         raise RemoteProtocolError(
             "Unsupported Media Type: Content-Type must be application/json", http_status=415
         )
     if facts.content_length is not None and facts.content_length > max_body_size:
         body_too_large(max_body_size)
+
+
+_CACHED = 256
+"""Header values up to this long have their verdicts cached (longer ones, rare, are checked each time:
+the caches stay small whatever clients send)."""
+
+
+def _verdict(check: Any, value: str | None, *args: Any) -> bool:
+    """``check(value, *args)``, from its cache when ``value`` is short."""
+    if value is not None and len(value) > _CACHED:
+        return bool(check.__wrapped__(value, *args))
+    return bool(check(value, *args))
+
+
+@functools.lru_cache(maxsize=64)
+def _accepts_post(accept: str | None, json_only: bool) -> bool:
+    """Whether a POST's ``Accept`` admits what its answer may be (cached: clients repeat theirs)."""
+    wanted = ("application/json",) if json_only else ("application/json", "text/event-stream")
+    return all(accepts(accept, media) for media in wanted)
+
+
+@functools.lru_cache(maxsize=64)
+def _json_content_type(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` is ``application/json`` (a charset, if any, UTF-8); cached."""
+    media, *params = (p.strip().lower() for p in (content_type or "").split(";"))
+    charset_ok = all(
+        p.replace(" ", "") in ("charset=utf-8", 'charset="utf-8"') for p in params if p.startswith("charset")
+    )
+    return media == "application/json" and charset_ok
 
 
 def body_too_large(max_body_size: int) -> None:

@@ -148,11 +148,15 @@ def _dumps(obj: Any) -> bytes:
     escape (surrogates can only stand inside JSON strings, where that escape is what ``ensure_ascii``
     would write). A circular or unserializable ``obj`` still raises, as ``json.dumps`` does."""
     try:
-        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(obj)
     except ValueError:  # NaN or an infinity; a circular structure raises again here
         json.dumps(obj, separators=(",", ":"))
-        text = json.dumps(_finite(obj), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(_finite(obj))
     return text.encode("utf-8", "backslashreplace")
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""``json.dumps`` with these options builds an encoder per call; this one is made once."""
 
 
 def _finite(obj: Any) -> Any:

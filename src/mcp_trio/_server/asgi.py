@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from math import inf
 from typing import Any, Literal, Protocol
 
 import mcp_types as mt
@@ -333,7 +334,30 @@ class MCPApp:
             header_revision = versions.revision(facts.protocol_version or "")
             if header_revision is not None and header_revision.modern:  # scopes by the headers, unread body
                 self._oauth.require_for(principal, facts.mcp_method, _header_name(facts))
-        body = await _read_body(receive, self.config.max_body_size, self.config.body_timeout)
+        # One scope for the request: its deadline bounds the body's arrival (408), then it is the scope a
+        # 2026 handler runs under (a scope costs about as much as the rest of a small request's checks).
+        body = None
+        with trio.CancelScope(deadline=trio.current_time() + self.config.body_timeout) as request_scope:
+            body = await _read_body(receive, self.config.max_body_size)
+            request_scope.deadline = inf
+            await self._post_body(facts, body, receive, send, principal, on_disconnect, request_scope)
+        if body is None:
+            raise RemoteProtocolError(
+                f"Request Timeout: the body did not arrive within {self.config.body_timeout:g} s",
+                http_status=408,
+                headers=(("connection", "close"),),
+            )
+
+    async def _post_body(
+        self,
+        facts: http.RequestFacts,
+        body: bytes,
+        receive: Receive,
+        send: GuardedSend,
+        principal: object,
+        on_disconnect: DisconnectHook | None,
+        request_scope: trio.CancelScope,
+    ) -> None:
         incoming = jsonrpc.parse_body(body, allow_batch=True)
         initialize = [m for m in incoming.requests if m.method == "initialize"]
         first = incoming.messages[0]
@@ -343,7 +367,7 @@ class MCPApp:
             meta_version=modern_rules.meta_version(params),
         )
         if modern:
-            await self._post_modern(facts, incoming, receive, send, principal, on_disconnect)
+            await self._post_modern(facts, incoming, receive, send, principal, on_disconnect, request_scope)
             return
         http.check_protocol_version(facts)
         if self._oauth is not None and isinstance(principal, AccessToken):
@@ -400,10 +424,12 @@ class MCPApp:
         send: GuardedSend,
         principal: object,
         on_disconnect: DisconnectHook | None = None,
+        request_scope: trio.CancelScope | None = None,
     ) -> None:
         """A 2026-era POST: one request (or notification), validated against its headers.
         ``on_disconnect``: the server's disconnect callback hook, if it offers one (see
-        :data:`~mcp_trio._server.hypercorn_server.DISCONNECT_CALLBACK`)."""
+        :data:`~mcp_trio._server.hypercorn_server.DISCONNECT_CALLBACK`); ``request_scope``: the
+        request's cancel scope, entered by the caller, for the handler to run under."""
         (message,) = incoming.messages if not incoming.batch else (None,)
         if message is None:
             raise RemoteProtocolError("Invalid Request: JSON-RPC batches are not supported in 2026-07-28")
@@ -429,7 +455,7 @@ class MCPApp:
                 code=mt.METHOD_NOT_FOUND,
                 request_id=message.id,
             )
-        await self._modern.handle(message, revision, receive, send, principal, on_disconnect)
+        await self._modern.handle(message, revision, receive, send, principal, on_disconnect, request_scope)
 
     def _header_params(self, message: mt.JSONRPCRequest) -> dict[str, tuple[str, ...]] | None:
         if message.method != "tools/call" or not message.params:
@@ -629,27 +655,21 @@ def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
     return send_with_headers
 
 
-async def _read_body(receive: Receive, limit: int, within: float) -> bytes:
-    """The whole request body: 413 past ``limit`` bytes, 408 if it takes longer than ``within``."""
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body: 413 past ``limit`` bytes (the caller bounds the time it takes)."""
     chunks: list[bytes] = []
     size = 0
-    with trio.move_on_after(within):
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                http.body_too_large(limit)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-    raise RemoteProtocolError(
-        f"Request Timeout: the body did not arrive within {within:g} s",
-        http_status=408,
-        headers=(("connection", "close"),),
-    )
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            http.body_too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 class _ClientGone(Exception):

@@ -390,5 +390,3 @@ class MessageConnection(SessionPeer):
             self._nursery.cancel_scope.cancel()
         finally:
             self._writer_done.set()
-
-

@@ -125,8 +125,8 @@ class _Connection:
         self._response_done = False
         self._broken = False
         """A write failed, timed out or was cancelled: the connection can only be closed."""
-        self.write_timeout = config.write_timeout if config.write_timeout is not None else (
-            app.config.write_timeout
+        self.write_timeout = (
+            config.write_timeout if config.write_timeout is not None else (app.config.write_timeout)
         )
 
     # -- connection loop -----------------------------------------------------------------------
@@ -452,12 +452,13 @@ class _Connection:
             raise _Gone
         written = False
         try:
-            with trio.fail_after(self.write_timeout):
+            # fail_after without its generator wrapper (once per write)
+            with trio.CancelScope(deadline=trio.current_time() + self.write_timeout) as scope:
                 await self.stream.send_all(data)
+            if scope.cancelled_caught:
+                logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
+                raise _Gone
             written = True
-        except trio.TooSlowError as exc:
-            logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
-            raise _Gone from exc
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise _Gone from exc
         finally:

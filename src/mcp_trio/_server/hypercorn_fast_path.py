@@ -176,7 +176,9 @@ def one_write_per_send(protocol: Any, app_send: Any) -> Any:
 
 def spawn_app(nursery: trio.Nursery, app: Any, config: Any, scope: Any, send: Any) -> Any:
     """``TaskGroup.spawn_app`` whose queue skips scheduling round trips (returns the app's ``put``)."""
-    send_channel, receive_channel = trio.open_memory_channel[Any](config.max_app_queue_size)
+    channels: tuple[trio.MemorySendChannel[Any], trio.MemoryReceiveChannel[Any]]
+    channels = trio.open_memory_channel(config.max_app_queue_size)  # no [Any]: a subscription per call
+    send_channel, receive_channel = channels
     receive_nowait, receive_wait = receive_channel.receive_nowait, receive_channel.receive
     send_nowait, send_wait = send_channel.send_nowait, send_channel.send
 

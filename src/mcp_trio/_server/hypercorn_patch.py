@@ -118,12 +118,17 @@ __all__ = ["read_until_closed"]
 
 
 async def read_until_closed(self: Any) -> None:
-    """hypercorn 0.18.0's ``TCPServer._read_data``, verbatim: read until the connection can deliver no
-    more bytes, then tell the protocol ``Closed()``.  The caller then stops the idle timer."""
+    """hypercorn 0.18.0's ``TCPServer._read_data``: read until the connection can deliver no more bytes,
+    then tell the protocol ``Closed()``.  The caller then stops the idle timer.  Unlike upstream, a read
+    without ``read_timeout`` (the default) opens no timeout scope (upstream's ``fail_after(inf)``)."""
+    timeout = self.config.read_timeout or inf
     while True:
         try:
-            with trio.fail_after(self.config.read_timeout or inf):
+            if timeout == inf:
                 data = await self.stream.receive_some(MAX_RECV)
+            else:
+                with trio.fail_after(timeout):
+                    data = await self.stream.receive_some(MAX_RECV)
         except (
             trio.ClosedResourceError,
             trio.BrokenResourceError,

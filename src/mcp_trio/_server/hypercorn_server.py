@@ -61,7 +61,7 @@ from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.events import Body, EndBody, Response, Trailers
 from hypercorn.protocol.h2 import BUFFER_HIGH_WATER, H2Protocol, StreamBuffer
 from hypercorn.protocol.h11 import H11Protocol
-from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio import run as _run_module
 from hypercorn.trio.task_group import TaskGroup
@@ -127,13 +127,24 @@ class DisconnectHook:
         if callback is not None:
             callback()
 
+    def complete(self) -> None:
+        """The response was sent whole and its stream ended: the callback is forgotten, not called
+        (there is nothing left to cancel: cancelling a handler at its very end costs a cancellation
+        per request for nothing)."""
+        self.gone = True
+        self._callback = None
 
-def _watching_disconnect(put: Callable[[Any], Awaitable[None]], hook: DisconnectHook) -> Any:
-    """The app queue's ``put`` that also fires ``hook`` when it queues ``http.disconnect``."""
+
+def _watching_disconnect(put: Callable[[Any], Awaitable[None]], hook: DisconnectHook, stream: object) -> Any:
+    """The app queue's ``put`` that also tells ``hook`` when it queues ``http.disconnect``: fired if
+    the client went before the response was whole, completed if the stream ended after it."""
 
     async def put_watching(message: Any) -> None:
         if message.get("type") == "http.disconnect":
-            hook.fire()
+            if getattr(stream, "state", None) is ASGIHTTPState.CLOSED:
+                hook.complete()
+            else:
+                hook.fire()
         await put(message)
 
     return put_watching
@@ -151,6 +162,8 @@ _EXPECTED = {
     "H11Protocol._send_h11_event": "fdb5e069793a1d99",
     "H11Protocol.stream_send": "c7ef437818f28b28",
     "HTTPStream.app_send": "6371d58b7f58ae8d",
+    "HTTPStream.handle": "5cc61571acaf1005",
+    "HTTPStream._send_closed": "3635c376b563e26c",
     "TaskGroup.spawn_app": "487c35772c8bd89c",
     "ProtocolWrapper.handle": "4cb5ff14d1842513",
     "H2Protocol.__init__": "d825081b68a7675d",
@@ -182,6 +195,8 @@ def _targets() -> dict[str, Any]:
         "H11Protocol._send_h11_event": H11Protocol._send_h11_event,
         "H11Protocol.stream_send": H11Protocol.stream_send,
         "HTTPStream.app_send": HTTPStream.app_send,
+        "HTTPStream.handle": HTTPStream.handle,  # http.disconnect after the stream closed, ...
+        "HTTPStream._send_closed": HTTPStream._send_closed,  # ... in state CLOSED if the response was whole
         "TaskGroup.spawn_app": TaskGroup.spawn_app,
         "ProtocolWrapper.handle": ProtocolWrapper.handle,
         "H2Protocol.__init__": H2Protocol.__init__,
@@ -429,7 +444,8 @@ class _TaskGroup(TaskGroup):
         return send_then_stop_pings
 
     async def spawn_app(self, app: Any, config: Any, scope: Any, send: Any) -> Any:
-        protocol = getattr(getattr(getattr(send, "__self__", None), "send", None), "__self__", None)
+        stream = getattr(send, "__self__", None)  # the HTTPStream (or WSStream) whose app_send this is
+        protocol = getattr(getattr(stream, "send", None), "__self__", None)
         if scope.get("type") == "websocket":
             send = self._websocket_send(send)
         extensions = scope.get("extensions")
@@ -445,7 +461,7 @@ class _TaskGroup(TaskGroup):
         else:
             assert self._nursery is not None
             put = fast.spawn_app(self._nursery, app, config, scope, send)
-        return put if hook is None else _watching_disconnect(put, hook)
+        return put if hook is None else _watching_disconnect(put, hook, stream)
 
 
 async def _ping_until_done(stream: WSStream, done: trio.Event) -> None:
@@ -517,11 +533,13 @@ class _TCPServer(TCPServer):
         written = False
         try:
             async with self.send_lock:
-                with trio.fail_after(self.write_timeout):
+                # fail_after without its generator wrapper (once per write)
+                with trio.CancelScope(deadline=trio.current_time() + self.write_timeout) as scope:
                     await self.stream.send_all(data)
-                written = True
-        except trio.TooSlowError:
-            logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
+                if scope.cancelled_caught:
+                    logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
+                else:
+                    written = True
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
             pass
         finally:
@@ -645,4 +663,3 @@ async def serve_hypercorn(
         shutdown_trigger=shutdown_trigger,
         task_status=task_status,
     )
-

@@ -91,9 +91,17 @@ class Responder:
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         body = jsonrpc.encode(message)
-        headers = [*JSON_HEADERS, content_length(body)]
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
-        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+        start = {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*JSON_HEADERS, content_length(body)],
+        }
+        end = {"type": "http.response.body", "body": body, "more_body": False}
+        if isinstance(self.send, GuardedSend):  # one shielded scope for the two sends
+            await self.send.whole(start, end)
+        else:
+            await self.send(start)
+            await self.send(end)
 
 
 class RequestPeer:
@@ -275,11 +283,13 @@ class ModernEndpoint:
         send: Send,
         principal: object = None,
         on_disconnect: DisconnectHook | None = None,
+        request_scope: trio.CancelScope | None = None,
     ) -> None:
         """Answer one modern request; a client disconnect cancels it and nothing is sent after.
 
         ``on_disconnect``: the server's :class:`DisconnectHook` (mcp_trio's own servers offer one):
-        the handler then runs in this task, under a cancel scope the hook cancels; without one a
+        the handler then runs in this task, under a cancel scope the hook cancels (``request_scope``,
+        the request's own, already entered by the caller, or else one of its own); without one a
         sibling task watches ``receive()`` for the disconnect."""
         responder = Responder(send, json_only=self.config.json_response)
         listener = self.listener(request, principal) if request.method == "subscriptions/listen" else None
@@ -290,15 +300,34 @@ class ModernEndpoint:
                     nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, responder)
                     await self._respond(request, revision, responder, principal, listener)
                     nursery.cancel_scope.cancel()
+            elif request_scope is not None:
+                await self._respond_until_gone(
+                    request, revision, responder, principal, listener, on_disconnect, request_scope
+                )
             else:
                 with trio.CancelScope() as scope:
-                    on_disconnect.set(functools.partial(_disconnected, scope, responder))
-                    try:
-                        await self._respond(request, revision, responder, principal, listener)
-                    finally:
-                        on_disconnect.set(None)
+                    await self._respond_until_gone(
+                        request, revision, responder, principal, listener, on_disconnect, scope
+                    )
         finally:
             self.inflight -= 1
+
+    async def _respond_until_gone(
+        self,
+        request: mt.JSONRPCRequest,
+        revision: versions.Revision,
+        responder: Responder,
+        principal: object,
+        listener: Listener | None,
+        on_disconnect: DisconnectHook,
+        scope: trio.CancelScope,
+    ) -> None:
+        """:meth:`_respond` under ``scope`` (entered by the caller), which the client's going cancels."""
+        on_disconnect.set(functools.partial(_disconnected, scope, responder))
+        try:
+            await self._respond(request, revision, responder, principal, listener)
+        finally:
+            on_disconnect.set(None)
 
     async def _respond(
         self,
