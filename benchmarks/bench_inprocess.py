@@ -1,6 +1,10 @@
 """Our own request path in process: direct ASGI calls, no sockets, no HTTP server.
 
-    python3 benchmarks/bench_inprocess.py [--calls N] [--mode json|sse|modern]
+    python3 benchmarks/bench_inprocess.py [--calls N] [--mode json|sse|modern|modern-hook|churn]
+
+``modern`` goes through :func:`mcp_trio.testing.open_asgi_client` (no disconnect callback: the handler has
+a watcher task, as on other ASGI servers); ``modern-hook`` calls the app as mcp_trio's hypercorn does
+(the disconnect callback extension: the handler runs in the request task).
 
 Prints the wall time per tools/call.  The numbers that survive a noisy machine are instruction counts:
 run it under callgrind at two call counts and take the difference per call (``--compare`` does exactly
@@ -77,6 +81,8 @@ async def _run(calls: int, mode: str) -> float:
         return str(a + b)
 
     app = MCPApp(server, ServerConfig(json_response=mode == "json"))
+    if mode == "modern-hook":
+        return await _direct(app, calls)
     async with open_asgi_client(app) as client:
         if mode == "churn":
             return await _churn(client, calls)
@@ -95,6 +101,59 @@ async def _run(calls: int, mode: str) -> float:
                 raise SystemExit(f"bad answer: {response.status} {body[:200]!r}")
         elapsed = time.perf_counter() - start
         await trio.lowlevel.checkpoint()
+    return elapsed
+
+
+async def _direct(app: Any, calls: int) -> float:
+    """2026 tools/call with the app called directly, as mcp_trio's hypercorn calls it: the scope offers
+    the disconnect callback (the handler runs in the request task, no watcher task) and cancellable
+    sends; receive() hands out the body, send() keeps the messages."""
+    import trio
+
+    from mcp_trio._server.hypercorn_server import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
+
+    headers = [(k.encode(), v.encode()) for k, v in {**POST, "host": "127.0.0.1:8000"}.items()]
+    headers += [
+        (b"mcp-protocol-version", MODERN.encode()),
+        (b"mcp-method", b"tools/call"),
+        (b"mcp-name", b"add"),
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(app.run)
+        start = time.perf_counter()
+        for i in range(1, calls + 1):
+            body = [{"type": "http.request", "body": _call(i, True), "more_body": False}]
+
+            async def receive(body: list[dict[str, Any]] = body) -> dict[str, Any]:
+                if body:
+                    return body.pop()
+                await trio.sleep_forever()
+                raise AssertionError("unreachable")
+
+            scope = {
+                "type": "http",
+                "http_version": "1.1",
+                "method": "POST",
+                "scheme": "http",
+                "path": "/mcp",
+                "query_string": b"",
+                "root_path": "",
+                "headers": headers,
+                "client": ("127.0.0.1", 50000),
+                "server": ("127.0.0.1", 8000),
+                "extensions": {CANCELLABLE_SEND: {}, DISCONNECT_CALLBACK: DisconnectHook()},
+            }
+            sent.clear()
+            await app(scope, receive, send)
+            if sent[0]["status"] != 200 or str(i + 1).encode() not in sent[-1]["body"]:
+                raise SystemExit(f"bad answer: {sent!r:.300}")
+        elapsed = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
     return elapsed
 
 
@@ -140,12 +199,12 @@ def _instructions(src: str, mode: str, calls: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--mode", choices=["json", "sse", "modern", "churn"], default="json")
+    parser.add_argument("--mode", choices=["json", "sse", "modern", "modern-hook", "churn"], default="json")
     parser.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to compare under callgrind")
     args = parser.parse_args()
     if args.compare:
         low, high = 100, 600
-        modes = ["json", "sse", "modern", "churn"] if args.mode == "json" else [args.mode]
+        modes = ["json", "sse", "modern", "modern-hook", "churn"] if args.mode == "json" else [args.mode]
         print(
             "| tree | "
             + " | ".join(

@@ -5,14 +5,15 @@
 #
 # Writes each table to benchmarks/results/<UTC timestamp>/ (git-ignored) and prints them as it goes.
 #   1-2. hypercorn's trio worker: mcp-trio vs the official python-sdk vs a bare ASGI app (the floor),
-#        with SSE answers, then with JSON answers;
+#        with SSE answers, then with JSON answers; table 1 also has the python-sdk on hypercorn as shipped
+#        (python-sdk-shipped: what its users run), the others run on mcp_trio's hypercorn like ours;
 #   3-4. the embedded Trio + h11 server (mcp-trio --http h11) vs the official TypeScript SDK on Node vs a
 #        bare Trio + h11 loop (the floor), SSE then JSON;
 #   5-6. memory per idle session and per open GET stream: mcp-trio (hypercorn) vs python-sdk vs
 #        ts-sdk, then mcp-trio on h11; plus the in-process tracemalloc figure;
 #   7.   2026 tools/call through HAProxy to 1 and 2 workers vs direct (needs haproxy, redis-server);
 #   8.   the 2026-07-28 era (stateless POSTs: tools/call, server/discover, an input-required round trip,
-#        subscriptions/listen opened and dropped) on hypercorn: mcp-trio vs python-sdk vs bare-asgi;
+#        subscriptions/listen opened and dropped) on hypercorn: mcp-trio vs python-sdk (both ways) vs bare-asgi;
 #   9.   the same on the embedded h11 server: mcp-trio vs bare-h11 (the TypeScript SDK 1.32.2 does not
 #        serve 2026-07-28: its column is skipped with a note).
 # The TypeScript SDK needs Node 22 and the SDK that `bash scripts/test.sh` installs
@@ -27,8 +28,8 @@ run() {
     echo "== $name: python3 $*" | tee "$OUT/$name.txt"
     python3 "$@" 2>&1 | tee -a "$OUT/$name.txt"
 }
-run 1-hypercorn-sse benchmarks/bench_server.py --runs "$RUNS" --baseline python-sdk --baseline bare-asgi \
-    --json "$OUT/1-hypercorn-sse.json"
+run 1-hypercorn-sse benchmarks/bench_server.py --runs "$RUNS" --baseline python-sdk --baseline python-sdk-shipped \
+    --baseline bare-asgi --json "$OUT/1-hypercorn-sse.json"
 run 2-hypercorn-json benchmarks/bench_server.py --runs "$RUNS" --json-response --baseline python-sdk \
     --baseline bare-asgi --json "$OUT/2-hypercorn-json.json"
 run 3-h11-sse benchmarks/bench_server.py --runs "$RUNS" --http h11 --baseline ts-sdk --baseline bare-h11 \
@@ -40,7 +41,7 @@ run 5-memory-hypercorn benchmarks/bench_memory.py --baseline python-sdk --baseli
 run 6-memory-h11 benchmarks/bench_memory.py --http h11 --json "$OUT/6-memory-h11.json"
 run 7-balancer benchmarks/bench_balancer.py --runs "$RUNS" --json "$OUT/7-balancer.json"
 run 8-hypercorn-2026 benchmarks/bench_server.py --runs "$RUNS" --era 2026 --baseline python-sdk \
-    --baseline bare-asgi --json "$OUT/8-hypercorn-2026.json"
+    --baseline python-sdk-shipped --baseline bare-asgi --json "$OUT/8-hypercorn-2026.json"
 run 9-h11-2026 benchmarks/bench_server.py --runs "$RUNS" --era 2026 --http h11 --baseline ts-sdk \
     --baseline bare-h11 --json "$OUT/9-h11-2026.json"
 echo "results in $OUT"

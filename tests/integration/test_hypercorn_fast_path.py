@@ -183,9 +183,12 @@ class Server:
 
 
 @asynccontextmanager
-async def running_server(keep_alive_timeout: float = 5.0) -> AsyncIterator[Server]:
+async def running_server(
+    keep_alive_timeout: float = 5.0, read_timeout: float | None = None
+) -> AsyncIterator[Server]:
     """mcp_trio's hypercorn server on 127.0.0.1 (ephemeral port), stopped on exit."""
     config = Config()
+    config.read_timeout = read_timeout
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
     config.errorlog = None  # /boom and /boom2 raise on purpose
@@ -514,6 +517,23 @@ async def test_disconnect_callback_runs_when_the_client_goes_not_after_a_whole_r
                 assert server.state.hook_calls == []
             await wait_until(lambda: server.state.hook_calls == ["/hooked-hold"], within=1.0)
             await wait_until(lambda: count_tasks(CONNECTION_TASK) == 0, within=RELEASE_BUDGET)
+
+
+@pytest.mark.parametrize("read_timeout", [None, 0.3], ids=["no-read-timeout", "read-timeout"])
+async def test_read_timeout_still_bounds_a_silent_request(read_timeout: float | None) -> None:
+    """Reads open a timeout scope only when ``read_timeout`` is set: then a request that stops halfway
+    is dropped after it; without it the connection waits (until the keep-alive timer or the client)."""
+    with trio.fail_after(5):
+        async with (
+            running_server(keep_alive_timeout=30, read_timeout=read_timeout) as server,
+            await connect(server) as stream,
+        ):
+            await stream.send_all(b"POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n{")
+            if read_timeout is None:
+                assert await stays_silent(stream, 1.0)
+            else:
+                closed_after = await seconds_until_closed(stream)
+                assert read_timeout <= closed_after <= read_timeout + 1.5, closed_after
 
 
 # -- the keep-alive idle timer ------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as mt
@@ -37,10 +37,13 @@ class Incoming:
 
     messages: tuple[Message, ...]
     batch: bool
+    requests: tuple[mt.JSONRPCRequest, ...] = field(init=False)
+    """The requests among :attr:`messages` (picked once: an ``isinstance`` on a pydantic model is an
+    ``ABCMeta`` check, and the transport asks several times per POST)."""
 
-    @property
-    def requests(self) -> tuple[mt.JSONRPCRequest, ...]:
-        return tuple(m for m in self.messages if isinstance(m, mt.JSONRPCRequest))
+    def __post_init__(self) -> None:
+        requests = tuple(m for m in self.messages if type(m) is mt.JSONRPCRequest)
+        object.__setattr__(self, "requests", requests)
 
 
 def parse_body(body: bytes, *, allow_batch: bool) -> Incoming:

@@ -72,7 +72,9 @@ class _ConnectionResponder(Responder):
     async def notify(self, message: dict[str, Any]) -> None:
         await self._connection.write(message, self._call)
 
-    async def finish(self, message: dict[str, Any], status: int = 200) -> None:  # pragma: no cover
+    async def finish(  # pragma: no cover
+        self, message: dict[str, Any], status: int = 200, *, shield: bool = True
+    ) -> None:
         await self._connection.write(message, self._call)
 
 

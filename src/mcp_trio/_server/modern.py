@@ -83,7 +83,8 @@ class Responder:
         data = sse.encode_event(jsonrpc.encode(message).decode())
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
 
-    async def finish(self, message: dict[str, Any], status: int = 200) -> None:
+    async def finish(self, message: dict[str, Any], status: int = 200, *, shield: bool = True) -> None:
+        """Send the final message (``shield``: see :meth:`GuardedSend.whole`)."""
         if self.gone:
             return
         if self.streaming:
@@ -97,8 +98,8 @@ class Responder:
             "headers": [*JSON_HEADERS, content_length(body)],
         }
         end = {"type": "http.response.body", "body": body, "more_body": False}
-        if isinstance(self.send, GuardedSend):  # one shielded scope for the two sends
-            await self.send.whole(start, end)
+        if isinstance(self.send, GuardedSend):  # one shielded scope for the two sends (or none)
+            await self.send.whole(start, end, shield=shield)
         else:
             await self.send(start)
             await self.send(end)
@@ -322,10 +323,19 @@ class ModernEndpoint:
         on_disconnect: DisconnectHook,
         scope: trio.CancelScope,
     ) -> None:
-        """:meth:`_respond` under ``scope`` (entered by the caller), which the client's going cancels."""
+        """:meth:`_respond` under ``scope`` (entered by the caller), which the client's going cancels
+        until the answer is computed.  Then the callback is released: nothing of the request is left
+        to cancel, and the answer is sent without a shielded scope (the server offering the callback
+        is one of mcp_trio's, where a cut send only closes its connection; a client that stops reading
+        meets the server's write timeout, as under a shield)."""
         on_disconnect.set(functools.partial(_disconnected, scope, responder))
         try:
-            await self._respond(request, revision, responder, principal, listener)
+            if listener is not None:
+                await self._listen(listener, responder.send)
+                return
+            message, status = await self.answer(request, revision, responder, principal)
+            on_disconnect.set(None)
+            await responder.finish(message, status, shield=False)
         finally:
             on_disconnect.set(None)
 

@@ -76,14 +76,35 @@ class GuardedSend:
             raise trio.BrokenResourceError("a send was cut: the client does not read")
 
     async def whole(
-        self, start: dict[str, Any], body: dict[str, Any], between: Callable[[], object] | None = None
+        self,
+        start: dict[str, Any],
+        body: dict[str, Any],
+        between: Callable[[], object] | None = None,
+        *,
+        shield: bool = True,
     ) -> None:
         """Send a response's head and its one body message in one shielded scope (one scope, not two:
         a scope costs about as much as the rest of a send), calling ``between`` once the head is sent.
         The guarantees are those of two calls, except that an :meth:`abort` during the head also
-        bounds the body."""
+        bounds the body.
+
+        ``shield=False``, on a server where cancelling a send is safe (:attr:`abortable`; elsewhere it
+        is ignored): no scope at all, for a caller that nothing it owns can cancel any more (a 2026
+        answer once its handler is done and the disconnect callback released); a cancellation from
+        outside (the server's shutdown) then ends the response by closing its connection."""
         if self.broken:
             raise trio.BrokenResourceError("the connection was abandoned")
+        if not shield and self.abortable:
+            self.since = trio.current_time()
+            self._in_progress.add(self)
+            try:
+                await self._send(start)
+                if between is not None:
+                    between()
+                await self._send(body)
+            finally:
+                self._in_progress.discard(self)
+            return
         with trio.CancelScope(shield=True) as scope:
             self._scope = scope
             self.since = trio.current_time()

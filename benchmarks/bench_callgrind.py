@@ -1,0 +1,117 @@
+"""Instructions per request of whole servers (HTTP server, ASGI, app), counted by callgrind.
+
+    python3 benchmarks/bench_callgrind.py [--era 2026|2025] [--servers mcp-trio,bare-asgi,python-sdk]
+
+Each server runs under ``valgrind --tool=callgrind`` twice, once serving ``--low`` and once ``--high``
+``tools/call`` requests (2026-07-28 stateless POSTs, or calls on 2025 sessions with SSE answers) from
+``--concurrency`` keep-alive connections, every answer checked as ``bench_server.py`` checks it; the
+difference of the two totals divided by the difference of the counts is what one request costs the
+server process, start-up and shutdown cancelled out.  The same count comes back for the same code
+whatever else the machine does, so it answers "did this change make the server cheaper" where timings
+on a shared machine cannot; it does not see cache misses or waiting, so it complements
+``bench_server.py`` rather than replacing it.  Slow: a few minutes per server (valgrind runs the
+interpreter some 50 times slower).  Needs ``valgrind``; the python-sdk baseline needs ``mcp`` (the
+``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import trio
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench_server as bs  # noqa: E402
+
+SERVERS = {
+    "mcp-trio": [
+        "-c",
+        "import sys; from mcp_trio._cli import main; main(sys.argv[1:])",
+        "demo",
+        "--bind",
+        "127.0.0.1:0",
+    ],
+    "bare-asgi": [str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"],
+    "python-sdk": [str(HERE / "baseline_python_sdk.py"), "--bind", "127.0.0.1:0"],
+}
+
+
+async def load(target: bs.Target, era: str, count: int, concurrency: int) -> None:
+    """``count`` tools/call requests over ``concurrency`` connections; any wrong answer raises."""
+    left = count
+
+    async def worker() -> None:
+        nonlocal left
+        conn = bs.Connection(target)
+        session = bs.Session(conn) if era == "2025" else None
+        client = bs.ModernClient(conn) if era == "2026" else None
+        if session is not None:
+            await session.initialize()
+        while left > 0:
+            left -= 1
+            if session is not None:
+                await session.call_echo()
+            else:
+                assert client is not None
+                await client.call_echo()
+        if session is not None:
+            await session.delete()
+        await conn.close()
+
+    with trio.fail_after(3600):
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(worker)
+
+
+def instructions(name: str, era: str, count: int, concurrency: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-callgrind-") as tmp:
+        out = Path(tmp) / "callgrind.out"
+        argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, *SERVERS[name]]
+        server = bs.ServerProcess(
+            bs.ServerSpec(name, argv, None), None, start_timeout=900.0, stop_timeout=600.0
+        )
+        try:
+            target = server.start()
+            trio.run(load, target, era, count, concurrency)
+        finally:
+            server.stop()
+        for line in out.read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise SystemExit(f"{name}: no callgrind summary")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--era", choices=["2026", "2025"], default="2026")
+    parser.add_argument(
+        "--servers", default="mcp-trio,bare-asgi", help="comma-separated: " + ",".join(SERVERS)
+    )
+    parser.add_argument("--low", type=int, default=300)
+    parser.add_argument("--high", type=int, default=1300)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    names = args.servers.split(",")
+    if unknown := [n for n in names if n not in SERVERS]:
+        parser.error(f"unknown servers: {unknown}")
+    per: dict[str, float] = {}
+    for name in names:
+        low = instructions(name, args.era, args.low, args.concurrency)
+        high = instructions(name, args.era, args.high, args.concurrency)
+        per[name] = (high - low) / (args.high - args.low)
+        print(f"{name}: {per[name] / 1e6:.3f} M instructions per request", flush=True)
+    first = names[0]
+    print(f"\n| server | {args.era} tools/call: instructions per request | relative to {first} |")
+    print("|---|---|---|")
+    for name in names:
+        print(f"| {name} | {per[name] / 1e6:.3f} M | {per[name] / per[first]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
