@@ -452,13 +452,12 @@ class _Connection:
             raise _Gone
         written = False
         try:
-            # fail_after without its generator wrapper (once per write)
-            with trio.CancelScope(deadline=trio.current_time() + self.write_timeout) as scope:
+            with trio.fail_after(self.write_timeout):
                 await self.stream.send_all(data)
-            if scope.cancelled_caught:
-                logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
-                raise _Gone
             written = True
+        except trio.TooSlowError as exc:
+            logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
+            raise _Gone from exc
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise _Gone from exc
         finally:
