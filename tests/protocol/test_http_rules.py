@@ -74,6 +74,22 @@ def test_json_only_mode_needs_only_json() -> None:
         http.check_post(facts(accept="application/json", content_type="application/json"), max_body_size=10)
 
 
+@pytest.mark.parametrize("padding", [0, 400], ids=["cached", "longer-than-cached"])
+def test_check_post_verdicts_same_for_long_header_values(padding: int) -> None:
+    """Accept and Content-Type verdicts are cached only for short values; long ones get the same answer."""
+    pad = ", text/plain;q=0.5" * (padding // 18)
+    both = f"application/json, text/event-stream{pad}"
+    http.check_post(facts(accept=both, content_type="application/json; charset=utf-8"), max_body_size=10)
+    with pytest.raises(RemoteProtocolError) as refused:
+        http.check_post(
+            facts(accept=f"application/json{pad}", content_type="application/json"), max_body_size=10
+        )
+    assert refused.value.http_status == 406
+    with pytest.raises(RemoteProtocolError) as refused:
+        http.check_post(facts(accept=both, content_type=f"text/plain;{'x' * padding}"), max_body_size=10)
+    assert refused.value.http_status == 415
+
+
 def test_facts_from_headers_first_wins_and_bad_length_ignored() -> None:
     got = http.RequestFacts.from_headers(
         "POST",

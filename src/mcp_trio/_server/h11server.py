@@ -126,7 +126,7 @@ class _Connection:
         self._broken = False
         """A write failed, timed out or was cancelled: the connection can only be closed."""
         self.write_timeout = (
-            config.write_timeout if config.write_timeout is not None else (app.config.write_timeout)
+            config.write_timeout if config.write_timeout is not None else app.config.write_timeout
         )
 
     # -- connection loop -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ registered with the server while open and ends gracefully at shutdown.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -301,43 +302,20 @@ class ModernEndpoint:
                     nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, responder)
                     await self._respond(request, revision, responder, principal, listener)
                     nursery.cancel_scope.cancel()
-            elif request_scope is not None:
-                await self._respond_until_gone(
-                    request, revision, responder, principal, listener, on_disconnect, request_scope
-                )
             else:
-                with trio.CancelScope() as scope:
-                    await self._respond_until_gone(
-                        request, revision, responder, principal, listener, on_disconnect, scope
-                    )
+                # the request's own scope (already entered by the caller), or else one of ours
+                with (
+                    contextlib.nullcontext(request_scope)
+                    if request_scope is not None
+                    else trio.CancelScope() as scope
+                ):
+                    on_disconnect.set(functools.partial(_disconnected, scope, responder))
+                    try:
+                        await self._respond(request, revision, responder, principal, listener, on_disconnect)
+                    finally:
+                        on_disconnect.set(None)
         finally:
             self.inflight -= 1
-
-    async def _respond_until_gone(
-        self,
-        request: mt.JSONRPCRequest,
-        revision: versions.Revision,
-        responder: Responder,
-        principal: object,
-        listener: Listener | None,
-        on_disconnect: DisconnectHook,
-        scope: trio.CancelScope,
-    ) -> None:
-        """:meth:`_respond` under ``scope`` (entered by the caller), which the client's going cancels
-        until the answer is computed.  Then the callback is released: nothing of the request is left
-        to cancel, and the answer is sent without a shielded scope (the server offering the callback
-        is one of mcp_trio's, where a cut send only closes its connection; a client that stops reading
-        meets the server's write timeout, as under a shield)."""
-        on_disconnect.set(functools.partial(_disconnected, scope, responder))
-        try:
-            if listener is not None:
-                await self._listen(listener, responder.send)
-                return
-            message, status = await self.answer(request, revision, responder, principal)
-            on_disconnect.set(None)
-            await responder.finish(message, status, shield=False)
-        finally:
-            on_disconnect.set(None)
 
     async def _respond(
         self,
@@ -346,12 +324,20 @@ class ModernEndpoint:
         responder: Responder,
         principal: object,
         listener: Listener | None,
+        on_disconnect: DisconnectHook | None = None,
     ) -> None:
+        """Listen, or answer.  With ``on_disconnect`` (set by the caller to cancel this request), the
+        callback is released once the answer is computed: nothing of the request is left to cancel,
+        and the answer is sent without a shielded scope (the server offering the callback is one of
+        mcp_trio's, where a cut send only closes its connection; a client that stops reading meets the
+        server's write timeout, as under a shield)."""
         if listener is not None:
             await self._listen(listener, responder.send)
-        else:
-            message, status = await self.answer(request, revision, responder, principal)
-            await responder.finish(message, status)
+            return
+        message, status = await self.answer(request, revision, responder, principal)
+        if on_disconnect is not None:
+            on_disconnect.set(None)
+        await responder.finish(message, status, shield=on_disconnect is None)
 
     async def answer(
         self,

@@ -8,6 +8,7 @@ nursery, and the ASGI request task only waits for it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,9 @@ ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
 ABORT_GRACE = 0.1
 """How long a send under way may still take once its exchange is abandoned (seconds): long enough for
 a healthy write, far shorter than a write to a client that stopped reading."""
+
+_NO_SCOPE: contextlib.nullcontext[None] = contextlib.nullcontext()
+"""What :meth:`GuardedSend.whole` enters instead of a shielded scope (reusable: it holds nothing)."""
 
 TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 """What a send to a client that has gone may raise; anything else is a bug and is logged at ERROR."""
@@ -94,19 +98,9 @@ class GuardedSend:
         outside (the server's shutdown) then ends the response by closing its connection."""
         if self.broken:
             raise trio.BrokenResourceError("the connection was abandoned")
-        if not shield and self.abortable:
-            self.since = trio.current_time()
-            self._in_progress.add(self)
-            try:
-                await self._send(start)
-                if between is not None:
-                    between()
-                await self._send(body)
-            finally:
-                self._in_progress.discard(self)
-            return
-        with trio.CancelScope(shield=True) as scope:
-            self._scope = scope
+        guarded = shield or not self.abortable
+        with trio.CancelScope(shield=True) if guarded else _NO_SCOPE as scope:
+            self._scope = scope  # None unguarded: nothing for abort() to bound
             self.since = trio.current_time()
             self._in_progress.add(self)
             try:
@@ -117,7 +111,7 @@ class GuardedSend:
             finally:
                 self._scope = None
                 self._in_progress.discard(self)
-        if scope.cancelled_caught:
+        if scope is not None and scope.cancelled_caught:
             self.broken = True
             raise trio.BrokenResourceError("a send was cut: the client does not read")
 
