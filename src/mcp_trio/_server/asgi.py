@@ -474,6 +474,7 @@ class MCPApp:
         except SessionError as exc:
             raise http.server_busy() from exc
         session.principal = principal
+        session.owner = self._modern.principals.key(principal)
         result = session.accept(accepted)
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
@@ -542,7 +543,7 @@ class MCPApp:
         if worker is not None and session_owner(session_id, (worker,)) is None:
             raise http.session_not_found()  # malformed, or another worker's: not a session of ours
         session = self._manager.get(session_id)
-        if session is None or not _same_owner(session.principal, principal):  # its creator's alone
+        if session is None or not self._modern.principals.owns(session.owner, principal):  # its creator's
             raise http.session_not_found()
         if isinstance(principal, AccessToken):
             session.principal = principal  # its owner's newest token (a refreshed one, say)
@@ -577,14 +578,6 @@ class MCPApp:
         http.check_protocol_version(facts)
         await session.aclose()
         await _respond(send, 200, b"", content_type=None)
-
-
-def _same_owner(owner: object, principal: object) -> bool:
-    """Whether ``principal`` may use a session ``owner`` created: an access token of the same owner
-    (issuer, subject, client: a refreshed token keeps the session), else an equal principal."""
-    if isinstance(owner, AccessToken) and isinstance(principal, AccessToken):
-        return owner.owner == principal.owner
-    return owner == principal
 
 
 def _disconnect_hook(scope: Scope) -> DisconnectHook | None:
