@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 STALLED_AFTER = 1.0
 """A send under way for longer than this (seconds) counts as stalled in :meth:`MCPApp.statistics`."""
+STATS_MAX_AGE = 0.05
+"""``stats_path`` answers statistics computed at most this long ago (seconds): however many requests
+come, they are computed at most 20 times a second."""
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -88,6 +91,8 @@ class MCPApp:
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
+        self._stats_cache: tuple[float, bytes] | None = None
+        """When the statistics ``stats_path`` serves were computed, and their JSON."""
         self._link: WorkerLink | None = None
         """With a worker id and a bus that links workers: how to reach the other workers (set by
         :meth:`run`, so a bus given to the server after the app was made counts)."""
@@ -206,8 +211,7 @@ class MCPApp:
         path = scope.get("path", "/")
         try:
             if self.config.stats_path is not None and path == self.config.stats_path:
-                http.check_origin(facts, self._origin_policy(scope))
-                await _respond(send, 200, json.dumps(self.statistics()).encode())
+                await self._statistics_endpoint(scope, facts, send)
                 return
             self._check_path(path)
             if self._cors is not None and http.is_preflight(facts):
@@ -228,6 +232,21 @@ class MCPApp:
             await _reject(send, exc)
         except _ClientGone:
             return
+
+    async def _statistics_endpoint(self, scope: Scope, facts: http.RequestFacts, send: GuardedSend) -> None:
+        """``GET`` on ``stats_path``: the admission of the endpoint (``Host``/``Origin``, then the bearer
+        check or ``authenticate``), then :meth:`statistics` as JSON, computed at most once per
+        :data:`STATS_MAX_AGE` whatever the rate of requests (it counts every task of the process)."""
+        if facts.method != "GET":
+            raise RemoteProtocolError(
+                f"Method Not Allowed: {facts.method}", http_status=405, headers=(("allow", "GET"),)
+            )
+        await self._admit(scope, facts)
+        now = trio.current_time()
+        cached = self._stats_cache
+        if cached is None or now - cached[0] >= STATS_MAX_AGE or now < cached[0]:
+            cached = self._stats_cache = (now, json.dumps(self.statistics()).encode())
+        await _respond(send, 200, cached[1])
 
     def _check_path(self, path: str) -> None:
         """404 off the endpoint."""

@@ -142,7 +142,11 @@ class ServerConfig:
     task_poll_interval: float = 1.0
     """The ``pollIntervalMs`` suggested to clients polling a task."""
     stats_path: str | None = None
-    """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests)."""
+    """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests),
+    after the endpoint's own admission: the ``Host``/``Origin`` check, then ``oauth`` (a token with the
+    endpoint's ``required_scopes``) or ``authenticate``, with the same refusals (421, 403, 401 with its
+    challenge); without authentication it is open as the endpoint is.  The statistics count every task
+    of the process, so the answer is computed at most every 50 ms, however many requests come."""
 
     def __post_init__(self) -> None:
         if self.oauth is not None:
