@@ -29,6 +29,7 @@ from .config import HTTPRequestInfo, ServerConfig
 from .hypercorn_server import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
 from .manager import SessionManager
 from .modern import ModernEndpoint
+from .quotas import QuotaExceeded, client_address
 from .session import Session
 from .streams import TRANSPORT_ERRORS, Exchange, GuardedSend, Stream, content_length
 from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
@@ -223,7 +224,8 @@ class MCPApp:
             http.check_method(facts)
             principal = await self._admit(scope, facts)
             if facts.method == "POST":
-                await self._post(facts, receive, send, principal, _disconnect_hook(scope))
+                client = scope.get("client")
+                await self._post(facts, receive, send, principal, _disconnect_hook(scope), client)
             elif facts.method == "GET":
                 await self._get(facts, receive, send, principal)
             else:
@@ -281,6 +283,12 @@ class MCPApp:
                     http_status=503,
                     headers=(("retry-after", "1"),),
                 )
+            try:  # a connection counts against the quotas as a session does
+                quota = self._manager.quotas.take(
+                    self._modern.principals.key(principal), client_address(scope.get("client"))
+                )
+            except QuotaExceeded as exc:
+                raise _over_quota(exc, None) from None
         except RemoteProtocolError as exc:
             http_send = http_response_send(scope, send)
             if http_send is None:
@@ -303,6 +311,7 @@ class MCPApp:
             await connection.serve()
         finally:
             self._websockets.discard(connection)
+            self._manager.quotas.give_back(quota)
 
     async def _metadata(self, facts: http.RequestFacts, send: GuardedSend) -> None:
         """The protected resource metadata (RFC 9728): public, for any origin, before any other rule."""
@@ -347,7 +356,10 @@ class MCPApp:
         send: GuardedSend,
         principal: object,
         on_disconnect: DisconnectHook | None = None,
+        client: object = None,
     ) -> None:
+        """A POST; ``client``: the ASGI scope's ``client`` (whose address a new session counts against
+        its quota)."""
         http.check_post(facts, max_body_size=self.config.max_body_size, json_only=False)
         if self._oauth is not None and isinstance(principal, AccessToken):
             header_revision = versions.revision(facts.protocol_version or "")
@@ -359,7 +371,7 @@ class MCPApp:
         with trio.CancelScope(deadline=trio.current_time() + self.config.body_timeout) as request_scope:
             body = await _read_body(receive, self.config.max_body_size)
             request_scope.deadline = inf
-            await self._post_body(facts, body, receive, send, principal, on_disconnect, request_scope)
+            await self._post_body(facts, body, receive, send, principal, on_disconnect, request_scope, client)
         if body is None:
             raise RemoteProtocolError(
                 f"Request Timeout: the body did not arrive within {self.config.body_timeout:g} s",
@@ -376,6 +388,7 @@ class MCPApp:
         principal: object,
         on_disconnect: DisconnectHook | None,
         request_scope: trio.CancelScope,
+        client: object = None,
     ) -> None:
         incoming = jsonrpc.parse_body(body, allow_batch=True)
         initialize = [m for m in incoming.requests if m.method == "initialize"]
@@ -394,7 +407,7 @@ class MCPApp:
         if initialize:
             if incoming.batch:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
-            await self._initialize(initialize[0], receive, send, principal)
+            await self._initialize(initialize[0], receive, send, principal, client_address(client))
             return
         if await self._elsewhere(facts, send, None if incoming.requests else body):
             return
@@ -482,18 +495,25 @@ class MCPApp:
         return self.server.tool_header_params(message.params.get("name"))
 
     async def _initialize(
-        self, request: mt.JSONRPCRequest, receive: Receive, send: GuardedSend, principal: object
+        self,
+        request: mt.JSONRPCRequest,
+        receive: Receive,
+        send: GuardedSend,
+        principal: object,
+        address: str | None,
     ) -> None:
         try:
             accepted = self.server.initialize(request.params)
         except RPCError as exc:
             raise RemoteProtocolError(exc.message, code=exc.code, request_id=request.id) from exc
+        owner = self._modern.principals.key(principal)
         try:  # validated: only now is a session made
-            session = await self._manager.create(accepted.revision)
+            session = await self._manager.create(accepted.revision, owner=owner, address=address)
+        except QuotaExceeded as exc:
+            raise _over_quota(exc, request.id) from None
         except SessionError as exc:
             raise http.server_busy() from exc
         session.principal = principal
-        session.owner = self._modern.principals.key(principal)
         result = session.accept(accepted)
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
@@ -597,6 +617,17 @@ class MCPApp:
         http.check_protocol_version(facts)
         await session.aclose()
         await _respond(send, 200, b"", content_type=None)
+
+
+def _over_quota(exc: QuotaExceeded, request_id: mt.RequestId | None) -> RemoteProtocolError:
+    """429 with ``Retry-After`` for a new session (or WebSocket connection) over one of its quotas."""
+    return RemoteProtocolError(
+        f"Too Many Requests: this {exc.what} holds too many sessions; end one, or try again later",
+        http_status=429,
+        code=mt.INTERNAL_ERROR,
+        request_id=request_id,
+        headers=(("retry-after", "5"),),
+    )
 
 
 def _disconnect_hook(scope: Scope) -> DisconnectHook | None:

@@ -122,6 +122,8 @@ class Session(SessionPeer):
         self.owner = ""
         """The owner key of :attr:`principal` (see :class:`~mcp_trio._app.principal.PrincipalKeys`):
         a request is the session's when its principal has this key."""
+        self.quota: tuple[str | None, str | None] | None = None
+        """What the session counts against the manager's quotas, given back when it ends."""
         self.protocol_version = revision.name
         self._init_session()
         self._streams: dict[int, Stream] = {GET_STREAM: Stream(GET_STREAM)}
