@@ -108,3 +108,24 @@ def test_apps_sharing_the_ring_agree_on_owner_keys(secret: bytes | list[bytes]) 
     key = first._modern.principals.key(token)
     assert second._modern.principals.owns(key, token)
     assert not alone._modern.principals.owns(key, token)
+
+
+class SharedStore(MemoryTaskStore):
+    """Stands for a store several workers share (one with tasks of its own: a ``run`` method)."""
+
+    async def run(self) -> None:  # never started here
+        raise AssertionError("not run in this test")
+
+
+@pytest.mark.parametrize("secret", [None, b"k" * 32])
+def test_a_shared_store_with_authentication_needs_the_ring(
+    secret: bytes | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = ServerConfig(
+        authenticate=bare_token, task_store_factory=SharedStore, request_state_secret=secret
+    )
+    with caplog.at_level("WARNING", logger="mcp_trio"):
+        MCPApp(build_demo_server(), config)
+        MCPApp(build_demo_server(), ServerConfig(task_store_factory=SharedStore))  # no principals: no key
+    warned = [r.getMessage() for r in caplog.records if "key ring" in r.getMessage()]
+    assert len(warned) == (1 if secret is None else 0), warned

@@ -283,6 +283,13 @@ class ModernEndpoint:
             principals=self.principals,
         )
         """The app's running tasks (tasks extension); its nursery runs in :meth:`MCPApp.run`."""
+        shared = getattr(self.tasks.store, "run", None) is not None  # a store of several workers
+        if shared and ring is None and (config.authenticate is not None or config.oauth is not None):
+            logger.warning(
+                "a shared task store with authentication but no key ring (request_state_secret or %s): "
+                "task owners are recognised only by the worker that started each task",
+                REQUEST_STATE_SECRET_ENV,
+            )
         self._listeners_done = trio.Event()
         self._closing = False
         self.clock: Callable[[], float] = time.time
