@@ -582,7 +582,9 @@ class MCPApp:
         if worker is not None and session_owner(session_id, (worker,)) is None:
             raise http.session_not_found()  # malformed, or another worker's: not a session of ours
         session = self._manager.get(session_id)
-        if session is None or not self._modern.principals.owns(session.owner, principal):  # its creator's
+        if session is None or (  # its creator's alone (the very principal object it was made with is)
+            principal is not session.principal and not self._modern.principals.owns(session.owner, principal)
+        ):
             raise http.session_not_found()
         if isinstance(principal, AccessToken):
             session.principal = principal  # its owner's newest token (a refreshed one, say)
