@@ -1047,6 +1047,7 @@ def server_specs(args: argparse.Namespace) -> list[ServerSpec]:
     else:
         ours = [sys.executable, "-c", "import sys; from mcp_trio._cli import main; main(sys.argv[1:])"]
     ours += ["demo", "--bind", "127.0.0.1:0", "--stats-path", "/stats", "--http", args.http]
+    ours += ["--max-sessions-per-address", "0"]  # every load client is 127.0.0.1: no per-address quota
     base = [sys.executable, str(HERE / "baseline_python_sdk.py"), "--bind", "127.0.0.1:0"]
     if args.json_response:
         ours.append("--json-response")

@@ -228,6 +228,23 @@ _CONFIG_HELP: dict[str, tuple[type, str, str]] = {
     "write_timeout": (float, "SECONDS", "break a connection whose socket write takes longer"),
     "body_timeout": (float, "SECONDS", "a request body must arrive within this, else 408"),
     "max_sessions": (int, "N", "answer initialize with 503 beyond this many live sessions"),
+    "max_sessions_per_principal": (
+        int,
+        "N",
+        "answer initialize (or a WebSocket upgrade) with 429 beyond this many live sessions of one "
+        "authenticated principal (0: no quota)",
+    ),
+    "max_sessions_per_address": (
+        int,
+        "N",
+        "answer initialize (or a WebSocket upgrade) with 429 beyond this many live sessions from one "
+        "client address (0: no quota, as behind a reverse proxy)",
+    ),
+    "max_event_store_bytes": (
+        int,
+        "BYTES",
+        "bound on the SSE events kept for resumption, all sessions together",
+    ),
     "max_body_size": (int, "BYTES", "largest request body accepted (413 beyond)"),
     "sse_retry_ms": (int, "MS", "the SSE retry field sent to 2025-era clients, in milliseconds"),
 }

@@ -98,8 +98,10 @@ class ASGIClient:
         headers: Mapping[str, str] | None = None,
         body: bytes = b"",
         disconnect: trio.Event | None = None,
+        client: tuple[str, int] = ("127.0.0.1", 50000),
     ) -> Response:
         """Send a request; returns once the response head arrived (the body streams afterwards).
+        ``client``: the peer's address (the ASGI scope's ``client``).
 
         Setting ``disconnect`` (or ``Response.aclose()``) disconnects the client; if that happens before
         the head arrived, :class:`NoResponse` is raised once the app has returned."""
@@ -121,7 +123,7 @@ class ASGIClient:
             "root_path": "",
             "headers": [(k.lower().encode(), v.encode()) for k, v in all_headers.items()],
             "server": self._server,
-            "client": ("127.0.0.1", 50000),
+            "client": client,
         }
         sent_body = False
 

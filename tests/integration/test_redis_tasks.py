@@ -29,6 +29,7 @@ from test_redis import RedisServer, command
 
 from mcp_trio import MCPApp, ServerConfig, TaskRecord, TaskStoreFull, TaskStoreUnavailable
 from mcp_trio._app.tasks import TASKS_EXTENSION, TaskManager
+from mcp_trio.auth import AccessToken
 from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisTaskStore
 
@@ -296,14 +297,18 @@ async def authenticate(info: Any) -> object:
     return user
 
 
+CLUSTER_SECRET = b"the workers' shared key ring, 32+ bytes"
+"""Workers that share a task store share the key ring: owner keys are keyed hashes under it."""
+
+
 def app_for(url: str, worker: str, **options: Any) -> MCPApp:
     config = ServerConfig(
         task_store_factory=lambda: RedisTaskStore(url, timeout=TIMEOUT, retry_max=0.5),
         worker_id=worker,
-        authenticate=authenticate,
+        request_state_secret=CLUSTER_SECRET,
         task_poll_interval=0.05,
         shutdown_grace=2,
-        **options,
+        **{"authenticate": authenticate, **options},
     )
     return MCPApp(build_demo_server(), config)
 
@@ -321,8 +326,8 @@ def store_state(app: MCPApp) -> str:
 
 
 @asynccontextmanager
-async def two_workers(redis_server: RedisServer) -> AsyncIterator[tuple[Worker, Worker]]:
-    apps = [app_for(redis_server.url, "a"), app_for(redis_server.url, "b")]
+async def two_workers(redis_server: RedisServer, **options: Any) -> AsyncIterator[tuple[Worker, Worker]]:
+    apps = [app_for(redis_server.url, "a", **options), app_for(redis_server.url, "b", **options)]
     async with (
         http_client() as http,
         serve_in_process(apps[0], "hypercorn", stop_within=STEP) as (url_a, _, _),
@@ -393,8 +398,13 @@ class Worker:
         return result
 
     async def wait_status(self, task_id: str, wanted: str, within: float = STEP) -> dict[str, Any]:
+        return await self.wait_status_as(task_id, wanted, "x", within)
+
+    async def wait_status_as(
+        self, task_id: str, wanted: str, user: str, within: float = STEP
+    ) -> dict[str, Any]:
         with trio.fail_after(within):
-            while (task := await self.task(task_id))["status"] != wanted:
+            while (task := await self.task(task_id, user))["status"] != wanted:
                 assert task["status"] in ("working", "input_required"), task
                 await trio.sleep(0.05)
         return task
@@ -465,6 +475,62 @@ async def test_a_task_is_its_owners_only_on_either_worker(redis: RedisServer) ->
         status, answer = await b.rpc("tasks/cancel", {"taskId": task_id}, name=task_id, user="x")
         assert empty(answer), answer
         await a.wait_status(task_id, "cancelled")
+
+
+async def bare_token(info: Any) -> object:
+    """The principal is an access token naming neither a subject nor a client (RFC 7662 allows it):
+    the header's value is its raw string."""
+    token: str | None = info.header(USER_HEADER)
+    return None if token is None else AccessToken(token=token)
+
+
+async def everything_in(server: RedisServer) -> bytes:
+    """Every key in Redis and every value under it, as raw replies (each read command is tried on
+    each key; those of the wrong type answer an error)."""
+
+    async def session(*commands: tuple[bytes, ...]) -> bytes:
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            for args in (*commands, (b"QUIT",)):
+                parts = b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+                await stream.send_all(b"*%d\r\n" % len(args) + parts)
+            reply = b""
+            with trio.fail_after(STEP):
+                while chunk := await stream.receive_some(65536):  # Redis closes after QUIT
+                    reply += chunk
+            return reply
+
+    listing = await session((b"KEYS", b"*"))
+    lines = listing.split(b"\r\n")
+    keys = [lines[n + 1] for n, line in enumerate(lines) if line.startswith(b"$") and line != b"$-1"]
+    reads = [
+        command
+        for key in keys
+        for command in (
+            (b"GET", key),
+            (b"HGETALL", key),
+            (b"ZRANGE", key, b"0", b"-1"),
+            (b"LRANGE", key, b"0", b"-1"),
+            (b"SMEMBERS", key),
+            (b"XRANGE", key, b"-", b"+"),
+        )
+    ]
+    return listing + await session(*reads)
+
+
+async def test_a_bare_token_is_never_in_redis_and_owns_its_task_on_either_worker(redis: RedisServer) -> None:
+    token, other = "raw-bearer-" + "7" * 40, "raw-bearer-" + "8" * 40
+    async with two_workers(redis, authenticate=bare_token) as (a, b):
+        task_id = await a.start_task("confirm_delete", {"filename": "notes.txt"}, user=token)
+        for worker in (a, b):  # the same token, on either worker: its owner
+            assert (await worker.task(task_id, user=token))["status"] == "input_required"
+            assert (await worker.task(task_id, user=other))["error"]["code"] == -32602
+        stored = await everything_in(redis)
+        assert f"mcp_trio:task:{task_id}".encode() in stored and b'"owner"' in stored  # what was read
+        assert token.encode() not in stored and b"7" * 40 not in stored
+        status, answer = await b.rpc("tasks/cancel", {"taskId": task_id}, name=task_id, user=token)
+        assert status == 200 and empty(answer), answer
+        await a.wait_status_as(task_id, "cancelled", token)
 
 
 @pytest.mark.parametrize("how", ["killed", "frozen"])

@@ -129,6 +129,12 @@ def event(stream_id: int, seq: int, size: int = 10) -> StoredEvent:
     return StoredEvent(stream_id, seq, b"x" * size)
 
 
+def counts(store: InMemoryEventStore) -> dict[str, int]:
+    """What the store keeps: sessions, streams, events, bytes."""
+    stats = store.statistics()
+    return {name: stats[name] for name in ("sessions", "streams", "events", "bytes")}
+
+
 async def seqs(store: InMemoryEventStore, session: str, stream_id: int) -> list[int]:
     return [e.seq for e in await store.replay_after(session, stream_id, -1)]
 
@@ -141,7 +147,7 @@ async def test_streams_per_session_drop_the_least_recently_written_but_not_strea
         await store.store("other", event(stream_id, 0))
     await store.store("s", event(5, 1))  # stream 5 is now the most recently written
     await store.store("s", event(8, 0))
-    assert store.statistics() == {"sessions": 2, "streams": 8, "events": 9, "bytes": 90}
+    assert counts(store) == {"sessions": 2, "streams": 8, "events": 9, "bytes": 90}
     assert [s for s in range(9) if await seqs(store, "s", s)] == [0, 5, 7, 8]
     assert await seqs(store, "s", 5) == [0, 1]
     assert [s for s in range(9) if await seqs(store, "other", s)] == [4, 5, 6, 7]
@@ -169,7 +175,7 @@ async def test_bytes_per_session_drop_the_oldest_events_of_the_oldest_streams() 
     await store.store("s", event(3, 0, 50))  # 135: stream 0 goes, stream 2, then stream 1's oldest
     assert await seqs(store, "s", 0) == [] and await seqs(store, "s", 2) == []
     assert await seqs(store, "s", 1) == [1] and await seqs(store, "s", 3) == [0]
-    assert store.statistics() == {"sessions": 1, "streams": 2, "events": 2, "bytes": 75}
+    assert counts(store) == {"sessions": 1, "streams": 2, "events": 2, "bytes": 75}
 
 
 async def test_an_event_larger_than_the_bound_is_not_stored() -> None:
@@ -178,7 +184,7 @@ async def test_an_event_larger_than_the_bound_is_not_stored() -> None:
     await store.store("s", event(1, 1, 101))
     await store.store("t", event(1, 0, 101))
     assert await seqs(store, "s", 1) == [0]
-    assert store.statistics() == {"sessions": 1, "streams": 1, "events": 1, "bytes": 60}
+    assert counts(store) == {"sessions": 1, "streams": 1, "events": 1, "bytes": 60}
     await store.store("s", event(2, 0, 100))  # exactly the bound: kept, alone
     assert await seqs(store, "s", 1) == [] and await seqs(store, "s", 2) == [0]
     assert store.statistics()["bytes"] == 100
@@ -192,7 +198,7 @@ async def test_bytes_follow_every_drop() -> None:
     assert store.statistics()["bytes"] == 13 + 14
     await store.store("b", event(1, 0, 7))
     await store.store("c", event(1, 0, 5))  # "a" is dropped: the least recently written session
-    assert store.statistics() == {"sessions": 2, "streams": 2, "events": 2, "bytes": 12}
+    assert counts(store) == {"sessions": 2, "streams": 2, "events": 2, "bytes": 12}
     await store.forget_session("b")
     assert store.statistics()["bytes"] == 5
 
@@ -204,7 +210,7 @@ async def test_many_large_tool_results_stay_under_the_default_bounds() -> None:
         await store.store("s", event(stream_id, 0, 100))  # a progress notification
         await store.store("s", event(stream_id, 1, result))
     # the newest five calls fit (15 MiB) and are kept whole; the older ones went, oldest first
-    assert store.statistics() == {"sessions": 1, "streams": 5, "events": 10, "bytes": 5 * (100 + result)}
+    assert counts(store) == {"sessions": 1, "streams": 5, "events": 10, "bytes": 5 * (100 + result)}
     assert [s for s in range(1, 26) if await seqs(store, "s", s)] == [21, 22, 23, 24, 25]
     await store.store("s", event(0, 0, MiB))  # 500 bytes too many: call 21 goes, progress first
     assert await seqs(store, "s", 21) == [] and await seqs(store, "s", 0) == [0]
@@ -230,6 +236,7 @@ async def test_storing_is_cheap_per_event() -> None:
         {"max_streams_per_session": 0},
         {"max_bytes_per_session": 0},
         {"max_sessions": -1},
+        {"max_bytes": 0},
     ],
 )
 def test_bounds_must_be_positive(bounds: dict[str, int]) -> None:

@@ -35,6 +35,7 @@ import trio
 
 from .._exceptions import RPCError, TaskStoreFull, TaskStoreUnavailable
 from .inputs import MISSING_REQUIRED_CLIENT_CAPABILITY
+from .principal import PrincipalKeys
 
 if TYPE_CHECKING:
     from .context import Context
@@ -50,7 +51,6 @@ __all__ = [
     "TaskStoreFull",
     "TaskStoreUnavailable",
     "TaskSupport",
-    "owner_key",
 ]
 
 logger = logging.getLogger(__name__)
@@ -83,18 +83,6 @@ def declares_tasks(client_capabilities: Mapping[str, Any]) -> bool:
     """Whether the request's client capabilities declare the tasks extension."""
     extensions = client_capabilities.get("extensions")
     return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
-
-
-def owner_key(principal: object) -> str:
-    """Who a task belongs to, as a string a store can keep: the owner of an access token (issuer,
-    subject, client), else the principal's ``repr`` (so a principal should have a stable one, such as
-    a dataclass or a string), or ``""`` without authentication."""
-    if principal is None:
-        return ""
-    owner = getattr(principal, "owner", None)
-    if isinstance(owner, tuple):
-        return "token:" + "\n".join("" if part is None else str(part) for part in owner)
-    return f"{type(principal).__qualname__}:{principal!r}"
 
 
 def _iso(seconds: float) -> str:
@@ -417,8 +405,12 @@ class TaskManager:
         poll_interval: float = 1.0,
         worker_id: str | None = None,
         shutdown_grace: float = 5.0,
+        principals: PrincipalKeys | None = None,
     ) -> None:
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
+        self.principals = principals if principals is not None else PrincipalKeys()
+        """Owner keys of principals (a keyed hash: a record never holds a token); workers sharing a
+        store must share its key ring."""
         self.ttl = ttl
         self.poll_interval = poll_interval
         self.worker_id = worker_id
@@ -476,7 +468,7 @@ class TaskManager:
         now = time.time()
         record = TaskRecord(
             task_id=secrets.token_hex(16),  # 128 random bits: a task id is as good as a bearer token
-            owner=owner_key(ctx.principal),
+            owner=self.principals.key(ctx.principal),
             created_at=now,
             updated_at=now,
             ttl_ms=None if self.ttl is None else int(self.ttl * 1000),
@@ -604,7 +596,7 @@ class TaskManager:
         running = task_id in self.runs  # before the lookup: a task may end (and be forgotten) meanwhile
         record = await self.lookup(task_id)
         # Unknown, expired, evicted or someone else's: the same answer.
-        if record is None or record.owner != owner_key(ctx.principal):
+        if record is None or not self.principals.owns(record.owner, ctx.principal):
             raise RPCError(mt.INVALID_PARAMS, "Failed to retrieve task: Task not found")
         if not record.terminal and record.worker == self.worker_id and not running:
             await self._orphaned(record)

@@ -29,6 +29,7 @@ from .config import HTTPRequestInfo, ServerConfig
 from .hypercorn_server import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
 from .manager import SessionManager
 from .modern import ModernEndpoint
+from .quotas import QuotaExceeded, client_address
 from .session import Session
 from .streams import TRANSPORT_ERRORS, Exchange, GuardedSend, Stream, content_length
 from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
@@ -39,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 STALLED_AFTER = 1.0
 """A send under way for longer than this (seconds) counts as stalled in :meth:`MCPApp.statistics`."""
+STATS_MAX_AGE = 0.05
+"""``stats_path`` answers statistics computed at most this long ago (seconds): however many requests
+come, they are computed at most 20 times a second."""
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -88,6 +92,8 @@ class MCPApp:
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
+        self._stats_cache: tuple[float, bytes] | None = None
+        """When the statistics ``stats_path`` serves were computed, and their JSON."""
         self._link: WorkerLink | None = None
         """With a worker id and a bus that links workers: how to reach the other workers (set by
         :meth:`run`, so a bus given to the server after the app was made counts)."""
@@ -206,8 +212,7 @@ class MCPApp:
         path = scope.get("path", "/")
         try:
             if self.config.stats_path is not None and path == self.config.stats_path:
-                http.check_origin(facts, self._origin_policy(scope))
-                await _respond(send, 200, json.dumps(self.statistics()).encode())
+                await self._statistics_endpoint(scope, facts, send)
                 return
             self._check_path(path)
             if self._cors is not None and http.is_preflight(facts):
@@ -219,7 +224,8 @@ class MCPApp:
             http.check_method(facts)
             principal = await self._admit(scope, facts)
             if facts.method == "POST":
-                await self._post(facts, receive, send, principal, _disconnect_hook(scope))
+                client = scope.get("client")
+                await self._post(facts, receive, send, principal, _disconnect_hook(scope), client)
             elif facts.method == "GET":
                 await self._get(facts, receive, send, principal)
             else:
@@ -228,6 +234,21 @@ class MCPApp:
             await _reject(send, exc)
         except _ClientGone:
             return
+
+    async def _statistics_endpoint(self, scope: Scope, facts: http.RequestFacts, send: GuardedSend) -> None:
+        """``GET`` on ``stats_path``: the admission of the endpoint (``Host``/``Origin``, then the bearer
+        check or ``authenticate``), then :meth:`statistics` as JSON, computed at most once per
+        :data:`STATS_MAX_AGE` whatever the rate of requests (it counts every task of the process)."""
+        if facts.method != "GET":
+            raise RemoteProtocolError(
+                f"Method Not Allowed: {facts.method}", http_status=405, headers=(("allow", "GET"),)
+            )
+        await self._admit(scope, facts)
+        now = trio.current_time()
+        cached = self._stats_cache
+        if cached is None or now - cached[0] >= STATS_MAX_AGE or now < cached[0]:
+            cached = self._stats_cache = (now, json.dumps(self.statistics()).encode())
+        await _respond(send, 200, cached[1])
 
     def _check_path(self, path: str) -> None:
         """404 off the endpoint."""
@@ -262,6 +283,12 @@ class MCPApp:
                     http_status=503,
                     headers=(("retry-after", "1"),),
                 )
+            try:  # a connection counts against the quotas as a session does
+                quota = self._manager.quotas.take(
+                    self._modern.principals.key(principal), client_address(scope.get("client"))
+                )
+            except QuotaExceeded as exc:
+                raise _over_quota(exc, None) from None
         except RemoteProtocolError as exc:
             http_send = http_response_send(scope, send)
             if http_send is None:
@@ -284,6 +311,7 @@ class MCPApp:
             await connection.serve()
         finally:
             self._websockets.discard(connection)
+            self._manager.quotas.give_back(quota)
 
     async def _metadata(self, facts: http.RequestFacts, send: GuardedSend) -> None:
         """The protected resource metadata (RFC 9728): public, for any origin, before any other rule."""
@@ -328,7 +356,10 @@ class MCPApp:
         send: GuardedSend,
         principal: object,
         on_disconnect: DisconnectHook | None = None,
+        client: object = None,
     ) -> None:
+        """A POST; ``client``: the ASGI scope's ``client`` (whose address a new session counts against
+        its quota)."""
         http.check_post(facts, max_body_size=self.config.max_body_size, json_only=False)
         if self._oauth is not None and isinstance(principal, AccessToken):
             header_revision = versions.revision(facts.protocol_version or "")
@@ -340,7 +371,7 @@ class MCPApp:
         with trio.CancelScope(deadline=trio.current_time() + self.config.body_timeout) as request_scope:
             body = await _read_body(receive, self.config.max_body_size)
             request_scope.deadline = inf
-            await self._post_body(facts, body, receive, send, principal, on_disconnect, request_scope)
+            await self._post_body(facts, body, receive, send, principal, on_disconnect, request_scope, client)
         if body is None:
             raise RemoteProtocolError(
                 f"Request Timeout: the body did not arrive within {self.config.body_timeout:g} s",
@@ -357,6 +388,7 @@ class MCPApp:
         principal: object,
         on_disconnect: DisconnectHook | None,
         request_scope: trio.CancelScope,
+        client: object = None,
     ) -> None:
         incoming = jsonrpc.parse_body(body, allow_batch=True)
         initialize = [m for m in incoming.requests if m.method == "initialize"]
@@ -375,7 +407,7 @@ class MCPApp:
         if initialize:
             if incoming.batch:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
-            await self._initialize(initialize[0], receive, send, principal)
+            await self._initialize(initialize[0], receive, send, principal, client_address(client))
             return
         if await self._elsewhere(facts, send, None if incoming.requests else body):
             return
@@ -463,14 +495,22 @@ class MCPApp:
         return self.server.tool_header_params(message.params.get("name"))
 
     async def _initialize(
-        self, request: mt.JSONRPCRequest, receive: Receive, send: GuardedSend, principal: object
+        self,
+        request: mt.JSONRPCRequest,
+        receive: Receive,
+        send: GuardedSend,
+        principal: object,
+        address: str | None,
     ) -> None:
         try:
             accepted = self.server.initialize(request.params)
         except RPCError as exc:
             raise RemoteProtocolError(exc.message, code=exc.code, request_id=request.id) from exc
+        owner = self._modern.principals.key(principal)
         try:  # validated: only now is a session made
-            session = await self._manager.create(accepted.revision)
+            session = await self._manager.create(accepted.revision, owner=owner, address=address)
+        except QuotaExceeded as exc:
+            raise _over_quota(exc, request.id) from None
         except SessionError as exc:
             raise http.server_busy() from exc
         session.principal = principal
@@ -542,7 +582,9 @@ class MCPApp:
         if worker is not None and session_owner(session_id, (worker,)) is None:
             raise http.session_not_found()  # malformed, or another worker's: not a session of ours
         session = self._manager.get(session_id)
-        if session is None or not _same_owner(session.principal, principal):  # its creator's alone
+        if session is None or (  # its creator's alone (the very principal object it was made with is)
+            principal is not session.principal and not self._modern.principals.owns(session.owner, principal)
+        ):
             raise http.session_not_found()
         if isinstance(principal, AccessToken):
             session.principal = principal  # its owner's newest token (a refreshed one, say)
@@ -579,12 +621,15 @@ class MCPApp:
         await _respond(send, 200, b"", content_type=None)
 
 
-def _same_owner(owner: object, principal: object) -> bool:
-    """Whether ``principal`` may use a session ``owner`` created: an access token of the same owner
-    (issuer, subject, client: a refreshed token keeps the session), else an equal principal."""
-    if isinstance(owner, AccessToken) and isinstance(principal, AccessToken):
-        return owner.owner == principal.owner
-    return owner == principal
+def _over_quota(exc: QuotaExceeded, request_id: mt.RequestId | None) -> RemoteProtocolError:
+    """429 with ``Retry-After`` for a new session (or WebSocket connection) over one of its quotas."""
+    return RemoteProtocolError(
+        f"Too Many Requests: this {exc.what} holds too many sessions; end one, or try again later",
+        http_status=429,
+        code=mt.INTERNAL_ERROR,
+        request_id=request_id,
+        headers=(("retry-after", "5"),),
+    )
 
 
 def _disconnect_hook(scope: Scope) -> DisconnectHook | None:

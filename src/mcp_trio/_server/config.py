@@ -64,7 +64,23 @@ class ServerConfig:
     init_timeout: float = 60.0
     """A session that has not sent ``notifications/initialized`` this long after ``initialize`` is closed."""
     max_sessions: int = 10_000
-    """Beyond this many live sessions, ``initialize`` gets 503."""
+    """Beyond this many live sessions, ``initialize`` gets 503 (and a WebSocket upgrade: connections
+    are counted apart, with the same bound)."""
+    max_sessions_per_principal: int | None = 1_000
+    """Beyond this many live sessions (2025-era sessions and WebSocket connections, each counted) of one
+    authenticated principal (one owner: see ``authenticate`` and ``oauth``), its ``initialize`` or
+    upgrade gets 429 with ``Retry-After``.  Requests without a principal are not counted here.  None or
+    0: no quota."""
+    max_sessions_per_address: int | None = 1_000
+    """Beyond this many live sessions (as for ``max_sessions_per_principal``) from one client address
+    (the ASGI scope's ``client``: an IPv4 address, or the /64 of an IPv6 one), ``initialize`` or the
+    upgrade gets 429 with ``Retry-After``.  Behind a reverse proxy every client has the proxy's
+    address: raise it, or turn it off with None or 0 and rely on ``max_sessions_per_principal`` and
+    the proxy's own limits."""
+    max_event_store_bytes: int = 128 * 1024 * 1024
+    """The bound on the event data the default event store (:class:`~mcp_trio.InMemoryEventStore`)
+    keeps for all sessions together (its ``max_bytes``); beyond it the streams idle the longest are
+    dropped first.  A custom ``event_store_factory`` brings its own bounds."""
     stream_buffer: int = 256
     """Messages queued for one SSE connection.  A sender never blocks: a connection that falls this far
     behind is closed, and its client resumes from the event store with ``Last-Event-ID``."""
@@ -142,7 +158,11 @@ class ServerConfig:
     task_poll_interval: float = 1.0
     """The ``pollIntervalMs`` suggested to clients polling a task."""
     stats_path: str | None = None
-    """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests)."""
+    """If set, ``GET`` on this path answers :meth:`MCPApp.statistics` as JSON (for operators and tests),
+    after the endpoint's own admission: the ``Host``/``Origin`` check, then ``oauth`` (a token with the
+    endpoint's ``required_scopes``) or ``authenticate``, with the same refusals (421, 403, 401 with its
+    challenge); without authentication it is open as the endpoint is.  The statistics count every task
+    of the process, so the answer is computed at most every 50 ms, however many requests come."""
 
     def __post_init__(self) -> None:
         if self.oauth is not None:
@@ -152,6 +172,12 @@ class ServerConfig:
                 raise ValueError("oauth and authenticate are exclusive: each decides who sends a request")
         if self.worker_id is not None:
             check_worker_id(self.worker_id)
+        if self.max_event_store_bytes < 1:
+            raise ValueError("max_event_store_bytes must be at least 1")
+        for name in ("max_sessions_per_principal", "max_sessions_per_address"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be positive, or 0 or None for no quota")
         if self.task_ttl is not None and not self.task_ttl > 0:
             raise ValueError("task_ttl must be positive (or None)")
         if not 0 < self.task_poll_interval < 3600:

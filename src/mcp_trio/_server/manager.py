@@ -12,6 +12,8 @@ from .._app.server import MCPServer
 from .._exceptions import SessionError
 from .._protocol.versions import Revision
 from .config import ServerConfig
+from .eventstore import InMemoryEventStore
+from .quotas import Quotas
 from .session import Session, SessionRegistry
 from .streams import Stream
 
@@ -29,7 +31,14 @@ class SessionManager:
     def __init__(self, server: MCPServer, config: ServerConfig) -> None:
         self.server = server
         self.config = config
-        self.event_store = config.event_store_factory()
+        factory = config.event_store_factory
+        self.event_store = (
+            InMemoryEventStore(max_bytes=config.max_event_store_bytes)
+            if factory is InMemoryEventStore
+            else factory()
+        )
+        self.quotas = Quotas(config.max_sessions_per_principal, config.max_sessions_per_address)
+        """Live sessions per principal and per client address (WebSocket connections count too)."""
         self._sessions: SessionRegistry = config.session_registry_factory()
         self._nursery: trio.Nursery | None = None
         self._closing = False
@@ -91,8 +100,10 @@ class SessionManager:
     def running(self) -> bool:
         return self._nursery is not None and not self._closing
 
-    async def create(self, revision: Revision) -> Session:
-        """Start and register a new session (after its ``initialize`` was validated)."""
+    async def create(self, revision: Revision, *, owner: str = "", address: str | None = None) -> Session:
+        """Start and register a new session (after its ``initialize`` was validated) for the principal
+        whose owner key is ``owner``, from client ``address`` (see :class:`Quotas`: over quota is
+        :class:`~mcp_trio._server.quotas.QuotaExceeded`)."""
         if self._nursery is None or self._closing:
             raise SessionError("the server is not running")
         if len(self._sessions) >= self.config.max_sessions:
@@ -103,7 +114,10 @@ class SessionManager:
         if not _VALID_ID.fullmatch(session_id) or session_id in self._sessions:
             logger.error("session_id_factory returned an unusable id %r", session_id[:80])
             raise SessionError("the session id factory returned an unusable id")
+        quota = self.quotas.take(owner, address)  # given back by forget(), whatever ends the session
         session = Session(self, session_id, revision)
+        session.owner = owner
+        session.quota = quota
         # start_soon, not start: no round trip to the session's task; what the session is given to run
         # before its task has opened the nursery starts there first (Session._spawn).
         self._nursery.start_soon(session.run, name=f"mcp session {session.id[:8]}")
@@ -122,6 +136,9 @@ class SessionManager:
 
     def forget(self, session: Session) -> None:
         self._sessions.remove(session)
+        quota, session.quota = session.quota, None
+        if quota is not None:
+            self.quotas.give_back(quota)
 
     async def aclose(self, grace: float | None = None) -> None:
         """Close every session; wait (up to ``grace`` seconds) for them to end.  New ones are refused."""
@@ -145,6 +162,7 @@ class SessionManager:
             "connections": sum(s["connections"] for s in per_session),
             "inflight": sum(s["inflight"] for s in per_session),
             "pending_responses": sum(s["pending_responses"] for s in per_session),
+            **self.quotas.statistics(),
             "session_tasks": _count_tasks(self._nursery) if self._nursery is not None else 0,
             "process_tasks": _count_all_tasks(),
         }

@@ -26,8 +26,9 @@ import trio
 
 from .._app.context import LOG_LEVELS, Context
 from .._app.inputs import InputRequired
+from .._app.principal import PrincipalKeys
 from .._app.server import MCPServer
-from .._app.tasks import MemoryTaskStore, TaskManager, declares_tasks, missing_extension, owner_key
+from .._app.tasks import MemoryTaskStore, TaskManager, declares_tasks, missing_extension
 from .._exceptions import RemoteProtocolError, RPCError
 from .._protocol import jsonrpc, sse, versions
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
@@ -231,16 +232,21 @@ class Listener:
         pass
 
 
-def request_state(config: ServerConfig) -> RequestState:
-    """The ``requestState`` keys: the config's key or ring, else the ring in the environment, else a
-    random key of this process alone.  A malformed ring in the environment is a ValueError."""
+def secret_ring(config: ServerConfig) -> list[bytes] | None:
+    """The cluster's key ring: the config's key or ring, else the ring in the environment, else None
+    (then each use makes a random key of this process alone).  A malformed ring in the environment is
+    a ValueError."""
     secret = config.request_state_secret
     if secret is not None:
-        return RequestState.ring([secret] if isinstance(secret, bytes) else list(secret))
+        return [secret] if isinstance(secret, bytes) else list(secret)
     ring = os.environ.get(REQUEST_STATE_SECRET_ENV)
-    if ring is not None:
-        return RequestState.ring(parse_secret_ring(ring))
-    return RequestState(secrets.token_bytes(32))
+    return list(parse_secret_ring(ring)) if ring is not None else None
+
+
+def request_state(ring: list[bytes] | None) -> RequestState:
+    """The ``requestState`` keys: ``ring`` (see :func:`secret_ring`), else a random key of this process
+    alone."""
+    return RequestState.ring(ring) if ring else RequestState(secrets.token_bytes(32))
 
 
 def _only(exc: BaseException | None, kind: type[BaseException]) -> bool:
@@ -260,7 +266,11 @@ class ModernEndpoint:
     def __init__(self, server: MCPServer, config: ServerConfig) -> None:
         self.server = server
         self.config = config
-        self.state = request_state(config)
+        ring = secret_ring(config)
+        self.state = request_state(ring)
+        self.principals = PrincipalKeys(ring)
+        """Owner keys of principals, for tasks and sessions alike: under the cluster's ring when there
+        is one (workers sharing a task store then agree on them), else a random key of this app."""
         self.listeners: set[Listener] = set()
         self.inflight = 0
         factory = config.task_store_factory
@@ -270,8 +280,16 @@ class ModernEndpoint:
             poll_interval=config.task_poll_interval,
             worker_id=config.worker_id,
             shutdown_grace=config.shutdown_grace,
+            principals=self.principals,
         )
         """The app's running tasks (tasks extension); its nursery runs in :meth:`MCPApp.run`."""
+        shared = getattr(self.tasks.store, "run", None) is not None  # a store of several workers
+        if shared and ring is None and (config.authenticate is not None or config.oauth is not None):
+            logger.warning(
+                "a shared task store with authentication but no key ring (request_state_secret or %s): "
+                "task owners are recognised only by the worker that started each task",
+                REQUEST_STATE_SECRET_ENV,
+            )
         self._listeners_done = trio.Event()
         self._closing = False
         self.clock: Callable[[], float] = time.time
@@ -456,14 +474,14 @@ class ModernEndpoint:
     async def _owned_tasks(self, listener: Listener) -> frozenset[str]:
         """The listener's task ids that name tasks of its requester: the others (unknown, expired or
         someone else's alike) are left out of the acknowledgement and get no notifications."""
-        owner = owner_key(listener.principal)
+        principal = listener.principal
         mine = set()
         for task_id in listener.task_ids:
             try:
                 record = await self.tasks.lookup(task_id)
             except RPCError:
                 record = None
-            if record is not None and record.owner == owner:
+            if record is not None and self.principals.owns(record.owner, principal):
                 mine.add(task_id)
         return frozenset(mine)
 

@@ -118,7 +118,12 @@ class Session(SessionPeer):
         self._store: EventStore | None = manager.event_store
         self.session_id: str | None = session_id
         self.principal: object = None
-        """Who created the session (``ServerConfig.authenticate``); only they may use it."""
+        """Who created the session (``ServerConfig.authenticate`` or ``oauth``); only they may use it."""
+        self.owner = ""
+        """The owner key of :attr:`principal` (see :class:`~mcp_trio._app.principal.PrincipalKeys`):
+        a request is the session's when its principal has this key."""
+        self.quota: tuple[str | None, str | None] | None = None
+        """What the session counts against the manager's quotas, given back when it ends."""
         self.protocol_version = revision.name
         self._init_session()
         self._streams: dict[int, Stream] = {GET_STREAM: Stream(GET_STREAM)}
