@@ -47,15 +47,26 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 class WorkerLink(Protocol):
     """What a notification bus offers when it also links the workers (the Redis bus does): see
-    docs/deploy/workers.  Found on ``server.notifications`` by its ``attach_worker`` method."""
+    docs/deploy/workers.  Found on ``server.notifications`` by its ``attach_worker`` method.
 
-    def attach_worker(self, worker_id: str, deliver: Callable[[str, bytes], bool]) -> None: ...
+    ``deliver`` (given to ``attach_worker``) takes a forwarded body with its session id and the tag
+    of the principal that sent it; ``session_opened``/``session_closed`` keep the link's record of
+    this worker's sessions (what other workers forward to); ``principal_matches`` compares a tag with
+    a principal's identity (:func:`principal_identity`)."""
+
+    def attach_worker(self, worker_id: str, deliver: Callable[[str, bytes, str], bool]) -> None: ...
+
+    def session_opened(self, session_id: str, principal: bytes | None) -> None: ...
+
+    def session_closed(self, session_id: str) -> None: ...
+
+    def principal_matches(self, principal: bytes | None, tag: str) -> bool: ...
 
     async def worker_alive(self, worker: str) -> bool | None: ...
 
     async def forward_to_worker(
-        self, worker: str, session_id: str, body: bytes
-    ) -> Literal["sent", "gone", "unavailable"]: ...
+        self, worker: str, session_id: str, body: bytes, principal: bytes
+    ) -> Literal["sent", "unknown", "full", "gone", "unavailable"]: ...
 
 
 class MCPApp:
@@ -83,8 +94,6 @@ class MCPApp:
         oauth = self.config.oauth
         self._oauth = BearerGuard(oauth, self.config.path) if oauth is not None else None
         """With ``config.oauth``: the bearer check of every request, and the resource metadata."""
-        self._owned_sessions = self.config.authenticate is not None or oauth is not None
-        """Whether sessions belong to a principal (another worker cannot check it for a forwarded body)."""
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
@@ -102,7 +111,9 @@ class MCPApp:
         bus = self.server.notifications
         if self.config.worker_id is not None and callable(getattr(bus, "attach_worker", None)):
             bus.attach_worker(self.config.worker_id, self._deliver_forwarded)  # type: ignore[attr-defined]
-            self._link = bus  # type: ignore[assignment]
+            link: WorkerLink = bus  # type: ignore[assignment]
+            self._link = link
+            self._manager.on_forget = lambda session: link.session_closed(session.id)
         bus_run = getattr(bus, "run", None)
         tasks = self._modern.tasks
         tasks.publish = bus.publish
@@ -377,7 +388,7 @@ class MCPApp:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
             await self._initialize(initialize[0], receive, send, principal)
             return
-        if await self._elsewhere(facts, send, None if incoming.requests else body):
+        if await self._elsewhere(facts, send, None if incoming.requests else body, principal):
             return
         await self._post_legacy(facts, incoming, receive, send, principal)
 
@@ -474,6 +485,8 @@ class MCPApp:
         except SessionError as exc:
             raise http.server_busy() from exc
         session.principal = principal
+        if self._link is not None:  # other workers may forward this session's answers here
+            self._link.session_opened(session.id, principal_identity(principal))
         result = session.accept(accepted)
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
@@ -484,11 +497,17 @@ class MCPApp:
 
     # -- sessions of other workers ----------------------------------------------------------------
 
-    async def _elsewhere(self, facts: http.RequestFacts, send: GuardedSend, body: bytes | None) -> bool:
-        """A request for a session another worker owns, with a worker link: ``body`` (a POST holding
-        only responses and notifications) is forwarded to the owner's inbox and answered 202; the
-        rest is 503 with ``Retry-After`` while the owner is alive (or Redis cannot tell), 404 once it
-        is not.  False: not another worker's session (the request goes on as usual)."""
+    async def _elsewhere(
+        self, facts: http.RequestFacts, send: GuardedSend, body: bytes | None, principal: object = None
+    ) -> bool:
+        """A request for a session another worker owns, with a worker link.  ``body`` (a POST holding
+        only responses and notifications, from ``principal``) is forwarded to the owner's inbox and
+        answered 202 if the owner has that session with that principal; 404 if it has not (or is
+        gone), decided before anything is written; 503 with ``Retry-After`` if Redis cannot tell now,
+        or the owner's inbox is full.  The rest (requests, GET, DELETE; a principal that cannot be
+        compared in another process) is 503 with ``Retry-After`` while the owner is alive (or Redis
+        cannot tell), 404 once it is not.  False: not another worker's session (the request goes on
+        as usual)."""
         link, worker = self._link, self.config.worker_id
         if link is None or worker is None or not facts.session_id:
             return False
@@ -497,13 +516,14 @@ class MCPApp:
         if owner is None or owner == worker:
             return False
         http.check_protocol_version(facts)
+        identity = principal_identity(principal)
         alive: bool | None
-        if body is not None and not self._owned_sessions:  # the owner cannot check a principal
-            outcome = await link.forward_to_worker(owner, session_id, body)
+        if body is not None and identity is not None:
+            outcome = await link.forward_to_worker(owner, session_id, body, identity)
             if outcome == "sent":
                 await _respond(send, 202, b"", content_type=None)
                 return True
-            alive = False if outcome == "gone" else None
+            alive = None if outcome in ("unavailable", "full") else False
         else:
             alive = await link.worker_alive(owner)
         if alive is False:
@@ -515,12 +535,16 @@ class MCPApp:
             headers=(("retry-after", "1"),),
         )
 
-    def _deliver_forwarded(self, session_id: str, body: bytes) -> bool:
+    def _deliver_forwarded(self, session_id: str, body: bytes, principal_tag: str) -> bool:
         """A POST body another worker forwarded to this one (responses and notifications of one of
-        its sessions), handled as :meth:`_post_legacy` would; False if it cannot be (no such session
-        here, or invalid for it): the caller drops and counts it."""
+        its sessions, sent by the principal of ``principal_tag``), handled as :meth:`_post_legacy`
+        would; False if it cannot be (no such session here, a session of another principal, or
+        invalid for it): the caller drops and counts it."""
         session = self._manager.get(session_id)
-        if session is None or self._owned_sessions:
+        link = self._link
+        if session is None or link is None:
+            return False
+        if not link.principal_matches(principal_identity(session.principal), principal_tag):
             return False
         try:
             incoming = jsonrpc.parse_body(body, allow_batch=True)
@@ -577,6 +601,25 @@ class MCPApp:
         http.check_protocol_version(facts)
         await session.aclose()
         await _respond(send, 200, b"", content_type=None)
+
+
+def principal_identity(principal: object) -> bytes | None:
+    """What stands for ``principal`` (a session's owner, a request's sender) between workers, equal
+    for two principals exactly when :func:`_same_owner` says they are the same: an access token's
+    owner (issuer, subject, client, as JSON), ``none`` without authentication, a string or an integer
+    (what ``authenticate`` returns, say) tagged with its type; None for any other object (equal only
+    to itself in its process: answers of its sessions are not forwarded).  It may hold a token (a
+    token naming neither subject nor client stands for itself): the worker link stores and sends
+    only a keyed hash of it."""
+    if principal is None:
+        return b"none"
+    if isinstance(principal, AccessToken):
+        return b"token:" + json.dumps(list(principal.owner), separators=(",", ":")).encode()
+    if type(principal) is str:
+        return b"str:" + principal.encode("utf-8", "surrogatepass")
+    if type(principal) is int and principal.bit_length() <= 256:
+        return b"int:" + str(principal).encode()
+    return None
 
 
 def _same_owner(owner: object, principal: object) -> bool:
