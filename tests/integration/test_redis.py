@@ -4,7 +4,12 @@ Two apps in one process, then two ``mcp-trio demo --redis URL --worker-id a|b`` 
 change on one worker reaches the 2025 sessions and 2026 ``subscriptions/listen`` streams of the other,
 once; Redis killed and started again on the same port mid-test (local delivery goes on, no worker
 fails, open streams stay open, cross-worker delivery resumes within seconds); a malformed message
-published by hand is dropped with a log line.
+published by hand is dropped with a log line, and so is one not signed by the cluster's key ring.
+
+Then what workers write to Redis: a flood of client answers for made-up sessions of a live worker is
+404 with nothing kept in Redis; inbox entries and bus messages written straight into Redis without
+the key ring are not delivered; a real forwarded answer is delivered and then gone from Redis; and a
+deployment with OAuth forwards an answer from the session's owner (and 404 from anyone else).
 
 redis-server comes from Debian (the ``redis-server`` package; scripts/test.sh installs it).  Without
 it the tests are skipped, unless ``CI`` is set: then a missing redis-server fails.
@@ -12,6 +17,7 @@ it the tests are skipped, unless ``CI`` is set: then a missing redis-server fail
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import logging
@@ -19,6 +25,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,6 +45,7 @@ from mcp_http import (
 )
 
 from mcp_trio import MCPApp, MCPServer
+from mcp_trio._protocol.cluster import ClusterKeys, seal_bus_message
 from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisNotificationBus  # imports coredis only once a bus is made
 from mcp_trio.testing import open_asgi_client
@@ -58,8 +66,21 @@ RESUME = 8.0
 QUIET = 0.5
 """How long a stream is watched to see that nothing arrives."""
 TOOLS = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+TOOLS_MESSAGE = json.dumps({"v": 1, "from": "intruder", "message": TOOLS}).encode()
+"""A well-formed bus message (what a worker signs and publishes)."""
+OTHER_KEYS = ClusterKeys([b"a key that is not the cluster's!"])
 V2026 = "2026-07-28"
 INFO = {"name": "t", "version": "1"}
+
+
+SECRET = base64.b64encode(b"test cluster key ring, 32 bytes!").decode()
+"""The workers' shared key ring (``MCP_TRIO_REQUEST_STATE_SECRET``)."""
+
+
+@pytest.fixture(autouse=True)
+def key_ring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bus of this module (and every demo worker, which inherits it) shares the key ring."""
+    monkeypatch.setenv("MCP_TRIO_REQUEST_STATE_SECRET", SECRET)
 
 
 def redis_binary() -> str:
@@ -272,15 +293,25 @@ async def test_a_malformed_message_is_dropped_with_a_log_line(
         peer = Peer()
         b.notifications.subscribe(peer)
         channel = bus_of(b).channel
+        keys = ClusterKeys.of(None)
         with caplog.at_level(logging.WARNING, logger="mcp_trio.redis"):
             call = b'{"v": 1, "from": "x", "message": {"method": "tools/call"}}'
-            for garbage in (b"not json", call, b"\xff"):
-                assert await redis.publish(channel, garbage) == 2
+            for garbage in (b"not json", call, b"\xff"):  # signed, but not a notification of the bus
+                sealed = seal_bus_message(keys, channel, garbage, time.time())
+                assert await redis.publish(channel, sealed) == 2
             await eventually(lambda: bus_of(b).statistics()["malformed"] == 3, 5, "all three dropped")
-        dropped = [r for r in caplog.records if "malformed" in r.getMessage()]
+            for unsigned in (
+                call,
+                TOOLS_MESSAGE,
+                seal_bus_message(OTHER_KEYS, channel, TOOLS_MESSAGE, time.time()),
+            ):
+                assert await redis.publish(channel, unsigned) == 2
+            await eventually(lambda: bus_of(b).statistics()["forged"] == 3, 5, "the unsigned ones dropped")
+        dropped = [r for r in caplog.records if "dropped a" in r.getMessage()]
         assert len(dropped) == 2, "one line per bus (the others within 10 s are counted)"
         assert "dropped a malformed message" in dropped[0].getMessage()
         assert peer.got == []
+        assert bus_of(b).statistics()["received"] == 0
         await a.notify_tools_changed()  # the bus goes on
         await eventually(lambda: peer.got == [TOOLS], 5, "a well-formed one after them")
         assert bus_of(b).state == "connected"
@@ -415,7 +446,7 @@ async def test_two_demo_workers_share_list_changes_through_redis(redis: RedisSer
             await reaches_b()  # on the same streams, open all along
 
             assert await redis.publish("mcp-trio:notifications", b'{"v": 1, "from": "forged"}') == 2
-            await wait_for(worker_b, lambda s: s["notification_bus"]["malformed"] == 1, 5, "dropped")
+            await wait_for(worker_b, lambda s: s["notification_bus"]["forged"] == 1, 5, "dropped")
             await get_b.quiet()
             stats_b = await fetch_stats(worker_b)
             assert stats_b["notification_bus"]["received"] == 2 and stats_b["listeners"] == 1
@@ -430,4 +461,4 @@ async def test_two_demo_workers_share_list_changes_through_redis(redis: RedisSer
                 assert log.count(f"Redis {part} lost its connection") == 1, log
                 assert log.count(f"Redis {part}: connected to") == 1, log
             assert "Traceback" not in log, log
-        assert "dropped a malformed message" in worker_b.log()
+        assert "dropped an unauthenticated message" in worker_b.log()
