@@ -90,6 +90,16 @@ the session (its tag, under one of the forwarder's keys, is a field of the worke
 the same principal (the field's value), and the inbox holds fewer than ARGV[1] entries and ARGV[2]
 bytes with this one: 1 sent, 0 gone, -1 unknown session, -2 full.  The inbox and its byte counter
 expire ARGV[3] ms after the last entry added."""
+_KNOWN = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for i = 1, #ARGV, 2 do
+  local owner = redis.call('HGET', KEYS[2], ARGV[i])
+  if owner and owner == ARGV[i + 1] then return 1 end
+end
+return -1
+"""
+"""The first check of :data:`_FORWARD`, without the body: 1 known, 0 gone, -1 unknown.  (So that a
+flood of bodies for made-up sessions does not even travel to Redis.)"""
 _TAKE = """
 local size = tonumber(ARGV[1])
 if #ARGV > 1 then redis.call('XDEL', KEYS[1], unpack(ARGV, 2)) end
@@ -411,7 +421,9 @@ class RedisNotificationBus(LocalNotificationBus):
         args += [fields[name] for name in ("v", "kid", "sig", "ts", "session", "principal", "body")]
         try:
             with trio.fail_after(self.command_timeout):
-                added = await client.eval(_FORWARD, keys=redis_keys, args=args)
+                added = await client.eval(_KNOWN, keys=redis_keys[:2], args=pairs)
+                if added == 1:  # checked again, with the inbox's bounds, as the entry is added
+                    added = await client.eval(_FORWARD, keys=redis_keys, args=args)
         except Exception as exc:
             logger.debug("Redis: forwarding to worker %s failed (%s)", worker, _leaf(exc))
             self._worker_counts["forward_unavailable"] += 1

@@ -44,8 +44,9 @@ from mcp_http import (
     wait_for,
 )
 
-from mcp_trio import MCPApp, MCPServer
-from mcp_trio._protocol.cluster import ClusterKeys, seal_bus_message
+from mcp_trio import MCPApp, MCPServer, ServerConfig
+from mcp_trio._protocol.cluster import ClusterKeys, encode_inbox_entry, seal_bus_message
+from mcp_trio.auth import AccessToken, InvalidToken, ProtectedResource
 from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisNotificationBus  # imports coredis only once a bus is made
 from mcp_trio.testing import open_asgi_client
@@ -462,3 +463,251 @@ async def test_two_demo_workers_share_list_changes_through_redis(redis: RedisSer
                 assert log.count(f"Redis {part}: connected to") == 1, log
             assert "Traceback" not in log, log
         assert "dropped an unauthenticated message" in worker_b.log()
+
+
+# -- what workers write to Redis: nothing anonymous, nothing kept, nothing forged ----------------
+
+
+async def call(port: int, *args: bytes | str) -> Any:
+    """One Redis command over a plain socket; its reply parsed (RESP 2: integers, strings, arrays)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        parts = [a.encode() if isinstance(a, str) else a for a in args]
+        await stream.send_all(
+            b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in parts)
+        )
+        buffer = bytearray()
+
+        async def need(n: int) -> None:
+            while len(buffer) < n:
+                chunk = await stream.receive_some(65536)
+                assert chunk, "Redis closed the connection"
+                buffer.extend(chunk)
+
+        async def line() -> bytes:
+            while b"\r\n" not in buffer:
+                await need(len(buffer) + 1)
+            found, _, rest = bytes(buffer).partition(b"\r\n")
+            buffer[:] = rest
+            return found
+
+        async def reply() -> Any:
+            head = await line()
+            kind, rest = head[:1], head[1:]
+            if kind == b"+":
+                return rest.decode()
+            if kind == b"-":
+                raise AssertionError(f"Redis: {rest.decode()}")
+            if kind == b":":
+                return int(rest)
+            if kind == b"$":
+                size = int(rest)
+                if size < 0:
+                    return None
+                await need(size + 2)
+                value = bytes(buffer[:size])
+                buffer[:] = buffer[size + 2 :]
+                return value
+            assert kind == b"*", head
+            return [await reply() for _ in range(int(rest))]
+
+        return await reply()
+
+
+async def used_memory(port: int) -> int:
+    info: bytes = await call(port, "INFO", "memory")
+    for entry in info.decode().splitlines():
+        if entry.startswith("used_memory:"):
+            return int(entry.partition(":")[2])
+    raise AssertionError(info)
+
+
+def padded_answer(size: int) -> bytes:
+    """A client's answer to a server request, of about ``size`` bytes."""
+    return json.dumps({"jsonrpc": "2.0", "id": "s-1", "result": {"pad": "x" * size}}).encode()
+
+
+async def sessions_in_redis(port: int, worker: str, count: int) -> None:
+    """Wait until ``worker``'s session hash in Redis holds ``count`` sessions (written right after a
+    session is made or ends)."""
+    with trio.fail_after(5):
+        while await call(port, "HLEN", f"mcp-trio:sessions:{worker}") != count:  # noqa: ASYNC110 - polls Redis
+            await trio.sleep(0.01)
+
+
+def legacy_headers(session_id: str) -> dict[str, str]:
+    return {**POST_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+
+
+async def test_a_flood_of_answers_for_made_up_sessions_leaves_redis_flat(
+    redis: RedisServer, linux: None
+) -> None:
+    flags = ("--redis", redis.url)
+    async with (
+        serve_demo(*flags, "--worker-id", "a") as worker_a,
+        serve_demo(*flags, "--worker-id", "b") as worker_b,
+        http_client() as http,
+    ):
+        for worker_ in (worker_a, worker_b):
+            await wait_for(worker_, lambda s: bus_state(s) == "connected", STARTUP, "bus connected")
+        assert await call(redis.port, "EXISTS", "mcp-trio:worker:a") == 1  # a is alive
+        before = await used_memory(redis.port)
+        body = padded_answer(1024 * 1024)
+        for n in range(40):
+            response = await http.post(worker_b.url, content=body, headers=legacy_headers(f"a.made-up-{n}"))
+            assert response.status_code == 404, (response.status_code, response.text)
+            assert response.json()["error"]["message"] == "Not Found: unknown or terminated session"
+        after = await used_memory(redis.port)
+        assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a", "mcp-trio:inbox-bytes:a") == 0
+        assert after - before < 256 * 1024, (before, after)  # nothing of 40 MB was kept, nor sent
+        stats = (await fetch_stats(worker_b))["notification_bus"]
+        assert stats["forward_unknown"] == 40 and stats["forwarded"] == 0, stats
+        assert (await fetch_stats(worker_a))["notification_bus"]["inbox_received"] == 0
+
+
+async def test_forged_messages_are_not_delivered_and_a_real_answer_is_then_gone(
+    redis: RedisServer, linux: None
+) -> None:
+    flags = ("--redis", redis.url)
+    async with (
+        serve_demo(*flags, "--worker-id", "a") as worker_a,
+        serve_demo(*flags, "--worker-id", "b") as worker_b,
+        http_client() as http,
+    ):
+        for worker_ in (worker_a, worker_b):
+            await wait_for(worker_, lambda s: bus_state(s) == "connected", STARTUP, "bus connected")
+        client = MCPClient(http, worker_a.url)
+        params = {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": INFO}
+        await client.request("initialize", params)
+        await client.initialized()
+        session_id = client.session_id
+        assert session_id is not None and session_id.startswith("a.")
+        await sessions_in_redis(redis.port, "a", 1)
+        recorded = await call(redis.port, "HGETALL", "mcp-trio:sessions:a")
+        assert len(recorded) == 2 and session_id.encode() not in b"".join(recorded)  # a keyed hash only
+        stream = await client.start_tool_call("test_elicitation", {"message": "who?"})
+        try:
+            with trio.fail_after(10):
+                ask = await stream.next_message()
+            assert ask is not None and ask["method"] == "elicitation/create", ask
+            content = {"username": "u", "email": "u@example.com"}
+            answer = {"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept", "content": content}}
+            data = json.dumps(answer).encode()
+
+            # Written straight into Redis by something without the key ring: never delivered.
+            keys = ClusterKeys.of(None)
+            principal = keys.tag(b"principal", b"none")
+            unsigned = ["v", "1", "session", session_id, "body", data]
+            other = encode_inbox_entry(OTHER_KEYS, "a", session_id, data, principal, time.time())
+            tampered = {
+                **encode_inbox_entry(
+                    keys, "a", session_id, b'{"jsonrpc":"2.0","method":"x"}', principal, time.time()
+                ),
+                "body": data,
+            }
+            for fields in (
+                unsigned,
+                [x for kv in other.items() for x in kv],
+                [x for kv in tampered.items() for x in kv],
+            ):
+                await call(redis.port, "XADD", "mcp-trio:inbox:a", "*", *fields)
+            await call(
+                redis.port,
+                "PUBLISH",
+                "mcp-trio:notifications",
+                seal_bus_message(OTHER_KEYS, "mcp-trio:notifications", TOOLS_MESSAGE, time.time()),
+            )
+            stats = await wait_for(
+                worker_a, lambda s: s["notification_bus"]["inbox_forged"] == 3, 5, "dropped"
+            )
+            assert stats["notification_bus"]["inbox_delivered"] == 0
+            await wait_for(worker_a, lambda s: s["notification_bus"]["forged"] == 1, 5, "bus forgery dropped")
+            assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a") == 0  # read, dropped, deleted
+
+            # The client's real answer, sent to the other worker: forwarded, delivered, then gone.
+            response = await http.post(worker_b.url, content=data, headers=client.headers(**POST_HEADERS))
+            assert response.status_code == 202, (response.status_code, response.text)
+            with trio.fail_after(10):
+                done = await stream.next_message()
+            assert done is not None and "action=accept" in done["result"]["content"][0]["text"], done
+        finally:
+            await stream.aclose()
+        stats = await wait_for(
+            worker_a, lambda s: s["notification_bus"]["inbox_delivered"] == 1, 5, "delivered"
+        )
+        assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a", "mcp-trio:inbox-bytes:a") == 0
+        response = await http.delete(worker_a.url, headers=client.headers())
+        assert response.status_code == 200
+        await sessions_in_redis(redis.port, "a", 0)
+        response = await http.post(worker_b.url, content=data, headers=client.headers(**POST_HEADERS))
+        assert response.status_code == 404  # the session is gone: nothing forwarded
+        for worker_ in (worker_a, worker_b):
+            await worker_.stop()
+            assert "Traceback" not in worker_.log()
+        assert "dropped an unauthenticated inbox entry" in worker_a.log()
+
+
+class Verifier:
+    """Bearer tokens named after their owner (``alice``, ``alice-2``: the same owner, ``bob``)."""
+
+    async def verify(self, token: str) -> AccessToken:
+        subject = token.partition("-")[0]
+        if subject not in ("alice", "bob"):
+            raise InvalidToken("unknown token")
+        return AccessToken(
+            token=token, subject=subject, scopes=frozenset({"mcp"}), client_id="c1", issuer=ISSUER
+        )
+
+
+ISSUER = "https://as.example.com"
+
+
+def protected_worker(url: str, name: str) -> MCPApp:
+    server = build_demo_server()
+    server.notifications = RedisNotificationBus(url, retry_initial=0.05, retry_max=0.5)
+    oauth = ProtectedResource(
+        resource="http://127.0.0.1/mcp",
+        authorization_servers=[ISSUER],
+        verifier=Verifier(),
+        scopes_supported=["mcp"],
+        required_scopes=["mcp"],
+    )
+    return MCPApp(server, ServerConfig(worker_id=name, oauth=oauth))
+
+
+async def test_an_authenticated_deployment_forwards_the_owner_s_answers(redis: RedisServer) -> None:
+    app_a, app_b = protected_worker(redis.url, "a"), protected_worker(redis.url, "b")
+    bus_a, bus_b = bus_of(app_a.server), bus_of(app_b.server)
+    async with open_asgi_client(app_a) as on_a, open_asgi_client(app_b) as on_b:
+        await eventually(lambda: bus_a.state == bus_b.state == "connected", STARTUP, "connected")
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
+        }
+        response = await on_a.request(
+            "POST", headers={**POST_HEADERS, "authorization": "Bearer alice"}, body=json.dumps(init).encode()
+        )
+        assert response.status == 200, await response.read()
+        session_id = response.headers["mcp-session-id"]
+        answer = padded_answer(10)
+        headers = legacy_headers(session_id)
+        await sessions_in_redis(redis.port, "a", 1)
+        response = await on_b.request(
+            "POST", headers={**headers, "authorization": "Bearer alice-2"}, body=answer
+        )
+        assert response.status == 202, await response.read()  # the owner's (refreshed) token
+        await eventually(lambda: bus_a.statistics()["inbox_delivered"] == 1, 5, "delivered")
+        for token, status in (("bob", 404), (None, 401)):
+            auth = {"authorization": f"Bearer {token}"} if token else {}
+            response = await on_b.request("POST", headers={**headers, **auth}, body=answer)
+            assert response.status == status, await response.read()
+        stats_b = bus_b.statistics()
+        assert (stats_b["forwarded"], stats_b["forward_unknown"]) == (1, 1), stats_b
+        assert bus_a.statistics()["inbox_received"] == 1
+        assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a") == 0
+        # the sessions hash names no token, subject or session id
+        recorded = b"".join(await call(redis.port, "HGETALL", "mcp-trio:sessions:a"))
+        for secret in (b"alice", session_id.encode()):
+            assert secret not in recorded
