@@ -847,10 +847,13 @@ class RedisTaskStore:
     Signals between workers go through Redis pub/sub: :meth:`signal` publishes on the channel
     ``<prefix>:tasks:worker:<worker>`` of the worker that runs a task, and :meth:`run` (which
     :meth:`MCPApp.run <mcp_trio.MCPApp.run>` starts) subscribes to this worker's own channel and hands
-    what arrives to the app's task manager.  :meth:`run` also keeps the connections the commands use;
-    while it is not connected (Redis down, or not running), each command opens a connection of its
-    own.  It reconnects with exponential backoff (``retry_initial`` doubling up to ``retry_max``
-    seconds, with jitter), and logs an outage once.
+    what arrives to the app's task manager.  Each signal is signed with the cluster's key ring
+    (``secret``, a key or a sequence of keys, else ``MCP_TRIO_REQUEST_STATE_SECRET``: without either
+    the store refuses to be made), as the notification bus's messages are: one that the ring does not
+    verify is dropped and counted (``signals_forged``).  :meth:`run` also keeps the connections the
+    commands use; while it is not connected (Redis down, or not running), each command opens a
+    connection of its own.  It reconnects with exponential backoff (``retry_initial`` doubling up to
+    ``retry_max`` seconds, with jitter), and logs an outage once.
 
     ``url``: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``.
     """
@@ -865,6 +868,7 @@ class RedisTaskStore:
         retry_initial: float = 0.1,
         retry_max: float = 2.0,
         signal_limit: int = SIGNAL_LIMIT,
+        secret: bytes | Sequence[bytes] | None = None,
     ) -> None:
         _coredis()  # fail here, not in the app's nursery
         if not isinstance(url, str) or not _URL.match(url):
@@ -881,6 +885,8 @@ class RedisTaskStore:
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.signal_limit = signal_limit
+        self._keys = ClusterKeys.of(secret)
+        """The cluster's key ring: signs the signals sent, verifies those received."""
         self.instance_id = secrets.token_hex(8)
         self.worker_id: str | None = None
         """The worker whose signals :meth:`run` receives (the app's ``worker_id``), once it runs."""
@@ -893,6 +899,7 @@ class RedisTaskStore:
         self._outage_logged = False
         self._outage_since: float | None = None
         self._malformed_logged = False
+        self._forged_logged_at: float | None = None
         self._last_error: str | None = None
         self._counts = dict.fromkeys(
             (
@@ -904,6 +911,7 @@ class RedisTaskStore:
                 "signals_unheard",
                 "signals_received",
                 "signals_malformed",
+                "signals_forged",
                 "connects",
                 "failures",
             ),
@@ -926,8 +934,9 @@ class RedisTaskStore:
     def statistics(self) -> dict[str, Any]:
         """Under ``task_store``: the state, tasks ``created`` here, creations refused as ``full``,
         ``malformed_records`` read as no task, commands that failed (``unavailable``), signals sent
-        (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received and
-        malformed, ``connects`` and ``failures`` of :meth:`run`, and the ``last_error``."""
+        (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received,
+        malformed and forged (not signed by the key ring), ``connects`` and ``failures`` of
+        :meth:`run`, and the ``last_error``."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
@@ -1010,7 +1019,8 @@ class RedisTaskStore:
         if len(data) > self.signal_limit:
             raise RPCError(mt.INVALID_PARAMS, f"Too large to pass on to the worker of task {record.task_id}")
         channel = self.channel(worker)
-        receivers = await self._command("signal", lambda c: c.publish(channel, data))
+        sealed = seal_bus_message(self._keys, channel, data, time.time())
+        receivers = await self._command("signal", lambda c: c.publish(channel, sealed))
         self._counts["signals_sent"] += 1
         if not receivers:
             self._counts["signals_unheard"] += 1
@@ -1106,7 +1116,20 @@ class RedisTaskStore:
             return  # subscription acknowledgements and the like
         data = item.get("data")
         try:
-            task_id, message = self._decode_signal(data)
+            inner = open_bus_message(self._keys, channel, data, time.time(), self.signal_limit)
+            task_id, message = self._decode_signal(inner)
+        except ForgedMessage as exc:
+            self._counts["signals_forged"] += 1
+            now = trio.current_time()
+            if self._forged_logged_at is None or now - self._forged_logged_at >= MALFORMED_LOG_INTERVAL:
+                self._forged_logged_at = now
+                logger.warning(
+                    "Redis task store: dropped an unauthenticated signal on %s (%s; %d so far)",
+                    channel,
+                    exc,
+                    self._counts["signals_forged"],
+                )
+            return
         except ValueError as exc:
             self._counts["signals_malformed"] += 1
             level = logging.WARNING if self._counts["signals_malformed"] == 1 else logging.DEBUG

@@ -262,21 +262,24 @@ _HEX = re.compile(rb"[0-9a-f]+")
 
 
 def seal_bus_message(keys: ClusterKeys, channel: str, data: bytes, now: float) -> bytes:
-    """``data`` (an :func:`encode_bus_message`) as published: ``mt1 <key id> <signature> <ts> <data>``,
-    signed for ``channel`` at ``now`` (seconds since the epoch)."""
+    """``data`` (an :func:`encode_bus_message`, or a task store's signal) as published:
+    ``mt1 <key id> <signature> <ts> <data>``, signed for ``channel`` at ``now`` (seconds since the
+    epoch)."""
     ts = str(int(now * 1000)).encode()
     kid, signature = keys.sign(_BUS_LABEL, channel.encode(), ts, data)
     return b" ".join((_BUS_MAGIC, kid.encode(), signature.encode(), ts, data))
 
 
-def open_bus_message(keys: ClusterKeys, channel: str, data: object, now: float) -> bytes:
-    """The message inside ``data`` read from ``channel``, once its signature is checked:
-    :class:`ForgedMessage` if it is not signed by the ring (or is stale), ValueError if it is not
-    even shaped like a signed message."""
+def open_bus_message(
+    keys: ClusterKeys, channel: str, data: object, now: float, limit: int = BUS_MESSAGE_LIMIT
+) -> bytes:
+    """The message inside ``data`` read from ``channel`` (a message of at most ``limit`` bytes), once
+    its signature is checked: :class:`ForgedMessage` if it is not signed by the ring (or is stale),
+    ValueError if it is not even shaped like a signed message."""
     if not isinstance(data, bytes):
         raise ValueError(f"not bytes but {type(data).__name__}")
-    if len(data) > BUS_MESSAGE_LIMIT + 128:
-        raise ValueError(f"{len(data)} bytes, more than {BUS_MESSAGE_LIMIT}")
+    if len(data) > limit + 128:
+        raise ValueError(f"{len(data)} bytes, more than {limit}")
     fields = data.split(b" ", 4)
     if len(fields) != 5 or fields[0] != _BUS_MAGIC:
         raise ForgedMessage("not a signed message")
