@@ -272,7 +272,9 @@ class RedisNotificationBus(LocalNotificationBus):
         """This worker's live sessions (their ids) and their principals' identities hashed (see
         :meth:`session_opened`), as published in its session hash."""
         self._session_changes: dict[str, bool] = {}
-        """Sessions opened (True) or closed (False) here and not yet written to the session hash."""
+        """Sessions opened (True) or closed (False) here and not yet written to the session hash (kept
+        only while the hash is being kept: a new connection writes it whole)."""
+        self._recording = False
         self._sessions_changed = trio.Event()
         self._worker_counts = dict.fromkeys(
             (
@@ -362,12 +364,13 @@ class RedisNotificationBus(LocalNotificationBus):
         with the identity of its principal (None: one that cannot be compared in another process,
         whose session's answers are then never forwarded)."""
         self._sessions[session_id] = "-" if principal is None else self._keys.tag(PRINCIPAL_TAG, principal)
-        self._session_changes[session_id] = True
-        self._sessions_changed.set()
+        if self._recording:
+            self._session_changes[session_id] = True
+            self._sessions_changed.set()
 
     def session_closed(self, session_id: str) -> None:
         """Remove a session of this worker from its session hash."""
-        if self._sessions.pop(session_id, None) is not None:
+        if self._sessions.pop(session_id, None) is not None and self._recording:
             self._session_changes[session_id] = False
             self._sessions_changed.set()
 
@@ -409,20 +412,24 @@ class RedisNotificationBus(LocalNotificationBus):
             keys.tags(SESSION_TAG, session_id.encode()), principal_tags, strict=True
         ):
             pairs += [session_tag, principal_tag]
-        fields = encode_inbox_entry(keys, worker, session_id, body, principal_tags[0], time.time())
         redis_keys = [
             heartbeat_key(self.prefix, worker),
             sessions_key(self.prefix, worker),
             inbox_key(self.prefix, worker),
             inbox_bytes_key(self.prefix, worker),
         ]
-        limits = [self.inbox_maxlen, self.inbox_max_bytes, max(1, int(self.inbox_ttl * 1000)), len(body)]
-        args = [str(n) for n in limits] + [str(len(pairs) // 2), *pairs]
-        args += [fields[name] for name in ("v", "kid", "sig", "ts", "session", "principal", "body")]
         try:
             with trio.fail_after(self.command_timeout):
                 added = await client.eval(_KNOWN, keys=redis_keys[:2], args=pairs)
                 if added == 1:  # checked again, with the inbox's bounds, as the entry is added
+                    fields = encode_inbox_entry(
+                        keys, worker, session_id, body, principal_tags[0], time.time()
+                    )
+                    limits = [self.inbox_maxlen, self.inbox_max_bytes, int(self.inbox_ttl * 1000), len(body)]
+                    args = [str(n) for n in limits] + [str(len(pairs) // 2), *pairs]
+                    args += [
+                        fields[name] for name in ("v", "kid", "sig", "ts", "session", "principal", "body")
+                    ]
                     added = await client.eval(_FORWARD, keys=redis_keys, args=args)
         except Exception as exc:
             logger.debug("Redis: forwarding to worker %s failed (%s)", worker, _leaf(exc))
@@ -449,16 +456,18 @@ class RedisNotificationBus(LocalNotificationBus):
         # otherwise (first connection, or a Redis that restarted empty) from the start: what is there
         # was not read (each entry read is deleted), and is read now, delivered or dropped, and deleted.
         start = last if last is not None and _stream_id(last) <= _stream_id(tail_id) else b"0-0"
-        await self._publish_sessions(client)
-        await self._beat(client)
-        reader = self._client()
         try:
+            await self._publish_sessions(client)
+            await self._beat(client)
+            reader = self._client()
             async with reader, trio.open_nursery() as nursery:
                 nursery.start_soon(self._heartbeat, client)
                 nursery.start_soon(self._session_writer, client)
                 nursery.start_soon(self._inbox_reader, reader, key, start)
                 task_status.started()
         finally:
+            self._recording = False  # the next connection writes the hash whole
+            self._session_changes.clear()
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 try:  # a clean end: the other workers answer 404 at once, not after the TTL
                     await client.eval(
@@ -492,7 +501,8 @@ class RedisNotificationBus(LocalNotificationBus):
         assert self.worker_id is not None
         target = sessions_key(self.prefix, self.worker_id)
         building = f"{target}:building:{self.instance_id}"
-        self._session_changes.clear()  # all of them are in the snapshot
+        self._session_changes.clear()  # all of them are in the snapshot; later ones are recorded
+        self._recording = True
         snapshot = list(self._sessions.items())
         with trio.fail_after(self.command_timeout):
             await client.delete([building])
