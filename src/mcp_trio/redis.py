@@ -392,6 +392,32 @@ class RedisNotificationBus(LocalNotificationBus):
             return None
         return bool(found)
 
+    def _known_args(self, worker: str, session_id: str, principal: bytes) -> tuple[list[str], list[str]]:
+        """The keys and arguments of :data:`_KNOWN` (and the start of :data:`_FORWARD`'s): the
+        session's and the principal's tags under each key of the ring, the current key's first."""
+        keys = self._keys
+        pairs: list[str] = []
+        for session_tag, principal_tag in zip(
+            keys.tags(SESSION_TAG, session_id.encode()), keys.tags(PRINCIPAL_TAG, principal), strict=True
+        ):
+            pairs += [session_tag, principal_tag]
+        return [heartbeat_key(self.prefix, worker), sessions_key(self.prefix, worker)], pairs
+
+    async def has_session(self, worker: str, session_id: str, principal: bytes) -> bool | None:
+        """Whether ``worker`` is alive and has the session ``session_id`` of the principal of identity
+        ``principal`` (in its session hash); None if Redis cannot tell now."""
+        client = self._live
+        if client is None or self._state != "connected":
+            return None
+        redis_keys, pairs = self._known_args(worker, session_id, principal)
+        try:
+            with trio.fail_after(self.command_timeout):
+                known = await client.eval(_KNOWN, keys=redis_keys, args=pairs)
+        except Exception as exc:
+            logger.debug("Redis: looking up a session of worker %s failed (%s)", worker, _leaf(exc))
+            return None
+        return bool(known == 1)
+
     async def forward_to_worker(
         self, worker: str, session_id: str, body: bytes, principal: bytes
     ) -> Forwarded:
@@ -405,31 +431,18 @@ class RedisNotificationBus(LocalNotificationBus):
         if client is None or self._state != "connected":
             self._worker_counts["forward_unavailable"] += 1
             return "unavailable"
-        keys = self._keys
-        principal_tags = keys.tags(PRINCIPAL_TAG, principal)
-        pairs: list[str | bytes] = []
-        for session_tag, principal_tag in zip(
-            keys.tags(SESSION_TAG, session_id.encode()), principal_tags, strict=True
-        ):
-            pairs += [session_tag, principal_tag]
-        redis_keys = [
-            heartbeat_key(self.prefix, worker),
-            sessions_key(self.prefix, worker),
-            inbox_key(self.prefix, worker),
-            inbox_bytes_key(self.prefix, worker),
-        ]
+        known_keys, pairs = self._known_args(worker, session_id, principal)
+        redis_keys = [*known_keys, inbox_key(self.prefix, worker), inbox_bytes_key(self.prefix, worker)]
         try:
             with trio.fail_after(self.command_timeout):
-                added = await client.eval(_KNOWN, keys=redis_keys[:2], args=pairs)
+                added = await client.eval(_KNOWN, keys=known_keys, args=pairs)
                 if added == 1:  # checked again, with the inbox's bounds, as the entry is added
-                    fields = encode_inbox_entry(
-                        keys, worker, session_id, body, principal_tags[0], time.time()
-                    )
+                    tag = pairs[1]  # the principal's, under the key that signs
+                    fields = encode_inbox_entry(self._keys, worker, session_id, body, tag, time.time())
                     limits = [self.inbox_maxlen, self.inbox_max_bytes, int(self.inbox_ttl * 1000), len(body)]
-                    args = [str(n) for n in limits] + [str(len(pairs) // 2), *pairs]
-                    args += [
-                        fields[name] for name in ("v", "kid", "sig", "ts", "session", "principal", "body")
-                    ]
+                    names = ("v", "kid", "sig", "ts", "session", "principal", "body")
+                    args: list[str | bytes] = [*map(str, limits), str(len(pairs) // 2), *pairs]
+                    args += [fields[name] for name in names]
                     added = await client.eval(_FORWARD, keys=redis_keys, args=args)
         except Exception as exc:
             logger.debug("Redis: forwarding to worker %s failed (%s)", worker, _leaf(exc))

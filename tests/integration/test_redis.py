@@ -562,6 +562,13 @@ async def test_a_flood_of_answers_for_made_up_sessions_leaves_redis_flat(
         assert after - before < 256 * 1024, (before, after)  # nothing of 40 MB was kept, nor sent
         stats = (await fetch_stats(worker_b))["notification_bus"]
         assert stats["forward_unknown"] == 40 and stats["forwarded"] == 0, stats
+        # nor is there anything to send elsewhere for a request, a GET or a DELETE: 404, not 503
+        made_up = legacy_headers("a.made-up")
+        ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+        assert (await http.post(worker_b.url, content=ping, headers=made_up)).status_code == 404
+        get = {**made_up, "accept": "text/event-stream"}
+        assert (await http.get(worker_b.url, headers=get)).status_code == 404
+        assert (await http.delete(worker_b.url, headers=made_up)).status_code == 404
         assert (await fetch_stats(worker_a))["notification_bus"]["inbox_received"] == 0
 
 

@@ -53,6 +53,9 @@ class Link(LocalNotificationBus):
     async def worker_alive(self, worker: str) -> bool | None:
         return worker in self.workers
 
+    async def has_session(self, worker: str, session_id: str, principal: bytes) -> bool | None:
+        return self.records.get(worker, {}).get(session_id) == KEYS.tag(PRINCIPAL_TAG, principal)
+
     async def forward_to_worker(
         self, worker: str, session_id: str, body: bytes, principal: bytes
     ) -> Literal["sent", "unknown", "full", "gone", "unavailable"]:
@@ -130,13 +133,25 @@ async def test_with_oauth_the_owner_s_token_is_forwarded_and_another_is_404() ->
         bob_tag = KEYS.tag(PRINCIPAL_TAG, b'token:["https://issuer.example","bob","c1"]')
         assert not link_b.workers["a"](session, ANSWER, bob_tag)
         assert not link_b.workers["a"](session, ANSWER, "0" * 32)
-        # a request (not an answer) for another worker's session is still 503: send it to the owner
+        # a request (not an answer) for another worker's session is 503 for its owner (send it to
+        # worker a), 404 for anyone else or for a made-up session: nothing to send anywhere
         ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
         response = await on_b.request(
             "POST", headers=legacy(session, authorization=f"Bearer {alice}"), body=ping
         )
         assert response.status == 503 and response.headers["retry-after"] == "1"
         assert "worker a" in (await response.json())["error"]["message"]
+        for headers in (
+            legacy(session, authorization=f"Bearer {bob}"),
+            legacy("a.made-up", authorization=f"Bearer {alice}"),
+        ):
+            assert (await on_b.request("POST", headers=headers, body=ping)).status == 404
+            get = {"accept": "text/event-stream", **{k: v for k, v in headers.items() if k != "accept"}}
+            assert (await on_b.request("GET", headers=get)).status == 404
+            assert (await on_b.request("DELETE", headers=headers)).status == 404
+        assert (
+            await on_b.request("DELETE", headers=legacy(session, authorization=f"Bearer {alice}"))
+        ).status == 503
 
 
 async def test_a_principal_that_cannot_travel_is_not_forwarded() -> None:

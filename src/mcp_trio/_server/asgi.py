@@ -64,6 +64,8 @@ class WorkerLink(Protocol):
 
     async def worker_alive(self, worker: str) -> bool | None: ...
 
+    async def has_session(self, worker: str, session_id: str, principal: bytes) -> bool | None: ...
+
     async def forward_to_worker(
         self, worker: str, session_id: str, body: bytes, principal: bytes
     ) -> Literal["sent", "unknown", "full", "gone", "unavailable"]: ...
@@ -498,16 +500,17 @@ class MCPApp:
     # -- sessions of other workers ----------------------------------------------------------------
 
     async def _elsewhere(
-        self, facts: http.RequestFacts, send: GuardedSend, body: bytes | None, principal: object = None
+        self, facts: http.RequestFacts, send: GuardedSend, body: bytes | None, principal: object
     ) -> bool:
         """A request for a session another worker owns, with a worker link.  ``body`` (a POST holding
         only responses and notifications, from ``principal``) is forwarded to the owner's inbox and
         answered 202 if the owner has that session with that principal; 404 if it has not (or is
         gone), decided before anything is written; 503 with ``Retry-After`` if Redis cannot tell now,
-        or the owner's inbox is full.  The rest (requests, GET, DELETE; a principal that cannot be
-        compared in another process) is 503 with ``Retry-After`` while the owner is alive (or Redis
-        cannot tell), 404 once it is not.  False: not another worker's session (the request goes on
-        as usual)."""
+        or the owner's inbox is full.  The rest (requests, GET, DELETE) is 503 with ``Retry-After``
+        if the owner has the session of that principal (or Redis cannot tell), 404 if not.  For a
+        principal that cannot be compared in another process, nothing is forwarded: 503 while the
+        owner is alive, 404 once it is not.  False: not another worker's session (the request goes
+        on as usual)."""
         link, worker = self._link, self.config.worker_id
         if link is None or worker is None or not facts.session_id:
             return False
@@ -524,6 +527,9 @@ class MCPApp:
                 await _respond(send, 202, b"", content_type=None)
                 return True
             alive = None if outcome in ("unavailable", "full") else False
+        elif identity is not None:
+            known = await link.has_session(owner, session_id, identity)
+            alive = False if known is False else None  # it has the session: 503, send it there
         else:
             alive = await link.worker_alive(owner)
         if alive is False:
@@ -579,7 +585,7 @@ class MCPApp:
     ) -> None:
         _refuse_modern(facts)
         http.check_get(facts)
-        if await self._elsewhere(facts, send, None):
+        if await self._elsewhere(facts, send, None, principal):
             return
         session = self._session(facts, principal)
         http.check_protocol_version(facts)
@@ -595,7 +601,7 @@ class MCPApp:
 
     async def _delete(self, facts: http.RequestFacts, send: GuardedSend, principal: object) -> None:
         _refuse_modern(facts)
-        if await self._elsewhere(facts, send, None):
+        if await self._elsewhere(facts, send, None, principal):
             return
         session = self._session(facts, principal)
         http.check_protocol_version(facts)
