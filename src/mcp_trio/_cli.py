@@ -426,7 +426,8 @@ def _add_worker_options(cmd: argparse.ArgumentParser) -> None:
         default=None,
         metavar="URL",
         help="share list-changed and resource-updated notifications with the other workers through "
-        "Redis (redis://HOST:PORT[/DB], rediss:// or unix://); needs pip install 'mcp_trio[redis]'",
+        "Redis (redis://HOST:PORT[/DB], rediss:// or unix://), signed with the key ring of "
+        "MCP_TRIO_REQUEST_STATE_SECRET (required); needs pip install 'mcp_trio[redis]'",
     )
 
 

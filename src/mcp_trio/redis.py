@@ -16,7 +16,7 @@ import random
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -27,7 +27,12 @@ from ._app.bus import LocalNotificationBus
 from ._app.tasks import TERMINAL, TaskManager, TaskRecord
 from ._exceptions import RPCError, TaskStoreFull, TaskStoreUnavailable
 from ._protocol.cluster import (
+    INBOX_MESSAGE_LIMIT,
+    PRINCIPAL_TAG,
+    SESSION_TAG,
     WORKER_ID,
+    ClusterKeys,
+    ForgedMessage,
     check_channel_prefix,
     check_instance_id,
     check_worker_id,
@@ -36,7 +41,11 @@ from ._protocol.cluster import (
     encode_bus_message,
     encode_inbox_entry,
     heartbeat_key,
+    inbox_bytes_key,
     inbox_key,
+    open_bus_message,
+    seal_bus_message,
+    sessions_key,
 )
 from ._server.containment import split_fatal
 
@@ -50,22 +59,80 @@ __all__ = ["RedisNotificationBus", "RedisTaskStore"]
 logger = logging.getLogger(__name__)
 
 State = Literal["stopped", "connecting", "connected", "disconnected"]
-Forwarded = Literal["sent", "gone", "unavailable"]
-Deliver = Callable[[str, bytes], bool]
+Forwarded = Literal["sent", "unknown", "full", "gone", "unavailable"]
+Deliver = Callable[[str, bytes, str], bool]
 """What the app gives :meth:`RedisNotificationBus.attach_worker`: hand a forwarded POST body to the
-session it names; False if this worker has no such session (the message is dropped and counted)."""
+session it names, sent by the principal of the given tag; False if this worker has no such session or
+it belongs to another principal (the message is dropped and counted)."""
 
 _FORWARD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'v', ARGV[2], 'session', ARGV[3], 'body', ARGV[4])
+local pairs = tonumber(ARGV[5])
+local found = false
+for i = 0, pairs - 1 do
+  local owner = redis.call('HGET', KEYS[2], ARGV[6 + 2 * i])
+  if owner and owner == ARGV[7 + 2 * i] then found = true end
+end
+if not found then return -1 end
+local size = tonumber(ARGV[4])
+if redis.call('XLEN', KEYS[3]) >= tonumber(ARGV[1]) then return -2 end
+if tonumber(redis.call('GET', KEYS[4]) or '0') + size > tonumber(ARGV[2]) then return -2 end
+local f = 6 + 2 * pairs
+redis.call('XADD', KEYS[3], '*', 'v', ARGV[f], 'kid', ARGV[f + 1], 'sig', ARGV[f + 2], 'ts', ARGV[f + 3],
+  'session', ARGV[f + 4], 'principal', ARGV[f + 5], 'body', ARGV[f + 6])
+redis.call('INCRBY', KEYS[4], size)
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
 return 1
 """
-"""Add an entry to a worker's inbox only if its heartbeat key exists (atomically): 1 sent, 0 gone."""
+"""Add an entry to a worker's inbox, atomically, only if the worker is alive (its heartbeat key), has
+the session (its tag, under one of the forwarder's keys, is a field of the worker's session hash) with
+the same principal (the field's value), and the inbox holds fewer than ARGV[1] entries and ARGV[2]
+bytes with this one: 1 sent, 0 gone, -1 unknown session, -2 full.  The inbox and its byte counter
+expire ARGV[3] ms after the last entry added."""
+_KNOWN = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for i = 1, #ARGV, 2 do
+  local owner = redis.call('HGET', KEYS[2], ARGV[i])
+  if owner and owner == ARGV[i + 1] then return 1 end
+end
+return -1
+"""
+"""The first check of :data:`_FORWARD`, without the body: 1 known, 0 gone, -1 unknown.  (So that a
+flood of bodies for made-up sessions does not even travel to Redis.)"""
+_TAKE = """
+local size = tonumber(ARGV[1])
+if #ARGV > 1 then redis.call('XDEL', KEYS[1], unpack(ARGV, 2)) end
+if redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+elseif size > 0 then
+  redis.call('DECRBY', KEYS[2], size)
+end
+return 1
+"""
+"""Delete the inbox entries read (ids ARGV[2..]) and their bytes (ARGV[1]) from the counter; an empty
+inbox is deleted with its counter (which also forgets bytes of entries that expired unread)."""
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end
 return 0
 """
-"""Delete a heartbeat key only if it is still this instance's."""
+"""Delete a heartbeat key and the session hash only if the heartbeat is still this instance's."""
+_PUBLISH_SESSIONS = """
+if #ARGV > 1 then redis.call('HSET', KEYS[2], unpack(ARGV, 2)) end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('RENAME', KEYS[2], KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+"""Replace a worker's session hash at once by the one built in KEYS[2] (plus the field/value pairs
+ARGV[2..]), with the TTL ARGV[1] ms."""
+_SESSION_CHUNK = 512
+"""Session records written per command when the whole hash is written again (after a reconnection)."""
+_INBOX_BATCH = 16
+"""Inbox entries read per XREAD (each up to 4 MiB)."""
 MALFORMED_LOG_INTERVAL = 10.0
 """Seconds between two log lines about malformed messages (the ones between are only counted)."""
 _URL = re.compile(r"(rediss?|unix)://", re.IGNORECASE)
@@ -120,6 +187,12 @@ class RedisNotificationBus(LocalNotificationBus):
     carries list changes and resource updates; what a worker reads from the channel is validated as a
     message from a socket, and a malformed one is logged and dropped.
 
+    Every message a bus writes to Redis is signed (HMAC-SHA256) with the cluster's key ring: ``secret``
+    (a key, or a sequence of keys: the first signs, every one verifies), else the ring in
+    ``MCP_TRIO_REQUEST_STATE_SECRET``, the one the workers already share for ``requestState``; without
+    either the bus refuses to be made.  A message that the ring does not verify (written by anything
+    without the secret, or older than five minutes) is dropped and counted as ``forged``.
+
     Its connection runs in :meth:`run`, which :meth:`MCPApp.run <mcp_trio.MCPApp.run>` (and so
     hypercorn's lifespan, ``serve`` and ``serve_h11``) starts in the app's nursery: it ends with the
     app.  While Redis cannot be reached, notifications reach this worker's peers only (those published
@@ -130,7 +203,9 @@ class RedisNotificationBus(LocalNotificationBus):
     ``url``: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``.
     ``outbox``: notifications waiting to be published; past that many (Redis too slow) one is dropped
     for the other workers.  ``command_timeout``: a Redis command (a ``PUBLISH``, the subscriber's
-    keep-alive ``PING``) that takes longer counts as a lost connection.
+    keep-alive ``PING``) that takes longer counts as a lost connection.  ``inbox_maxlen`` and
+    ``inbox_max_bytes`` bound a worker's inbox (entries not yet read: forwarding past them is
+    refused), and ``inbox_ttl`` is how long an inbox nobody reads is kept (see :meth:`attach_worker`).
     """
 
     def __init__(
@@ -146,7 +221,10 @@ class RedisNotificationBus(LocalNotificationBus):
         command_timeout: float = 5.0,
         heartbeat_interval: float = 1.0,
         heartbeat_ttl: float = 5.0,
-        inbox_maxlen: int = 10_000,
+        inbox_maxlen: int = 1000,
+        inbox_max_bytes: int = 64 * 1024 * 1024,
+        inbox_ttl: float = 60.0,
+        secret: bytes | Sequence[bytes] | None = None,
     ) -> None:
         super().__init__()
         _coredis()  # fail here, not in the app's nursery
@@ -156,6 +234,13 @@ class RedisNotificationBus(LocalNotificationBus):
             raise ValueError("outbox must be at least 1, and 0 < retry_initial <= retry_max")
         if not 0 < heartbeat_interval < heartbeat_ttl or inbox_maxlen < 1:
             raise ValueError("0 < heartbeat_interval < heartbeat_ttl, and inbox_maxlen at least 1")
+        if inbox_max_bytes < INBOX_MESSAGE_LIMIT or not inbox_ttl >= heartbeat_ttl:
+            raise ValueError(
+                f"inbox_max_bytes must be at least {INBOX_MESSAGE_LIMIT} (one body), and inbox_ttl at "
+                "least heartbeat_ttl"
+            )
+        self._keys = ClusterKeys.of(secret)
+        """The cluster's key ring: signs what this bus writes, verifies what it reads."""
         self.url = url
         self.prefix = check_channel_prefix(channel_prefix)
         self.channel = f"{self.prefix}:notifications"
@@ -175,21 +260,34 @@ class RedisNotificationBus(LocalNotificationBus):
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_ttl = heartbeat_ttl
         self.inbox_maxlen = inbox_maxlen
+        self.inbox_max_bytes = inbox_max_bytes
+        self.inbox_ttl = inbox_ttl
         self.worker_id: str | None = None
         self._deliver: Deliver | None = None
         self._live: coredis.Redis[bytes] | None = None
         """The connected client, while there is one (what :meth:`forward_to_worker` uses)."""
         self._inbox_last: bytes | None = None
         """The id of the last inbox entry read (kept across reconnections)."""
+        self._sessions: dict[str, str] = {}
+        """This worker's live sessions (their ids) and their principals' identities hashed (see
+        :meth:`session_opened`), as published in its session hash."""
+        self._session_changes: dict[str, bool] = {}
+        """Sessions opened (True) or closed (False) here and not yet written to the session hash (kept
+        only while the hash is being kept: a new connection writes it whole)."""
+        self._recording = False
+        self._sessions_changed = trio.Event()
         self._worker_counts = dict.fromkeys(
             (
                 "forwarded",
+                "forward_unknown",
+                "forward_full",
                 "forward_gone",
                 "forward_unavailable",
                 "inbox_received",
                 "inbox_delivered",
                 "inbox_dropped",
                 "inbox_malformed",
+                "inbox_forged",
             ),
             0,
         )
@@ -199,6 +297,7 @@ class RedisNotificationBus(LocalNotificationBus):
                 "received",
                 "echoes",
                 "malformed",
+                "forged",
                 "local_only",
                 "dropped",
                 "connects",
@@ -215,21 +314,27 @@ class RedisNotificationBus(LocalNotificationBus):
 
     def statistics(self) -> dict[str, Any]:
         """The bus's state and counters: notifications ``published`` to Redis, ``received`` from other
-        workers and delivered here, ``echoes`` (its own, ignored), ``malformed`` (dropped),
-        ``local_only`` (published while Redis was unreachable, or of a kind the bus does not carry),
-        ``dropped`` (the outbox was full), ``connects``, ``failures`` (failed attempts and lost
-        connections), and the ``last_error``."""
+        workers and delivered here, ``echoes`` (its own, ignored), ``malformed`` (dropped), ``forged``
+        (dropped: not signed by the key ring), ``local_only`` (published while Redis was unreachable,
+        or of a kind the bus does not carry), ``dropped`` (the outbox was full), ``connects``,
+        ``failures`` (failed attempts and lost connections), ``key_id`` (of the key that signs) and the
+        ``last_error``.  A worker's link adds its ``worker_id``, ``sessions_published``, what it
+        forwarded (``forwarded``, ``forward_unknown``, ``forward_full``, ``forward_gone``,
+        ``forward_unavailable``) and what its inbox got (``inbox_received``, ``inbox_delivered``,
+        ``inbox_dropped``, ``inbox_malformed``, ``inbox_forged``)."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
             "channel": self.channel,
             "instance_id": self.instance_id,
+            "key_id": self._keys.key_id,
             "subscribers": len(self),
             "last_error": self._last_error,
             **self._counts,
         }
         if self.worker_id is not None:
             stats["worker_id"] = self.worker_id
+            stats["sessions_published"] = len(self._sessions)
             stats.update(self._worker_counts)
         return stats
 
@@ -237,14 +342,41 @@ class RedisNotificationBus(LocalNotificationBus):
 
     def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
         """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
-        ``worker_id``): while connected it keeps the heartbeat key ``<prefix>:worker:<id>`` (TTL
-        ``heartbeat_ttl``, refreshed every ``heartbeat_interval``) and reads the stream
-        ``<prefix>:inbox:<id>``, handing each valid entry to ``deliver``."""
+        ``worker_id``).  While connected it keeps
+
+        - the heartbeat key ``<prefix>:worker:<id>`` (TTL ``heartbeat_ttl``, refreshed every
+          ``heartbeat_interval``);
+        - the hash ``<prefix>:sessions:<id>`` of its live sessions (:meth:`session_opened`), with the
+          same TTL: a keyed hash of each session id -> a keyed hash of its principal's identity, so
+          that another worker forwards only what is for a session this one has, sent by that
+          session's principal, and no session id or principal is stored in Redis;
+        - and reads the stream ``<prefix>:inbox:<id>``, hands each entry signed by the key ring to
+          ``deliver``, and deletes what it read.  The stream and its byte counter
+          ``<prefix>:inbox-bytes:<id>`` expire ``inbox_ttl`` after the last entry added."""
         check_worker_id(worker_id)
         if self.worker_id is not None and self.worker_id != worker_id:
             raise RuntimeError("this RedisNotificationBus already serves another worker")
         self.worker_id = worker_id
         self._deliver = deliver
+
+    def session_opened(self, session_id: str, principal: bytes) -> None:
+        """Record a session of this worker in its session hash (written soon after, in order),
+        with the identity of its principal."""
+        self._sessions[session_id] = self._keys.tag(PRINCIPAL_TAG, principal)
+        if self._recording:
+            self._session_changes[session_id] = True
+            self._sessions_changed.set()
+
+    def session_closed(self, session_id: str) -> None:
+        """Remove a session of this worker from its session hash."""
+        if self._sessions.pop(session_id, None) is not None and self._recording:
+            self._session_changes[session_id] = False
+            self._sessions_changed.set()
+
+    def principal_matches(self, principal: bytes, tag: str) -> bool:
+        """Whether ``tag`` (what came with a forwarded body) stands for the principal identity
+        ``principal`` (a session's owner) under a key of the ring."""
+        return self._keys.matches(PRINCIPAL_TAG, principal, tag)
 
     async def worker_alive(self, worker: str) -> bool | None:
         """Whether ``worker``'s heartbeat key exists; None if Redis cannot tell now."""
@@ -259,35 +391,73 @@ class RedisNotificationBus(LocalNotificationBus):
             return None
         return bool(found)
 
-    async def forward_to_worker(self, worker: str, session_id: str, body: bytes) -> Forwarded:
-        """Add ``body`` (responses and notifications of the session ``session_id``) to ``worker``'s
-        inbox if that worker is alive: ``sent``; ``gone`` (no heartbeat: nothing added);
-        ``unavailable`` (Redis cannot be reached now: nothing added)."""
+    def _known_args(self, worker: str, session_id: str, principal: bytes) -> tuple[list[str], list[str]]:
+        """The keys and arguments of :data:`_KNOWN` (and the start of :data:`_FORWARD`'s): the
+        session's and the principal's tags under each key of the ring, the current key's first."""
+        keys = self._keys
+        pairs: list[str] = []
+        for session_tag, principal_tag in zip(
+            keys.tags(SESSION_TAG, session_id.encode()), keys.tags(PRINCIPAL_TAG, principal), strict=True
+        ):
+            pairs += [session_tag, principal_tag]
+        return [heartbeat_key(self.prefix, worker), sessions_key(self.prefix, worker)], pairs
+
+    async def has_session(self, worker: str, session_id: str, principal: bytes) -> bool | None:
+        """Whether ``worker`` is alive and has the session ``session_id`` of the principal of identity
+        ``principal`` (in its session hash); None if Redis cannot tell now."""
+        client = self._live
+        if client is None or self._state != "connected":
+            return None
+        redis_keys, pairs = self._known_args(worker, session_id, principal)
+        try:
+            with trio.fail_after(self.command_timeout):
+                known = await client.eval(_KNOWN, keys=redis_keys, args=pairs)
+        except Exception as exc:
+            logger.debug("Redis: looking up a session of worker %s failed (%s)", worker, _leaf(exc))
+            return None
+        return bool(known == 1)
+
+    async def forward_to_worker(
+        self, worker: str, session_id: str, body: bytes, principal: bytes
+    ) -> Forwarded:
+        """Add ``body`` (responses and notifications of the session ``session_id``, sent by the
+        principal of identity ``principal``), signed, to ``worker``'s inbox, if that worker is alive
+        and has that session with that principal (decided in Redis, before anything is written):
+        ``sent``; ``unknown`` (no such session there, or another principal's); ``full`` (the inbox
+        holds ``inbox_maxlen`` entries or ``inbox_max_bytes`` bytes); ``gone`` (no heartbeat);
+        ``unavailable`` (Redis cannot be reached now).  Nothing is added but when ``sent``."""
         client = self._live
         if client is None or self._state != "connected":
             self._worker_counts["forward_unavailable"] += 1
             return "unavailable"
-        fields = encode_inbox_entry(session_id, body)
-        keys = [heartbeat_key(self.prefix, worker), inbox_key(self.prefix, worker)]
-        args = [str(self.inbox_maxlen).encode(), fields["v"], fields["session"], fields["body"]]
+        known_keys, pairs = self._known_args(worker, session_id, principal)
+        redis_keys = [*known_keys, inbox_key(self.prefix, worker), inbox_bytes_key(self.prefix, worker)]
         try:
             with trio.fail_after(self.command_timeout):
-                added = await client.eval(_FORWARD, keys=keys, args=args)
+                added = await client.eval(_KNOWN, keys=known_keys, args=pairs)
+                if added == 1:  # checked again, with the inbox's bounds, as the entry is added
+                    tag = pairs[1]  # the principal's, under the key that signs
+                    fields = encode_inbox_entry(self._keys, worker, session_id, body, tag, time.time())
+                    limits = [self.inbox_maxlen, self.inbox_max_bytes, int(self.inbox_ttl * 1000), len(body)]
+                    names = ("v", "kid", "sig", "ts", "session", "principal", "body")
+                    args: list[str | bytes] = [*map(str, limits), str(len(pairs) // 2), *pairs]
+                    args += [fields[name] for name in names]
+                    added = await client.eval(_FORWARD, keys=redis_keys, args=args)
         except Exception as exc:
             logger.debug("Redis: forwarding to worker %s failed (%s)", worker, _leaf(exc))
             self._worker_counts["forward_unavailable"] += 1
             return "unavailable"
-        if added == 1:
-            self._worker_counts["forwarded"] += 1
-            return "sent"
-        self._worker_counts["forward_gone"] += 1
-        return "gone"
+        outcomes: dict[object, Forwarded] = {1: "sent", 0: "gone", -1: "unknown", -2: "full"}
+        outcome = outcomes.get(added, "unavailable")
+        self._worker_counts["forwarded" if outcome == "sent" else f"forward_{outcome}"] += 1
+        return outcome
 
     async def _worker_link(
         self, client: coredis.Redis[bytes], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """The heartbeat and the inbox reader of one connection.  Started once the inbox's read
-        position is known and the heartbeat key is set, so that no entry added afterwards is missed."""
+        """The heartbeat, the session hash and the inbox reader of one connection.  Started once the
+        inbox's read position is known, the session hash written and the heartbeat key set, so that
+        no entry added afterwards is missed."""
         assert self.worker_id is not None
         key = inbox_key(self.prefix, self.worker_id)
         with trio.fail_after(self.command_timeout):
@@ -295,64 +465,139 @@ class RedisNotificationBus(LocalNotificationBus):
         tail_id = _as_bytes(tail[0].identifier) if tail else b"0-0"
         last = self._inbox_last
         # Go on from the last entry read if the stream still has it (a lost connection: catch up);
-        # otherwise (first connection, or a Redis that restarted empty) from the stream's tail now.
-        start = last if last is not None and _stream_id(last) <= _stream_id(tail_id) else tail_id
-        await self._beat(client)
-        reader = self._client()
+        # otherwise (first connection, or a Redis that restarted empty) from the start: what is there
+        # was not read (each entry read is deleted), and is read now, delivered or dropped, and deleted.
+        start = last if last is not None and _stream_id(last) <= _stream_id(tail_id) else b"0-0"
         try:
+            await self._publish_sessions(client)
+            await self._beat(client)
+            reader = self._client()
             async with reader, trio.open_nursery() as nursery:
                 nursery.start_soon(self._heartbeat, client)
+                nursery.start_soon(self._session_writer, client)
                 nursery.start_soon(self._inbox_reader, reader, key, start)
                 task_status.started()
         finally:
+            self._recording = False  # the next connection writes the hash whole
+            self._session_changes.clear()
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 try:  # a clean end: the other workers answer 404 at once, not after the TTL
                     await client.eval(
-                        _RELEASE, keys=[heartbeat_key(self.prefix, self.worker_id)], args=[self.instance_id]
+                        _RELEASE,
+                        keys=[
+                            heartbeat_key(self.prefix, self.worker_id),
+                            sessions_key(self.prefix, self.worker_id),
+                        ],
+                        args=[self.instance_id],
                     )
                 except Exception as exc:
                     logger.debug("Redis: releasing the heartbeat key failed (%s)", _leaf(exc))
 
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.heartbeat_ttl * 1000))
+
     async def _beat(self, client: coredis.Redis[bytes]) -> None:
         assert self.worker_id is not None
         with trio.fail_after(self.command_timeout):
-            await client.set(
-                heartbeat_key(self.prefix, self.worker_id),
-                self.instance_id,
-                px=max(1, int(self.heartbeat_ttl * 1000)),
-            )
+            await client.set(heartbeat_key(self.prefix, self.worker_id), self.instance_id, px=self._ttl_ms())
+            await client.pexpire(sessions_key(self.prefix, self.worker_id), self._ttl_ms())
 
     async def _heartbeat(self, client: coredis.Redis[bytes]) -> None:
         while True:
             await trio.sleep(self.heartbeat_interval)
             await self._beat(client)
 
+    async def _publish_sessions(self, client: coredis.Redis[bytes]) -> None:
+        """Write the whole session hash again (a new connection: Redis may have lost it, or missed
+        changes): built aside in chunks, then put in place at once."""
+        assert self.worker_id is not None
+        target = sessions_key(self.prefix, self.worker_id)
+        building = f"{target}:building:{self.instance_id}"
+        self._session_changes.clear()  # all of them are in the snapshot; later ones are recorded
+        self._recording = True
+        snapshot = list(self._sessions.items())
+        with trio.fail_after(self.command_timeout):
+            await client.delete([building])
+        for at in range(0, len(snapshot), _SESSION_CHUNK):
+            chunk = {
+                self._keys.tag(SESSION_TAG, sid.encode()): tag
+                for sid, tag in snapshot[at : at + _SESSION_CHUNK]
+            }
+            with trio.fail_after(self.command_timeout):
+                await client.hset(building, chunk)
+                await client.pexpire(building, max(self._ttl_ms(), int(self.command_timeout * 2000)))
+        with trio.fail_after(self.command_timeout):
+            await client.eval(_PUBLISH_SESSIONS, keys=[target, building], args=[str(self._ttl_ms())])
+
+    async def _session_writer(self, client: coredis.Redis[bytes]) -> None:
+        """Write each session opened or closed here to the session hash, in batches."""
+        assert self.worker_id is not None
+        target = sessions_key(self.prefix, self.worker_id)
+        while True:
+            await self._sessions_changed.wait()
+            self._sessions_changed = trio.Event()
+            changes, self._session_changes = self._session_changes, {}
+            added = {
+                self._keys.tag(SESSION_TAG, sid.encode()): self._sessions[sid]
+                for sid, opened in changes.items()
+                if opened and sid in self._sessions
+            }
+            removed = [
+                self._keys.tag(SESSION_TAG, sid.encode()) for sid, opened in changes.items() if not opened
+            ]
+            with trio.fail_after(self.command_timeout):
+                if removed:
+                    await client.hdel(target, removed)
+                if added:
+                    await client.hset(target, added)
+                    await client.pexpire(target, self._ttl_ms())
+
     async def _inbox_reader(self, reader: coredis.Redis[bytes], key: str, start: bytes) -> None:
-        """XREAD BLOCK on this worker's inbox (on a connection of its own), one entry at a time."""
+        """XREAD BLOCK on this worker's inbox (on a connection of its own), a few entries at a time;
+        each batch read is handled, then deleted (with its bytes taken off the inbox's counter)."""
+        assert self.worker_id is not None
+        counter = inbox_bytes_key(self.prefix, self.worker_id)
         last = start
         block_ms = max(1, int(min(1.0, self.command_timeout / 2) * 1000))
         while True:
-            reply = await reader.xread({key: last}, count=100, block=block_ms)
+            reply = await reader.xread({key: last}, count=_INBOX_BATCH, block=block_ms)
+            read: list[bytes] = []
+            size = 0
             for entries in (reply or {}).values():
                 for entry in entries:
                     last = _as_bytes(entry.identifier)
                     self._inbox_last = last
-                    self._on_inbox_entry(entry.field_values)
+                    read.append(last)
+                    size += self._on_inbox_entry(entry.field_values)
+            if read:
+                with trio.fail_after(self.command_timeout):
+                    await reader.eval(_TAKE, keys=[key, counter], args=[str(size), *read])
 
-    def _on_inbox_entry(self, fields: object) -> None:
+    def _on_inbox_entry(self, fields: object) -> int:
+        """Handle one inbox entry; the bytes it counted in the inbox (0 for one that was not signed,
+        whose writer counted nothing)."""
         assert self.worker_id is not None and self._deliver is not None
         self._worker_counts["inbox_received"] += 1
         try:
-            session_id, body = decode_inbox_entry(fields, self.worker_id)
+            entry = decode_inbox_entry(fields, self.worker_id, self._keys, time.time())
+        except ForgedMessage as exc:
+            self._worker_counts["inbox_forged"] += 1
+            self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_forged"], forged=True)
+            return 0
         except ValueError as exc:
             self._worker_counts["inbox_malformed"] += 1
             self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_malformed"])
-            return
-        if self._deliver(session_id, body):
+            return 0
+        if self._deliver(entry.session_id, entry.body, entry.principal):
             self._worker_counts["inbox_delivered"] += 1
         else:
             self._worker_counts["inbox_dropped"] += 1
-            logger.info("Redis inbox: dropped a forwarded message for session %.12s… (not here)", session_id)
+            logger.info(
+                "Redis inbox: dropped a forwarded message for session %.12s… (not here, or another "
+                "principal's)",
+                entry.session_id,
+            )
+        return len(entry.body)
 
     # -- publishing ----------------------------------------------------------------------------
 
@@ -376,7 +621,7 @@ class RedisNotificationBus(LocalNotificationBus):
             self._counts["local_only"] += 1
             return
         try:
-            self._outbox_send.send_nowait(data)
+            self._outbox_send.send_nowait(seal_bus_message(self._keys, self.channel, data, time.time()))
         except trio.WouldBlock:
             self._counts["dropped"] += 1
 
@@ -508,7 +753,13 @@ class RedisNotificationBus(LocalNotificationBus):
         if not isinstance(item, dict) or item.get("type") != "message":
             return  # subscription acknowledgements and the like
         try:
-            found = decode_bus_message(item.get("data"))
+            found = decode_bus_message(
+                open_bus_message(self._keys, self.channel, item.get("data"), time.time())
+            )
+        except ForgedMessage as exc:
+            self._counts["forged"] += 1
+            self._log_malformed(f"message on {self.channel}", str(exc), self._counts["forged"], forged=True)
+            return
         except ValueError as exc:
             self._counts["malformed"] += 1
             self._log_malformed(f"message on {self.channel}", str(exc), self._counts["malformed"])
@@ -519,13 +770,16 @@ class RedisNotificationBus(LocalNotificationBus):
         self._counts["received"] += 1
         self.deliver(found.message, found.uri)
 
-    def _log_malformed(self, what: str, reason: str, so_far: int) -> None:
+    def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
+        """One WARNING line per :data:`MALFORMED_LOG_INTERVAL` at most (the others are only counted):
+        what was dropped, why, and how many so far."""
         now = trio.current_time()
         last = self._malformed_logged_at
         if last is None or now - last >= MALFORMED_LOG_INTERVAL:
             self._malformed_logged_at = now
+            kind = "an unauthenticated" if forged else "a malformed"
             logger.warning(
-                "Redis notification bus: dropped a malformed %s (%s; %d so far)", what, reason, so_far
+                "Redis notification bus: dropped %s %s (%s; %d so far)", kind, what, reason, so_far
             )
 
 
@@ -615,10 +869,13 @@ class RedisTaskStore:
     Signals between workers go through Redis pub/sub: :meth:`signal` publishes on the channel
     ``<prefix>:tasks:worker:<worker>`` of the worker that runs a task, and :meth:`run` (which
     :meth:`MCPApp.run <mcp_trio.MCPApp.run>` starts) subscribes to this worker's own channel and hands
-    what arrives to the app's task manager.  :meth:`run` also keeps the connections the commands use;
-    while it is not connected (Redis down, or not running), each command opens a connection of its
-    own.  It reconnects with exponential backoff (``retry_initial`` doubling up to ``retry_max``
-    seconds, with jitter), and logs an outage once.
+    what arrives to the app's task manager.  Each signal is signed with the cluster's key ring
+    (``secret``, a key or a sequence of keys, else ``MCP_TRIO_REQUEST_STATE_SECRET``: without either
+    the store refuses to be made), as the notification bus's messages are: one that the ring does not
+    verify is dropped and counted (``signals_forged``).  :meth:`run` also keeps the connections the
+    commands use; while it is not connected (Redis down, or not running), each command opens a
+    connection of its own.  It reconnects with exponential backoff (``retry_initial`` doubling up to
+    ``retry_max`` seconds, with jitter), and logs an outage once.
 
     ``url``: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``.
     """
@@ -633,6 +890,7 @@ class RedisTaskStore:
         retry_initial: float = 0.1,
         retry_max: float = 2.0,
         signal_limit: int = SIGNAL_LIMIT,
+        secret: bytes | Sequence[bytes] | None = None,
     ) -> None:
         _coredis()  # fail here, not in the app's nursery
         if not isinstance(url, str) or not _URL.match(url):
@@ -649,6 +907,8 @@ class RedisTaskStore:
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.signal_limit = signal_limit
+        self._keys = ClusterKeys.of(secret)
+        """The cluster's key ring: signs the signals sent, verifies those received."""
         self.instance_id = secrets.token_hex(8)
         self.worker_id: str | None = None
         """The worker whose signals :meth:`run` receives (the app's ``worker_id``), once it runs."""
@@ -661,6 +921,7 @@ class RedisTaskStore:
         self._outage_logged = False
         self._outage_since: float | None = None
         self._malformed_logged = False
+        self._forged_logged_at: float | None = None
         self._last_error: str | None = None
         self._counts = dict.fromkeys(
             (
@@ -672,6 +933,7 @@ class RedisTaskStore:
                 "signals_unheard",
                 "signals_received",
                 "signals_malformed",
+                "signals_forged",
                 "connects",
                 "failures",
             ),
@@ -694,8 +956,9 @@ class RedisTaskStore:
     def statistics(self) -> dict[str, Any]:
         """Under ``task_store``: the state, tasks ``created`` here, creations refused as ``full``,
         ``malformed_records`` read as no task, commands that failed (``unavailable``), signals sent
-        (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received and
-        malformed, ``connects`` and ``failures`` of :meth:`run`, and the ``last_error``."""
+        (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received,
+        malformed and forged (not signed by the key ring), ``connects`` and ``failures`` of
+        :meth:`run`, and the ``last_error``."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
@@ -778,7 +1041,8 @@ class RedisTaskStore:
         if len(data) > self.signal_limit:
             raise RPCError(mt.INVALID_PARAMS, f"Too large to pass on to the worker of task {record.task_id}")
         channel = self.channel(worker)
-        receivers = await self._command("signal", lambda c: c.publish(channel, data))
+        sealed = seal_bus_message(self._keys, channel, data, time.time())
+        receivers = await self._command("signal", lambda c: c.publish(channel, sealed))
         self._counts["signals_sent"] += 1
         if not receivers:
             self._counts["signals_unheard"] += 1
@@ -874,7 +1138,20 @@ class RedisTaskStore:
             return  # subscription acknowledgements and the like
         data = item.get("data")
         try:
-            task_id, message = self._decode_signal(data)
+            inner = open_bus_message(self._keys, channel, data, time.time(), self.signal_limit)
+            task_id, message = self._decode_signal(inner)
+        except ForgedMessage as exc:
+            self._counts["signals_forged"] += 1
+            now = trio.current_time()
+            if self._forged_logged_at is None or now - self._forged_logged_at >= MALFORMED_LOG_INTERVAL:
+                self._forged_logged_at = now
+                logger.warning(
+                    "Redis task store: dropped an unauthenticated signal on %s (%s; %d so far)",
+                    channel,
+                    exc,
+                    self._counts["signals_forged"],
+                )
+            return
         except ValueError as exc:
             self._counts["signals_malformed"] += 1
             level = logging.WARNING if self._counts["signals_malformed"] == 1 else logging.DEBUG

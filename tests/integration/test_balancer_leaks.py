@@ -40,16 +40,20 @@ MODERN_META = {
 BUS_ZERO = (
     "subscribers",
     "malformed",
+    "forged",
     "local_only",
     "dropped",
     "failures",
     "forwarded",
+    "forward_unknown",
+    "forward_full",
     "forward_gone",
     "forward_unavailable",
     "inbox_received",
     "inbox_delivered",
     "inbox_dropped",
     "inbox_malformed",
+    "inbox_forged",
 )
 """Bus counters that must stay 0: no session's request is sent to a worker other than its owner."""
 

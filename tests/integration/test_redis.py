@@ -4,7 +4,12 @@ Two apps in one process, then two ``mcp-trio demo --redis URL --worker-id a|b`` 
 change on one worker reaches the 2025 sessions and 2026 ``subscriptions/listen`` streams of the other,
 once; Redis killed and started again on the same port mid-test (local delivery goes on, no worker
 fails, open streams stay open, cross-worker delivery resumes within seconds); a malformed message
-published by hand is dropped with a log line.
+published by hand is dropped with a log line, and so is one not signed by the cluster's key ring.
+
+Then what workers write to Redis: a flood of client answers for made-up sessions of a live worker is
+404 with nothing kept in Redis; inbox entries and bus messages written straight into Redis without
+the key ring are not delivered; a real forwarded answer is delivered and then gone from Redis; and a
+deployment with OAuth forwards an answer from the session's owner (and 404 from anyone else).
 
 redis-server comes from Debian (the ``redis-server`` package; scripts/test.sh installs it).  Without
 it the tests are skipped, unless ``CI`` is set: then a missing redis-server fails.
@@ -12,6 +17,7 @@ it the tests are skipped, unless ``CI`` is set: then a missing redis-server fail
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import logging
@@ -19,6 +25,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -37,7 +44,9 @@ from mcp_http import (
     wait_for,
 )
 
-from mcp_trio import MCPApp, MCPServer
+from mcp_trio import MCPApp, MCPServer, ServerConfig
+from mcp_trio._protocol.cluster import ClusterKeys, encode_inbox_entry, seal_bus_message
+from mcp_trio.auth import AccessToken, InvalidToken, ProtectedResource
 from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisNotificationBus  # imports coredis only once a bus is made
 from mcp_trio.testing import open_asgi_client
@@ -58,8 +67,21 @@ RESUME = 8.0
 QUIET = 0.5
 """How long a stream is watched to see that nothing arrives."""
 TOOLS = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+TOOLS_MESSAGE = json.dumps({"v": 1, "from": "intruder", "message": TOOLS}).encode()
+"""A well-formed bus message (what a worker signs and publishes)."""
+OTHER_KEYS = ClusterKeys([b"a key that is not the cluster's!"])
 V2026 = "2026-07-28"
 INFO = {"name": "t", "version": "1"}
+
+
+SECRET = base64.b64encode(b"test cluster key ring, 32 bytes!").decode()
+"""The workers' shared key ring (``MCP_TRIO_REQUEST_STATE_SECRET``)."""
+
+
+@pytest.fixture(autouse=True)
+def key_ring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bus of this module (and every demo worker, which inherits it) shares the key ring."""
+    monkeypatch.setenv("MCP_TRIO_REQUEST_STATE_SECRET", SECRET)
 
 
 def redis_binary() -> str:
@@ -272,15 +294,25 @@ async def test_a_malformed_message_is_dropped_with_a_log_line(
         peer = Peer()
         b.notifications.subscribe(peer)
         channel = bus_of(b).channel
+        keys = ClusterKeys.of(None)
         with caplog.at_level(logging.WARNING, logger="mcp_trio.redis"):
             call = b'{"v": 1, "from": "x", "message": {"method": "tools/call"}}'
-            for garbage in (b"not json", call, b"\xff"):
-                assert await redis.publish(channel, garbage) == 2
+            for garbage in (b"not json", call, b"\xff"):  # signed, but not a notification of the bus
+                sealed = seal_bus_message(keys, channel, garbage, time.time())
+                assert await redis.publish(channel, sealed) == 2
             await eventually(lambda: bus_of(b).statistics()["malformed"] == 3, 5, "all three dropped")
-        dropped = [r for r in caplog.records if "malformed" in r.getMessage()]
+            for unsigned in (
+                call,
+                TOOLS_MESSAGE,
+                seal_bus_message(OTHER_KEYS, channel, TOOLS_MESSAGE, time.time()),
+            ):
+                assert await redis.publish(channel, unsigned) == 2
+            await eventually(lambda: bus_of(b).statistics()["forged"] == 3, 5, "the unsigned ones dropped")
+        dropped = [r for r in caplog.records if "dropped a" in r.getMessage()]
         assert len(dropped) == 2, "one line per bus (the others within 10 s are counted)"
         assert "dropped a malformed message" in dropped[0].getMessage()
         assert peer.got == []
+        assert bus_of(b).statistics()["received"] == 0
         await a.notify_tools_changed()  # the bus goes on
         await eventually(lambda: peer.got == [TOOLS], 5, "a well-formed one after them")
         assert bus_of(b).state == "connected"
@@ -415,7 +447,7 @@ async def test_two_demo_workers_share_list_changes_through_redis(redis: RedisSer
             await reaches_b()  # on the same streams, open all along
 
             assert await redis.publish("mcp-trio:notifications", b'{"v": 1, "from": "forged"}') == 2
-            await wait_for(worker_b, lambda s: s["notification_bus"]["malformed"] == 1, 5, "dropped")
+            await wait_for(worker_b, lambda s: s["notification_bus"]["forged"] == 1, 5, "dropped")
             await get_b.quiet()
             stats_b = await fetch_stats(worker_b)
             assert stats_b["notification_bus"]["received"] == 2 and stats_b["listeners"] == 1
@@ -430,4 +462,293 @@ async def test_two_demo_workers_share_list_changes_through_redis(redis: RedisSer
                 assert log.count(f"Redis {part} lost its connection") == 1, log
                 assert log.count(f"Redis {part}: connected to") == 1, log
             assert "Traceback" not in log, log
-        assert "dropped a malformed message" in worker_b.log()
+        assert "dropped an unauthenticated message" in worker_b.log()
+
+
+# -- what workers write to Redis: nothing anonymous, nothing kept, nothing forged ----------------
+
+
+async def call(port: int, *args: bytes | str) -> Any:
+    """One Redis command over a plain socket; its reply parsed (RESP 2: integers, strings, arrays)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        parts = [a.encode() if isinstance(a, str) else a for a in args]
+        await stream.send_all(
+            b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in parts)
+        )
+        buffer = bytearray()
+
+        async def need(n: int) -> None:
+            while len(buffer) < n:
+                chunk = await stream.receive_some(65536)
+                assert chunk, "Redis closed the connection"
+                buffer.extend(chunk)
+
+        async def line() -> bytes:
+            while b"\r\n" not in buffer:
+                await need(len(buffer) + 1)
+            found, _, rest = bytes(buffer).partition(b"\r\n")
+            buffer[:] = rest
+            return found
+
+        async def reply() -> Any:
+            head = await line()
+            kind, rest = head[:1], head[1:]
+            if kind == b"+":
+                return rest.decode()
+            if kind == b"-":
+                raise AssertionError(f"Redis: {rest.decode()}")
+            if kind == b":":
+                return int(rest)
+            if kind == b"$":
+                size = int(rest)
+                if size < 0:
+                    return None
+                await need(size + 2)
+                value = bytes(buffer[:size])
+                buffer[:] = buffer[size + 2 :]
+                return value
+            assert kind == b"*", head
+            return [await reply() for _ in range(int(rest))]
+
+        return await reply()
+
+
+async def used_memory(port: int) -> int:
+    info: bytes = await call(port, "INFO", "memory")
+    for entry in info.decode().splitlines():
+        if entry.startswith("used_memory:"):
+            return int(entry.partition(":")[2])
+    raise AssertionError(info)
+
+
+def padded_answer(size: int) -> bytes:
+    """A client's answer to a server request, of about ``size`` bytes."""
+    return json.dumps({"jsonrpc": "2.0", "id": "s-1", "result": {"pad": "x" * size}}).encode()
+
+
+async def sessions_in_redis(port: int, worker: str, count: int) -> None:
+    """Wait until ``worker``'s session hash in Redis holds ``count`` sessions (written right after a
+    session is made or ends)."""
+    with trio.fail_after(5):
+        while await call(port, "HLEN", f"mcp-trio:sessions:{worker}") != count:  # noqa: ASYNC110 - polls Redis
+            await trio.sleep(0.01)
+
+
+def legacy_headers(session_id: str) -> dict[str, str]:
+    return {**POST_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+
+
+async def test_a_flood_of_answers_for_made_up_sessions_leaves_redis_flat(
+    redis: RedisServer, linux: None
+) -> None:
+    flags = ("--redis", redis.url)
+    async with (
+        serve_demo(*flags, "--worker-id", "a") as worker_a,
+        serve_demo(*flags, "--worker-id", "b") as worker_b,
+        http_client() as http,
+    ):
+        for worker_ in (worker_a, worker_b):
+            await wait_for(worker_, lambda s: bus_state(s) == "connected", STARTUP, "bus connected")
+        assert await call(redis.port, "EXISTS", "mcp-trio:worker:a") == 1  # a is alive
+        before = await used_memory(redis.port)
+        body = padded_answer(1024 * 1024)
+        for n in range(40):
+            response = await http.post(worker_b.url, content=body, headers=legacy_headers(f"a.made-up-{n}"))
+            assert response.status_code == 404, (response.status_code, response.text)
+            assert response.json()["error"]["message"] == "Not Found: unknown or terminated session"
+        after = await used_memory(redis.port)
+        assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a", "mcp-trio:inbox-bytes:a") == 0
+        assert after - before < 256 * 1024, (before, after)  # nothing of 40 MB was kept, nor sent
+        stats = (await fetch_stats(worker_b))["notification_bus"]
+        assert stats["forward_unknown"] == 40 and stats["forwarded"] == 0, stats
+        # nor is there anything to send elsewhere for a request, a GET or a DELETE: 404, not 503
+        made_up = legacy_headers("a.made-up")
+        ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+        assert (await http.post(worker_b.url, content=ping, headers=made_up)).status_code == 404
+        get = {**made_up, "accept": "text/event-stream"}
+        assert (await http.get(worker_b.url, headers=get)).status_code == 404
+        assert (await http.delete(worker_b.url, headers=made_up)).status_code == 404
+        assert (await fetch_stats(worker_a))["notification_bus"]["inbox_received"] == 0
+
+
+async def test_forged_messages_are_not_delivered_and_a_real_answer_is_then_gone(
+    redis: RedisServer, linux: None
+) -> None:
+    flags = ("--redis", redis.url)
+    async with (
+        serve_demo(*flags, "--worker-id", "a") as worker_a,
+        serve_demo(*flags, "--worker-id", "b") as worker_b,
+        http_client() as http,
+    ):
+        for worker_ in (worker_a, worker_b):
+            await wait_for(worker_, lambda s: bus_state(s) == "connected", STARTUP, "bus connected")
+        client = MCPClient(http, worker_a.url)
+        params = {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": INFO}
+        await client.request("initialize", params)
+        await client.initialized()
+        session_id = client.session_id
+        assert session_id is not None and session_id.startswith("a.")
+        await sessions_in_redis(redis.port, "a", 1)
+        recorded = await call(redis.port, "HGETALL", "mcp-trio:sessions:a")
+        assert len(recorded) == 2 and session_id.encode() not in b"".join(recorded)  # a keyed hash only
+        stream = await client.start_tool_call("test_elicitation", {"message": "who?"})
+        try:
+            with trio.fail_after(10):
+                ask = await stream.next_message()
+            assert ask is not None and ask["method"] == "elicitation/create", ask
+            content = {"username": "u", "email": "u@example.com"}
+            answer = {"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept", "content": content}}
+            data = json.dumps(answer).encode()
+
+            # Written straight into Redis by something without the key ring: never delivered.
+            keys = ClusterKeys.of(None)
+            principal = keys.tag(b"principal", b"none")
+            unsigned = ["v", "1", "session", session_id, "body", data]
+            other = encode_inbox_entry(OTHER_KEYS, "a", session_id, data, principal, time.time())
+            tampered = {
+                **encode_inbox_entry(
+                    keys, "a", session_id, b'{"jsonrpc":"2.0","method":"x"}', principal, time.time()
+                ),
+                "body": data,
+            }
+            for fields in (
+                unsigned,
+                [x for kv in other.items() for x in kv],
+                [x for kv in tampered.items() for x in kv],
+            ):
+                await call(redis.port, "XADD", "mcp-trio:inbox:a", "*", *fields)
+            await call(
+                redis.port,
+                "PUBLISH",
+                "mcp-trio:notifications",
+                seal_bus_message(OTHER_KEYS, "mcp-trio:notifications", TOOLS_MESSAGE, time.time()),
+            )
+            stats = await wait_for(
+                worker_a, lambda s: s["notification_bus"]["inbox_forged"] == 3, 5, "dropped"
+            )
+            assert stats["notification_bus"]["inbox_delivered"] == 0
+            await wait_for(worker_a, lambda s: s["notification_bus"]["forged"] == 1, 5, "bus forgery dropped")
+            assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a") == 0  # read, dropped, deleted
+
+            # The client's real answer, sent to the other worker: forwarded, delivered, then gone.
+            response = await http.post(worker_b.url, content=data, headers=client.headers(**POST_HEADERS))
+            assert response.status_code == 202, (response.status_code, response.text)
+            with trio.fail_after(10):
+                done = await stream.next_message()
+            assert done is not None and "action=accept" in done["result"]["content"][0]["text"], done
+        finally:
+            await stream.aclose()
+        stats = await wait_for(
+            worker_a, lambda s: s["notification_bus"]["inbox_delivered"] == 1, 5, "delivered"
+        )
+        assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a", "mcp-trio:inbox-bytes:a") == 0
+        response = await http.delete(worker_a.url, headers=client.headers())
+        assert response.status_code == 200
+        await sessions_in_redis(redis.port, "a", 0)
+        response = await http.post(worker_b.url, content=data, headers=client.headers(**POST_HEADERS))
+        assert response.status_code == 404  # the session is gone: nothing forwarded
+        for worker_ in (worker_a, worker_b):
+            await worker_.stop()
+            assert "Traceback" not in worker_.log()
+        assert "dropped an unauthenticated inbox entry" in worker_a.log()
+
+
+class Verifier:
+    """Bearer tokens named after their owner (``alice``, ``alice-2``: the same owner, ``bob``)."""
+
+    async def verify(self, token: str) -> AccessToken:
+        subject = token.partition("-")[0]
+        if subject not in ("alice", "bob"):
+            raise InvalidToken("unknown token")
+        return AccessToken(
+            token=token, subject=subject, scopes=frozenset({"mcp"}), client_id="c1", issuer=ISSUER
+        )
+
+
+ISSUER = "https://as.example.com"
+
+
+def protected_worker(url: str, name: str) -> MCPApp:
+    server = build_demo_server()
+    server.notifications = RedisNotificationBus(url, retry_initial=0.05, retry_max=0.5)
+    oauth = ProtectedResource(
+        resource="http://127.0.0.1/mcp",
+        authorization_servers=[ISSUER],
+        verifier=Verifier(),
+        scopes_supported=["mcp"],
+        required_scopes=["mcp"],
+    )
+    return MCPApp(server, ServerConfig(worker_id=name, oauth=oauth))
+
+
+async def test_an_authenticated_deployment_forwards_the_owner_s_answers(redis: RedisServer) -> None:
+    app_a, app_b = protected_worker(redis.url, "a"), protected_worker(redis.url, "b")
+    bus_a, bus_b = bus_of(app_a.server), bus_of(app_b.server)
+    async with open_asgi_client(app_a) as on_a, open_asgi_client(app_b) as on_b:
+        await eventually(lambda: bus_a.state == bus_b.state == "connected", STARTUP, "connected")
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
+        }
+        response = await on_a.request(
+            "POST", headers={**POST_HEADERS, "authorization": "Bearer alice"}, body=json.dumps(init).encode()
+        )
+        assert response.status == 200, await response.read()
+        session_id = response.headers["mcp-session-id"]
+        answer = padded_answer(10)
+        headers = legacy_headers(session_id)
+        await sessions_in_redis(redis.port, "a", 1)
+        response = await on_b.request(
+            "POST", headers={**headers, "authorization": "Bearer alice-2"}, body=answer
+        )
+        assert response.status == 202, await response.read()  # the owner's (refreshed) token
+        await eventually(lambda: bus_a.statistics()["inbox_delivered"] == 1, 5, "delivered")
+        for token, status in (("bob", 404), (None, 401)):
+            auth = {"authorization": f"Bearer {token}"} if token else {}
+            response = await on_b.request("POST", headers={**headers, **auth}, body=answer)
+            assert response.status == status, await response.read()
+        stats_b = bus_b.statistics()
+        assert (stats_b["forwarded"], stats_b["forward_unknown"]) == (1, 1), stats_b
+        assert bus_a.statistics()["inbox_received"] == 1
+        assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a") == 0
+        # the sessions hash names no token, subject or session id
+        recorded = b"".join(await call(redis.port, "HGETALL", "mcp-trio:sessions:a"))
+        for secret in (b"alice", session_id.encode()):
+            assert secret not in recorded
+
+
+async def test_an_inbox_nobody_reads_is_bounded_and_expires(redis: RedisServer) -> None:
+    """A worker that beats but does not read (its inbox stays as written): entries past the inbox's
+    count or bytes are refused, and what is there expires; a session it does not have, or another
+    principal's, gets nothing written."""
+    server, bus = worker(redis.url)
+    bus.inbox_maxlen = 3
+    async with MCPApp(server, ServerConfig(worker_id="b")).running():
+        await eventually(lambda: bus.state == "connected", STARTUP, "connected")
+        keys = ClusterKeys.of(None)
+        await call(redis.port, "SET", "mcp-trio:worker:ghost", "x", "PX", "60000")
+        session_tag = keys.tag(b"session", b"ghost.s1")
+        await call(
+            redis.port, "HSET", "mcp-trio:sessions:ghost", session_tag, keys.tag(b"principal", b"none")
+        )
+        small = padded_answer(100)
+        assert await bus.forward_to_worker("ghost", "ghost.other", small, b"none") == "unknown"
+        assert await bus.forward_to_worker("ghost", "ghost.s1", small, b"str:bob") == "unknown"
+        assert await bus.forward_to_worker("nobody", "nobody.s1", small, b"none") == "gone"
+        assert await call(redis.port, "EXISTS", "mcp-trio:inbox:ghost") == 0
+        outcomes = [await bus.forward_to_worker("ghost", "ghost.s1", small, b"none") for _ in range(4)]
+        assert outcomes == ["sent", "sent", "sent", "full"]
+        assert await call(redis.port, "XLEN", "mcp-trio:inbox:ghost") == 3
+        assert int(await call(redis.port, "GET", "mcp-trio:inbox-bytes:ghost")) == 3 * len(small)
+        for key in ("mcp-trio:inbox:ghost", "mcp-trio:inbox-bytes:ghost"):
+            assert 0 < await call(redis.port, "PTTL", key) <= bus.inbox_ttl * 1000
+        await call(redis.port, "DEL", "mcp-trio:inbox:ghost", "mcp-trio:inbox-bytes:ghost")
+        big = padded_answer(1536 * 1024)
+        bus.inbox_maxlen, bus.inbox_max_bytes = 100, 4 * 1024 * 1024
+        outcomes = [await bus.forward_to_worker("ghost", "ghost.s1", big, b"none") for _ in range(3)]
+        assert outcomes == ["sent", "sent", "full"]  # 4 MiB hold two of 1.5 MiB
+        stats = bus.statistics()
+        assert (stats["forwarded"], stats["forward_full"], stats["forward_unknown"]) == (5, 2, 2), stats

@@ -29,6 +29,7 @@ from test_redis import RedisServer, command
 
 from mcp_trio import MCPApp, ServerConfig, TaskRecord, TaskStoreFull, TaskStoreUnavailable
 from mcp_trio._app.tasks import TASKS_EXTENSION, TaskManager
+from mcp_trio._protocol.cluster import ClusterKeys, seal_bus_message
 from mcp_trio.auth import AccessToken
 from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisTaskStore
@@ -43,6 +44,8 @@ USER_HEADER = "x-test-user"
 
 redis = test_redis.redis
 """The fixture of test_redis.py: a redis-server of its own for each test, killed after it."""
+key_ring = test_redis.key_ring
+"""The fixture of test_redis.py (autouse): the stores (and the workers) share a key ring."""
 
 
 def record(task_id: str, *, ttl_ms: int | None = 60_000, worker: str | None = "a") -> TaskRecord:
@@ -272,17 +275,28 @@ async def test_signals_reach_the_worker_subscribed(
         await eventually(lambda: len(received) == 1, STEP, "the signal arrived")
         assert received == [("t1", {"cancel": True})]
         channel = "mcp_trio:tasks:worker:a"
+        keys = ClusterKeys.of(None)
         with caplog.at_level(logging.WARNING, logger="mcp_trio.redis"):
             for garbage in (b"not json", b"[]", b'{"cancel": true}', b'{"taskId": 7}', b"\xff"):
-                assert await redis.publish(channel, garbage) == 1
+                assert (
+                    await redis.publish(channel, seal_bus_message(keys, channel, garbage, time.time())) == 1
+                )
             big = json.dumps({"taskId": "t2", "inputResponses": {"x": "y" * 5000}}).encode()
-            assert await redis.publish(channel, big) == 1
-            assert await redis.publish(channel, b'{"taskId": "t3", "cancel": true}') == 1
+            assert await redis.publish(channel, seal_bus_message(keys, channel, big, time.time())) == 1
+            # not signed by the key ring: a cancel written into Redis by anything without the secret
+            cancel = b'{"taskId": "t1", "cancel": true}'
+            other = ClusterKeys([b"a key that is not the cluster's!"])
+            for forged in (cancel, seal_bus_message(other, channel, cancel, time.time())):
+                assert await redis.publish(channel, forged) == 1
+            good = seal_bus_message(keys, channel, b'{"taskId": "t3", "cancel": true}', time.time())
+            assert await redis.publish(channel, good) == 1
             await eventually(lambda: len(received) == 2, STEP, "the good one after the garbage")
         assert received[1] == ("t3", {"cancel": True})
         stats = store_a.statistics()["task_store"]
         assert stats["signals_malformed"] == 6 and stats["signals_received"] == 2
+        assert stats["signals_forged"] == 2
         assert len([r for r in caplog.records if "malformed signal" in r.getMessage()]) == 1
+        assert len([r for r in caplog.records if "unauthenticated signal" in r.getMessage()]) == 1
         assert sender.statistics()["task_store"]["signals_unheard"] == 1
         nursery.cancel_scope.cancel()
     assert store_a.state == "stopped"

@@ -237,7 +237,28 @@ def redis_bus(url: str | None = None, **options: Any) -> Any:
     pytest.importorskip("coredis")
     from mcp_trio.redis import RedisNotificationBus
 
+    options.setdefault("secret", key())
     return RedisNotificationBus(url or f"redis://127.0.0.1:{free_port()}", **options)
+
+
+def test_a_bus_without_a_key_ring_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers sign what they write to Redis: without the cluster's secret, no bus (fail closed)."""
+    monkeypatch.delenv(REQUEST_STATE_SECRET_ENV, raising=False)
+    with pytest.raises(ValueError, match=REQUEST_STATE_SECRET_ENV):
+        redis_bus(secret=None)
+    monkeypatch.setenv(REQUEST_STATE_SECRET_ENV, ring_text(key()))
+    assert redis_bus(secret=None).statistics()["forged"] == 0
+
+
+def test_redis_without_a_key_ring_stops_the_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(REQUEST_STATE_SECRET_ENV, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--worker-id", "a", "--redis", f"redis://127.0.0.1:{free_port()}"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--redis" in err and REQUEST_STATE_SECRET_ENV in err and "openssl rand" in err
 
 
 class Peer:
@@ -280,6 +301,10 @@ async def test_a_bus_that_is_not_running_delivers_locally_and_says_so(
         {"outbox": 0},
         {"retry_initial": 0},
         {"retry_initial": 2, "retry_max": 1},
+        {"inbox_max_bytes": 1024},
+        {"inbox_ttl": 1.0},
+        {"secret": []},
+        {"secret": b""},
     ],
 )
 def test_bad_bus_options(options: dict[str, Any]) -> None:

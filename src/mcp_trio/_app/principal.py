@@ -15,13 +15,14 @@ import json
 import secrets
 from collections.abc import Sequence
 
-__all__ = ["PrincipalKeys"]
+__all__ = ["PrincipalKeys", "principal_identity"]
 
 
-def _identity(principal: object) -> bytes:
-    """What makes two principals the same one: the owner of an access token (issuer, subject, client;
-    the token itself for a token naming neither), else the principal's type and ``repr`` (so a custom
-    principal should have a stable one, such as a dataclass or a string)."""
+def principal_identity(principal: object) -> bytes:
+    """What makes two principals the same one, in this process and between workers: the owner of an
+    access token (issuer, subject, client; the token itself for a token naming neither), else the
+    principal's type and ``repr`` (so a custom principal should have a stable one, such as a dataclass
+    or a string).  It may hold a secret: only keyed hashes of it are stored or sent."""
     owner = getattr(principal, "owner", None)
     if isinstance(owner, tuple):
         parts: list[object] = ["token", *("" if part is None else str(part) for part in owner)]
@@ -56,11 +57,11 @@ class PrincipalKeys:
         """Whether ``owner`` (a key this ring made, under any of its keys) is ``principal``'s."""
         if principal is None:
             return owner == ""
-        identity, stored = _identity(principal), owner.encode("utf-8", "surrogatepass")
+        identity, stored = principal_identity(principal), owner.encode("utf-8", "surrogatepass")
         return any(hmac.compare_digest(stored, self._digest(identity, key).encode()) for key in self._keys)
 
     def _key(self, principal: object, key: bytes) -> str:
-        return "" if principal is None else self._digest(_identity(principal), key)
+        return "" if principal is None else self._digest(principal_identity(principal), key)
 
     @staticmethod
     def _digest(identity: bytes, key: bytes) -> str:

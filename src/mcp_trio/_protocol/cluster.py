@@ -1,18 +1,23 @@
 """Rules of a server run as several workers, that need no I/O: worker ids, session ids that name their
-owner, the ``requestState`` key ring given in the environment, and the messages of the notification
-bus that workers share through Redis.
+owner, the ``requestState`` key ring given in the environment, the messages of the notification bus
+and of the workers' inboxes that workers share through Redis, and their signatures by that key ring.
 
 Everything read here comes from outside (a client's ``Mcp-Session-Id``, an environment variable, a
 message on a Redis channel) and is checked as strictly as a message from a socket: what does not
-match exactly is refused (``None`` or :class:`ValueError`), never half-used.
+match exactly is refused (``None`` or :class:`ValueError`), never half-used.  What Redis hands over
+is trusted no more than the network: a message that the cluster's key ring does not verify is
+:class:`ForgedMessage`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
+import os
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +30,12 @@ __all__ = [
     "BUS_MESSAGE_LIMIT",
     "FORWARDED_METHODS",
     "INBOX_MESSAGE_LIMIT",
+    "MESSAGE_MAX_AGE",
     "REQUEST_STATE_SECRET_ENV",
     "BusMessage",
+    "ClusterKeys",
+    "ForgedMessage",
+    "InboxEntry",
     "check_channel_prefix",
     "check_instance_id",
     "check_worker_id",
@@ -35,9 +44,13 @@ __all__ = [
     "encode_bus_message",
     "encode_inbox_entry",
     "heartbeat_key",
+    "inbox_bytes_key",
     "inbox_key",
+    "open_bus_message",
     "parse_secret_ring",
+    "seal_bus_message",
     "session_owner",
+    "sessions_key",
 ]
 
 WORKER_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -130,6 +143,155 @@ def parse_secret_ring(text: str) -> tuple[bytes, ...]:
     return tuple(keys)
 
 
+# -- authenticating what workers write to Redis ------------------------------------------------
+
+MESSAGE_MAX_AGE = 300.0
+"""Seconds a signed bus message or inbox entry stays acceptable (either way from its ``ts``): a message
+copied from Redis cannot be replayed later than that.  Worker clocks must agree to well within it."""
+TAG_BYTES = 16
+"""Length of a keyed tag (a session's or a principal's), before hex."""
+
+
+class ForgedMessage(ValueError):
+    """A message that does not carry a valid signature of the cluster's key ring (written by something
+    without the secret, or too old or too far in the future): dropped and counted apart."""
+
+
+class ClusterKeys:
+    """The cluster's key ring (the ``requestState`` ring, ``MCP_TRIO_REQUEST_STATE_SECRET``) applied to
+    what workers write to Redis.  Each key of the ring gives, by HMAC-SHA256 with a fixed label, a
+    signing key and a tagging key (never the ring's key itself, so a signature here is never a valid
+    ``requestState``), and a key id (16 hex digits, that reveal nothing of the key).
+
+    :meth:`sign` signs with the first key (the current one); :meth:`verify` accepts a signature of any
+    key of the ring, so keys rotate as for ``requestState``: add the new key second on every worker,
+    then move it first, then drop the old one.  :meth:`tags` are keyed hashes of a value (a session id,
+    a principal's identity) that can be stored in Redis and compared without revealing the value."""
+
+    __slots__ = ("_by_id", "_keys")
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        if not keys or not all(isinstance(key, bytes) and key for key in keys):
+            raise ValueError("the cluster's key ring: at least one key, each non-empty bytes")
+        derived = []
+        for key in keys:
+            kid = hashlib.sha256(b"mcp-trio cluster key id\0" + key).hexdigest()[:16]
+            signing = hmac.new(key, b"mcp-trio cluster messages v1", hashlib.sha256).digest()
+            tagging = hmac.new(key, b"mcp-trio cluster tags v1", hashlib.sha256).digest()
+            derived.append((kid, signing, tagging))
+        self._keys = tuple(derived)
+        self._by_id = {kid: signing for kid, signing, _ in reversed(derived)}
+
+    @classmethod
+    def of(cls, secret: bytes | Sequence[bytes] | None) -> ClusterKeys:
+        """The ring of ``secret`` (a key or a sequence of keys), else of the environment variable
+        :data:`REQUEST_STATE_SECRET_ENV`; ValueError if neither is given (workers that share Redis need
+        a shared secret: without one, whatever can write to Redis could speak for a worker)."""
+        if secret is None:
+            text = os.environ.get(REQUEST_STATE_SECRET_ENV)
+            if text is None:
+                raise ValueError(
+                    f"workers that share Redis sign what they write there with a shared key ring: set "
+                    f"{REQUEST_STATE_SECRET_ENV} on every worker (make a key with 'openssl rand -base64 "
+                    f"32'), or pass secret= to RedisNotificationBus"
+                )
+            return cls(parse_secret_ring(text))
+        return cls([secret] if isinstance(secret, bytes) else list(secret))
+
+    @property
+    def key_id(self) -> str:
+        """The id of the key that signs (the first of the ring)."""
+        return self._keys[0][0]
+
+    def sign(self, label: bytes, *parts: bytes) -> tuple[str, str]:
+        """The key id and the signature (hex) of ``parts`` under ``label``, with the current key."""
+        kid, signing, _ = self._keys[0]
+        return kid, _mac(signing, label, parts)
+
+    def verify(self, kid: object, signature: object, label: bytes, *parts: bytes) -> bool:
+        """Whether ``signature`` is one of ``parts`` under ``label`` by the key ``kid`` of the ring."""
+        if not isinstance(kid, str) or not isinstance(signature, str):
+            return False
+        signing = self._by_id.get(kid)
+        if signing is None:
+            return False
+        return hmac.compare_digest(_mac(signing, label, parts), signature)
+
+    def tags(self, label: bytes, value: bytes) -> tuple[str, ...]:
+        """A keyed hash of ``value`` (32 hex digits) by every key of the ring, the current key's first."""
+        return tuple(_mac(tagging, label, (value,))[: 2 * TAG_BYTES] for _, _, tagging in self._keys)
+
+    def tag(self, label: bytes, value: bytes) -> str:
+        """The current key's :meth:`tags`."""
+        return self.tags(label, value)[0]
+
+    def matches(self, label: bytes, value: bytes, tag: object) -> bool:
+        """Whether ``tag`` is a tag of ``value`` by any key of the ring."""
+        if not isinstance(tag, str):
+            return False
+        found = False
+        for candidate in self.tags(label, value):
+            found |= hmac.compare_digest(candidate, tag)
+        return found
+
+
+def _mac(key: bytes, label: bytes, parts: Sequence[bytes]) -> str:
+    """HMAC-SHA256 over ``label`` and ``parts``, each preceded by its length (so no two different
+    sequences of parts share their bytes)."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for part in (label, *parts):
+        mac.update(len(part).to_bytes(8, "big"))
+        mac.update(part)
+    return mac.hexdigest()
+
+
+def _fresh(ts: object, now: float) -> int:
+    """The signed timestamp ``ts`` (milliseconds since the epoch, ASCII digits) if it is within
+    :data:`MESSAGE_MAX_AGE` of ``now`` (seconds since the epoch); ForgedMessage otherwise."""
+    if not isinstance(ts, bytes) or not ts.isdigit() or len(ts) > 16:
+        raise ForgedMessage("no valid timestamp")
+    millis = int(ts)
+    if abs(millis / 1000 - now) > MESSAGE_MAX_AGE:
+        raise ForgedMessage(f"signed more than {MESSAGE_MAX_AGE:g} s away from now")
+    return millis
+
+
+_BUS_MAGIC = b"mt1"
+_BUS_LABEL = b"bus"
+_HEX = re.compile(rb"[0-9a-f]+")
+
+
+def seal_bus_message(keys: ClusterKeys, channel: str, data: bytes, now: float) -> bytes:
+    """``data`` (an :func:`encode_bus_message`, or a task store's signal) as published:
+    ``mt1 <key id> <signature> <ts> <data>``, signed for ``channel`` at ``now`` (seconds since the
+    epoch)."""
+    ts = str(int(now * 1000)).encode()
+    kid, signature = keys.sign(_BUS_LABEL, channel.encode(), ts, data)
+    return b" ".join((_BUS_MAGIC, kid.encode(), signature.encode(), ts, data))
+
+
+def open_bus_message(
+    keys: ClusterKeys, channel: str, data: object, now: float, limit: int = BUS_MESSAGE_LIMIT
+) -> bytes:
+    """The message inside ``data`` read from ``channel`` (a message of at most ``limit`` bytes), once
+    its signature is checked: :class:`ForgedMessage` if it is not signed by the ring (or is stale),
+    ValueError if it is not even shaped like a signed message."""
+    if not isinstance(data, bytes):
+        raise ValueError(f"not bytes but {type(data).__name__}")
+    if len(data) > limit + 128:
+        raise ValueError(f"{len(data)} bytes, more than {limit}")
+    fields = data.split(b" ", 4)
+    if len(fields) != 5 or fields[0] != _BUS_MAGIC:
+        raise ForgedMessage("not a signed message")
+    _, kid, signature, ts, inner = fields
+    if not _HEX.fullmatch(kid) or not _HEX.fullmatch(signature):
+        raise ForgedMessage("not a signed message")
+    if not keys.verify(kid.decode(), signature.decode(), _BUS_LABEL, channel.encode(), ts, inner):
+        raise ForgedMessage("a signature the key ring does not verify")
+    _fresh(ts, now)
+    return inner
+
+
 # -- the notification bus's messages -----------------------------------------------------------
 
 
@@ -202,9 +364,16 @@ def decode_bus_message(data: object) -> BusMessage:
 
 # -- a worker's inbox: client messages of its sessions that reached another worker --------------
 
-INBOX_VERSION = b"1"
+INBOX_VERSION = b"2"
 INBOX_MESSAGE_LIMIT = 4 * 1024 * 1024
 """Largest body accepted from an inbox entry, in bytes (the default ``max_body_size``)."""
+_INBOX_LABEL = b"inbox"
+_INBOX_FIELDS = frozenset({"v", "kid", "sig", "ts", "session", "principal", "body"})
+SESSION_TAG = b"session"
+"""The label of a session id's tag (the field of a worker's session record)."""
+PRINCIPAL_TAG = b"principal"
+"""The label of a principal's tag (what travels with a forwarded answer, and a session record's value)."""
+_TAG = re.compile(f"[0-9a-f]{{{2 * TAG_BYTES}}}")
 
 
 def heartbeat_key(prefix: str, worker: str) -> str:
@@ -217,39 +386,80 @@ def inbox_key(prefix: str, worker: str) -> str:
     return f"{check_channel_prefix(prefix)}:inbox:{check_worker_id(worker)}"
 
 
-def encode_inbox_entry(session_id: str, body: bytes) -> dict[str, bytes]:
-    """The fields of an inbox stream entry carrying ``body`` (a POST body holding only JSON-RPC
-    responses and notifications) for the session ``session_id``."""
-    return {"v": INBOX_VERSION, "session": session_id.encode("ascii"), "body": body}
+def inbox_bytes_key(prefix: str, worker: str) -> str:
+    """The counter of the bytes waiting in a worker's inbox: ``<prefix>:inbox-bytes:<worker>``."""
+    return f"{check_channel_prefix(prefix)}:inbox-bytes:{check_worker_id(worker)}"
 
 
-def decode_inbox_entry(fields: object, worker: str) -> tuple[str, bytes]:
-    """The session id and POST body of an entry read from ``worker``'s inbox, validated like a request
-    from a socket: exactly the fields above, version 1, a session id of ``worker``, a body within
-    :data:`INBOX_MESSAGE_LIMIT` of JSON-RPC responses and notifications only.  ValueError (short, safe
-    to log) for anything else."""
+def sessions_key(prefix: str, worker: str) -> str:
+    """The hash of a worker's live sessions (``<prefix>:sessions:<worker>``, with the heartbeat's
+    TTL): a session id's tag -> its principal's tag."""
+    return f"{check_channel_prefix(prefix)}:sessions:{check_worker_id(worker)}"
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """A forwarded POST body, checked: the session it is for, the body (JSON-RPC responses and
+    notifications only), and the tag of the principal that sent it (to compare with the session's)."""
+
+    session_id: str
+    body: bytes
+    principal: str
+
+
+def encode_inbox_entry(
+    keys: ClusterKeys, worker: str, session_id: str, body: bytes, principal: str, now: float
+) -> dict[str, bytes]:
+    """The fields of a stream entry of ``worker``'s inbox carrying ``body`` (a POST body holding only
+    JSON-RPC responses and notifications) for the session ``session_id``, sent by the principal whose
+    tag is ``principal``; signed at ``now`` (seconds since the epoch) for this worker alone."""
+    ts = str(int(now * 1000)).encode()
+    session = session_id.encode("ascii")
+    tag = principal.encode("ascii")
+    kid, signature = keys.sign(_INBOX_LABEL, worker.encode(), ts, session, tag, body)
+    return {
+        "v": INBOX_VERSION,
+        "kid": kid.encode(),
+        "sig": signature.encode(),
+        "ts": ts,
+        "session": session,
+        "principal": tag,
+        "body": body,
+    }
+
+
+def decode_inbox_entry(fields: object, worker: str, keys: ClusterKeys, now: float) -> InboxEntry:
+    """An entry read from ``worker``'s inbox, checked like a request from a socket: signed by the key
+    ring for this worker within :data:`MESSAGE_MAX_AGE` (else :class:`ForgedMessage`), then exactly
+    the fields above, a session id of ``worker``, a body within :data:`INBOX_MESSAGE_LIMIT` of
+    JSON-RPC responses and notifications only (else ValueError; short, safe to log)."""
     if not isinstance(fields, Mapping):
         raise ValueError("not a field map")
     named = {k.decode("ascii", "replace") if isinstance(k, bytes) else k: v for k, v in fields.items()}
-    if set(named) != {"v", "session", "body"}:
-        raise ValueError("unexpected fields")
+    if set(named) != _INBOX_FIELDS or not all(isinstance(v, bytes) for v in named.values()):
+        raise ForgedMessage("not the fields of a signed entry")
     if named["v"] != INBOX_VERSION:
-        raise ValueError("not version 1")
-    raw_session, body = named["session"], named["body"]
-    if not isinstance(raw_session, bytes) or not isinstance(body, bytes):
-        raise ValueError("fields are not bytes")
+        raise ForgedMessage(f"not version {INBOX_VERSION.decode()}")
+    raw_session, body, tag, ts = named["session"], named["body"], named["principal"], named["ts"]
     if len(body) > INBOX_MESSAGE_LIMIT:
         raise ValueError(f"a body of {len(body)} bytes, more than {INBOX_MESSAGE_LIMIT}")
+    kid, signature = named["kid"].decode("ascii", "replace"), named["sig"].decode("ascii", "replace")
+    if not keys.verify(kid, signature, _INBOX_LABEL, worker.encode(), ts, raw_session, tag, body):
+        raise ForgedMessage("a signature the key ring does not verify")
+    _fresh(ts, now)
     try:
         session_id = raw_session.decode("ascii")
+        principal = tag.decode("ascii")
     except UnicodeDecodeError:
-        raise ValueError("a session id that is not ASCII") from None
+        raise ValueError("a session id or principal that is not ASCII") from None
     if session_owner(session_id, (worker,)) is None:
         raise ValueError("not a session id of this worker")
+    if not _TAG.fullmatch(principal):
+        raise ValueError("not a principal's tag")
     try:
         incoming = jsonrpc.parse_body(body, allow_batch=True)
     except RemoteProtocolError:
         raise ValueError("not a JSON-RPC body") from None
     if incoming.requests:
         raise ValueError("a request (only responses and notifications are forwarded)")
-    return session_id, body
+    return InboxEntry(session_id, body, principal)

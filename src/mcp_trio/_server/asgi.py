@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 import mcp_types as mt
 import trio
 
+from .._app.principal import principal_identity
 from .._app.server import MCPServer
 from .._exceptions import RemoteProtocolError, RPCError, SessionError
 from .._protocol import http, jsonrpc, versions
@@ -51,15 +52,26 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 class WorkerLink(Protocol):
     """What a notification bus offers when it also links the workers (the Redis bus does): see
-    docs/deploy/workers.  Found on ``server.notifications`` by its ``attach_worker`` method."""
+    docs/deploy/workers.  Found on ``server.notifications`` by its ``attach_worker`` method.
 
-    def attach_worker(self, worker_id: str, deliver: Callable[[str, bytes], bool]) -> None: ...
+    ``deliver`` (given to ``attach_worker``) takes a forwarded body with its session id and the tag
+    of the principal that sent it; ``session_opened``/``session_closed`` keep the link's record of
+    this worker's sessions (what other workers forward to); ``principal_matches`` compares a tag with
+    a principal's identity (:func:`principal_identity`)."""
 
-    async def worker_alive(self, worker: str) -> bool | None: ...
+    def attach_worker(self, worker_id: str, deliver: Callable[[str, bytes, str], bool]) -> None: ...
+
+    def session_opened(self, session_id: str, principal: bytes) -> None: ...
+
+    def session_closed(self, session_id: str) -> None: ...
+
+    def principal_matches(self, principal: bytes, tag: str) -> bool: ...
+
+    async def has_session(self, worker: str, session_id: str, principal: bytes) -> bool | None: ...
 
     async def forward_to_worker(
-        self, worker: str, session_id: str, body: bytes
-    ) -> Literal["sent", "gone", "unavailable"]: ...
+        self, worker: str, session_id: str, body: bytes, principal: bytes
+    ) -> Literal["sent", "unknown", "full", "gone", "unavailable"]: ...
 
 
 class MCPApp:
@@ -87,8 +99,6 @@ class MCPApp:
         oauth = self.config.oauth
         self._oauth = BearerGuard(oauth, self.config.path) if oauth is not None else None
         """With ``config.oauth``: the bearer check of every request, and the resource metadata."""
-        self._owned_sessions = self.config.authenticate is not None or oauth is not None
-        """Whether sessions belong to a principal (another worker cannot check it for a forwarded body)."""
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
@@ -108,7 +118,9 @@ class MCPApp:
         bus = self.server.notifications
         if self.config.worker_id is not None and callable(getattr(bus, "attach_worker", None)):
             bus.attach_worker(self.config.worker_id, self._deliver_forwarded)  # type: ignore[attr-defined]
-            self._link = bus  # type: ignore[assignment]
+            link: WorkerLink = bus  # type: ignore[assignment]
+            self._link = link
+            self._manager.on_forget = lambda session: link.session_closed(session.id)
         bus_run = getattr(bus, "run", None)
         tasks = self._modern.tasks
         tasks.publish = bus.publish
@@ -409,7 +421,7 @@ class MCPApp:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
             await self._initialize(initialize[0], receive, send, principal, client_address(client))
             return
-        if await self._elsewhere(facts, send, None if incoming.requests else body):
+        if await self._elsewhere(facts, send, None if incoming.requests else body, principal):
             return
         await self._post_legacy(facts, incoming, receive, send, principal)
 
@@ -514,6 +526,8 @@ class MCPApp:
         except SessionError as exc:
             raise http.server_busy() from exc
         session.principal = principal
+        if self._link is not None:  # other workers may forward this session's answers here
+            self._link.session_opened(session.id, principal_identity(principal))
         result = session.accept(accepted)
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
@@ -524,11 +538,17 @@ class MCPApp:
 
     # -- sessions of other workers ----------------------------------------------------------------
 
-    async def _elsewhere(self, facts: http.RequestFacts, send: GuardedSend, body: bytes | None) -> bool:
-        """A request for a session another worker owns, with a worker link: ``body`` (a POST holding
-        only responses and notifications) is forwarded to the owner's inbox and answered 202; the
-        rest is 503 with ``Retry-After`` while the owner is alive (or Redis cannot tell), 404 once it
-        is not.  False: not another worker's session (the request goes on as usual)."""
+    async def _elsewhere(
+        self, facts: http.RequestFacts, send: GuardedSend, body: bytes | None, principal: object
+    ) -> bool:
+        """A request for a session another worker owns, with a worker link.  ``body`` (a POST holding
+        only responses and notifications, from ``principal``) is forwarded to the owner's inbox and
+        answered 202 if the owner has that session with that principal; 404 if it has not (or is
+        gone), decided before anything is written; 503 with ``Retry-After`` if Redis cannot tell now,
+        or the owner's inbox is full.  The rest (requests, GET, DELETE) is 503 with ``Retry-After``
+        if the owner has the session of that principal (or Redis cannot tell), 404 if not.  Principals
+        are compared by :func:`principal_identity` (a custom principal needs a stable ``repr``).
+        False: not another worker's session (the request goes on as usual)."""
         link, worker = self._link, self.config.worker_id
         if link is None or worker is None or not facts.session_id:
             return False
@@ -537,15 +557,17 @@ class MCPApp:
         if owner is None or owner == worker:
             return False
         http.check_protocol_version(facts)
+        identity = principal_identity(principal)
         alive: bool | None
-        if body is not None and not self._owned_sessions:  # the owner cannot check a principal
-            outcome = await link.forward_to_worker(owner, session_id, body)
+        if body is not None:
+            outcome = await link.forward_to_worker(owner, session_id, body, identity)
             if outcome == "sent":
                 await _respond(send, 202, b"", content_type=None)
                 return True
-            alive = False if outcome == "gone" else None
+            alive = None if outcome in ("unavailable", "full") else False
         else:
-            alive = await link.worker_alive(owner)
+            known = await link.has_session(owner, session_id, identity)
+            alive = False if known is False else None  # it has the session: 503, send it there
         if alive is False:
             raise http.session_not_found()
         raise RemoteProtocolError(
@@ -555,12 +577,16 @@ class MCPApp:
             headers=(("retry-after", "1"),),
         )
 
-    def _deliver_forwarded(self, session_id: str, body: bytes) -> bool:
+    def _deliver_forwarded(self, session_id: str, body: bytes, principal_tag: str) -> bool:
         """A POST body another worker forwarded to this one (responses and notifications of one of
-        its sessions), handled as :meth:`_post_legacy` would; False if it cannot be (no such session
-        here, or invalid for it): the caller drops and counts it."""
+        its sessions, sent by the principal of ``principal_tag``), handled as :meth:`_post_legacy`
+        would; False if it cannot be (no such session here, a session of another principal, or
+        invalid for it): the caller drops and counts it."""
         session = self._manager.get(session_id)
-        if session is None or self._owned_sessions:
+        link = self._link
+        if session is None or link is None:
+            return False
+        if not link.principal_matches(principal_identity(session.principal), principal_tag):
             return False
         try:
             incoming = jsonrpc.parse_body(body, allow_batch=True)
@@ -597,7 +623,7 @@ class MCPApp:
     ) -> None:
         _refuse_modern(facts)
         http.check_get(facts)
-        if await self._elsewhere(facts, send, None):
+        if await self._elsewhere(facts, send, None, principal):
             return
         session = self._session(facts, principal)
         http.check_protocol_version(facts)
@@ -613,7 +639,7 @@ class MCPApp:
 
     async def _delete(self, facts: http.RequestFacts, send: GuardedSend, principal: object) -> None:
         _refuse_modern(facts)
-        if await self._elsewhere(facts, send, None):
+        if await self._elsewhere(facts, send, None, principal):
             return
         session = self._session(facts, principal)
         http.check_protocol_version(facts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -45,6 +46,8 @@ class SessionManager:
         self.sessions_created = 0
         self._deferred: dict[Stream, tuple[float, Session]] = {}
         self._starter_parked: trio.Event | None = None
+        self.on_forget: Callable[[Session], None] | None = None
+        """Called with each session removed from the registry (the app's worker link uses it)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; sessions live inside.  On the way out every session is closed."""
@@ -139,6 +142,8 @@ class SessionManager:
         quota, session.quota = session.quota, None
         if quota is not None:
             self.quotas.give_back(quota)
+        if self.on_forget is not None:
+            self.on_forget(session)
 
     async def aclose(self, grace: float | None = None) -> None:
         """Close every session; wait (up to ``grace`` seconds) for them to end.  New ones are refused."""
