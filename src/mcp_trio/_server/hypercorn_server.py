@@ -56,7 +56,8 @@ import hypercorn.trio
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
-from hypercorn.protocol.events import Body, EndBody, Response, Trailers
+from hypercorn.protocol.events import Body, EndBody, Request, Response, Trailers
+from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.h2 import BUFFER_HIGH_WATER, H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import ASGIHTTPState
@@ -65,11 +66,13 @@ from hypercorn.trio import run as _run_module
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.utils import wrap_app
+from priority.priority import PriorityError, PriorityTree
 from wsproto.events import Ping
 
 from . import hypercorn_fast_path as fast
 from . import hypercorn_guard
 from . import hypercorn_patch as close_wait
+from .peerlog import RateLimitedLog
 
 __all__ = [
     "CANCELLABLE_SEND",
@@ -80,6 +83,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
+"""What peers do wrong (a malformed WebSocket handshake, an HTTP/2 stream flood): one line each, at most
+ten a minute, no traceback."""
+failure_log = RateLimitedLog(logger, burst=5)
+"""A connection that failed otherwise (a bug, ours or hypercorn's): a traceback, at most five a minute."""
 
 LINGER_TIME = 2.0
 """Lingering close (HTTP/1.1): after an answer sent before its request body was all read (413, 4xx
@@ -211,6 +219,40 @@ def _rebind(function: Any, **names: Any) -> Any:
     return rebound
 
 
+# -- WebSocket ------------------------------------------------------------------------------------
+
+_ASCII_HEADERS = frozenset({b"connection", b"sec-websocket-extensions", b"sec-websocket-protocol"})
+"""The handshake headers hypercorn's ``Handshake`` decodes as ASCII (wsproto's ``split_comma_header``)."""
+
+
+class _WSStream(WSStream):
+    """hypercorn's WebSocket stream (HTTP/1.1 upgrade or HTTP/2 extended CONNECT), whose handshake with a
+    header hypercorn decodes as ASCII but is not (a non-ASCII subprotocol) is refused like any malformed
+    handshake, 400 (upstream raises ``UnicodeDecodeError``: a traceback per connection)."""
+
+    async def handle(self, event: StreamEvent) -> None:
+        if type(event) is Request and not self.closed:
+            bad = {n.lower() for n, v in event.headers if n.lower() in _ASCII_HEADERS and not v.isascii()}
+            if bad:
+                peer_log.log(
+                    logging.INFO,
+                    "refused a WebSocket handshake from %s: non-ASCII %s",
+                    _peer(self.client),
+                    b", ".join(sorted(bad)).decode(),
+                )
+                # hypercorn answers a handshake with a wrong version 400 itself (and mcp_trio's HTTP/1.1
+                # protocol then closes the connection): made one, without the headers it cannot decode.
+                kept = [(n, v) for n, v in event.headers if n.lower() not in bad | {b"sec-websocket-version"}]
+                event = dataclasses.replace(event, headers=[*kept, (b"sec-websocket-version", b"")])
+        await super().handle(event)
+
+
+def _peer(client: Any) -> str:
+    if isinstance(client, tuple) and len(client) >= 2:
+        return f"{client[0]}:{client[1]}"
+    return str(client)
+
+
 # -- HTTP/1.1 protocol ------------------------------------------------------------------------------
 
 
@@ -299,6 +341,11 @@ class _H2Protocol(H2Protocol):
         # upstream's _handle_events looks up self.streams[id] for DATA of a stream whose response is
         # already complete (and popped): KeyError ended the connection (pgjones/hypercorn#329).
         self.streams = _Streams()
+        # Upstream's tree takes 1 000 streams, and removing one costs time in proportion to how many it
+        # holds: a client that opens and resets streams faster than they are cleaned up ("rapid reset")
+        # had one connection cost seconds of CPU before it was refused.  Twice the streams a client
+        # may have open at once leaves room for streams finishing and for PRIORITY frames.
+        self.priority = PriorityTree(maximum_streams=2 * self.config.h2_max_concurrent_streams)
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, Closed):
@@ -306,7 +353,44 @@ class _H2Protocol(H2Protocol):
             # or on drain (the end of a response) waiting forever, and its connection with it.
             for buffer in list(self.stream_buffers.values()):
                 await buffer.close()
-        await super().handle(event)
+        try:
+            await super().handle(event)
+        except PriorityError as exc:
+            # The client's streams or priorities overflow hypercorn's priority tree: more than 1 000
+            # streams at once (streams opened and reset faster than they are cleaned up: "rapid
+            # reset"), or priorities it refuses.  Upstream raises out of the connection (a traceback
+            # per connection); here the client is told to calm down (GOAWAY) and the connection closed.
+            await self._refuse_connection(exc)
+
+    _upstream_create_stream: ClassVar[Callable[[H2Protocol, Any], Awaitable[None]]]
+    """Upstream's ``_create_stream`` whose WebSocket streams are :class:`_WSStream` (set by ``_worker``)."""
+
+    async def _create_stream(self, request: Any) -> None:
+        try:
+            await self._upstream_create_stream(request)
+        except PriorityError:
+            # Upstream made the stream, then the priority tree refused it: no request was given to it,
+            # so it must not be closed like one (its close would raise); it is forgotten.
+            self.streams.pop(request.stream_id, None)
+            self.stream_buffers.pop(request.stream_id, None)
+            raise
+
+    async def _refuse_connection(self, exc: Exception) -> None:
+        peer_log.log(
+            logging.WARNING,
+            "closed an HTTP/2 connection from %s: %s (%s)",
+            _peer(self.client),
+            type(exc).__name__,
+            exc,
+        )
+        if self.closed:
+            return
+        try:
+            self.connection.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        except h2.exceptions.ProtocolError:  # pragma: no cover - already closing
+            pass
+        await self._flush()
+        await self.send(Closed())
 
     async def _flush(self) -> None:
         # One connection carries every stream: a frame cut half-way would break them all.  The write
@@ -457,7 +541,7 @@ class _TCPServer(TCPServer):
         try:
             await self._upstream_run()
         except Exception:
-            logger.exception("hypercorn connection failed; closed it")
+            failure_log.log(logging.ERROR, "hypercorn connection failed; closed it", exc_info=True)
         finally:
             # Upstream returns without closing the stream when the TLS handshake fails (plain HTTP on
             # the TLS port, a client that gives up): close it here rather than when it is collected.
@@ -570,9 +654,21 @@ class _TCPServer(TCPServer):
 
 def _worker(fast_path: bool, write_timeout: float | None) -> Callable[..., Awaitable[None]]:
     """hypercorn's ``worker_serve`` whose connections are our ``_TCPServer``."""
-    h11_class = _FastH11Protocol if fast_path else _SafeH11Protocol
+    h11_base = _FastH11Protocol if fast_path else _SafeH11Protocol
+    h11_class = type(
+        h11_base.__name__,
+        (h11_base,),
+        {"_create_stream": _rebind(H11Protocol._create_stream, WSStream=_WSStream)},
+    )
     timeout = inf if write_timeout is None else write_timeout
-    h2_class = type("_H2Protocol", (_H2Protocol,), {"write_timeout": timeout})
+    h2_class = type(
+        "_H2Protocol",
+        (_H2Protocol,),
+        {
+            "write_timeout": timeout,
+            "_upstream_create_stream": _rebind(H2Protocol._create_stream, WSStream=_WSStream),
+        },
+    )
     wrapper = type(
         "_ProtocolWrapper",
         (ProtocolWrapper,),
