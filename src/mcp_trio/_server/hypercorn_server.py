@@ -30,6 +30,11 @@ hypercorn app in the same process is served exactly as shipped.  What the subcla
 - **WebSocket pings** (``websocket_ping_interval``) end with the app's WebSocket call: upstream's pinger
   sleeps out its whole interval after the connection closed, holding the connection's tasks and the
   server's shutdown that long.
+- **A misbehaving peer is one log line, rate-limited** (:data:`peer_log`): an HTTP/2 connection that
+  overflows the priority tree (rapid reset; the tree takes twice ``h2_max_concurrent_streams``, not
+  1 000) gets ``GOAWAY`` ``ENHANCE_YOUR_CALM``; a WebSocket handshake with a header hypercorn decodes as
+  ASCII but is not gets 400 (upstream: a traceback per connection for both).  Other failures of a
+  connection keep their traceback, rate-limited too (:data:`failure_log`).
 
 Every hypercorn module whose code these connections run or whose names the subclasses use is checked
 to be, in its code (comments, docstrings and formatting aside), hypercorn 0.18.0 (:mod:`.hypercorn_guard`).
