@@ -407,7 +407,7 @@ async def test_an_unexpected_hypercorn_is_refused_or_served_as_shipped_when_allo
     monkeypatch.setitem(
         _hypercorn_0_18_0.EXPECTED["ast"]["hypercorn.trio.tcp_server"], "TCPServer.run", "0" * 16
     )
-    hypercorn_guard.check.cache_clear()
+    hypercorn_guard._installed.cache_clear()
     try:
         assert "TCPServer.run" in (hypercorn_server.hypercorn_fixes_available() or "")
         config = Config()
@@ -425,5 +425,5 @@ async def test_an_unexpected_hypercorn_is_refused_or_served_as_shipped_when_allo
         assert any("WITHOUT MCP_TRIO'S FIXES" in record.getMessage() for record in caplog.records)
     finally:
         monkeypatch.undo()
-        hypercorn_guard.check.cache_clear()
+        hypercorn_guard._installed.cache_clear()
     assert hypercorn_server.hypercorn_fixes_available() is None

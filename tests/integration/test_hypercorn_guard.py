@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import hypercorn
@@ -248,7 +249,7 @@ async def test_serve_refuses_before_binding_anything(monkeypatch: pytest.MonkeyP
 
     items = _hypercorn_0_18_0.EXPECTED["ast"]["hypercorn.protocol.h2"]
     monkeypatch.setitem(items, "H2Protocol._handle_events", "0" * 16)
-    hypercorn_guard.check.cache_clear()
+    hypercorn_guard._installed.cache_clear()
     try:
         with pytest.raises(
             HypercornGuardError, match=r"hypercorn\.protocol\.h2: changed H2Protocol\._handle_events"
@@ -256,7 +257,23 @@ async def test_serve_refuses_before_binding_anything(monkeypatch: pytest.MonkeyP
             await serve(MCPApp(MCPServer("refused")), hypercorn_config(["127.0.0.1:0"]))
     finally:
         monkeypatch.undo()
-        hypercorn_guard.check.cache_clear()
+        hypercorn_guard._installed.cache_clear()
+    assert hypercorn_guard.check() is None
+
+
+async def test_a_function_replaced_in_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another library's monkeypatch of hypercorn (the installed files unchanged) is a difference too,
+    # checked at every start.
+    from hypercorn.protocol.h2 import H2Protocol
+
+    async def patched_handle_events(self: Any, events: Any) -> None:
+        pass
+
+    monkeypatch.setattr(H2Protocol, "_handle_events", patched_handle_events)
+    assert hypercorn_guard.check() == "hypercorn.protocol.h2: replaced in memory H2Protocol._handle_events"
+    with pytest.raises(HypercornGuardError, match=r"replaced in memory H2Protocol\._handle_events"):
+        await serve(MCPApp(MCPServer("refused")), hypercorn_config(["127.0.0.1:0"]))
+    monkeypatch.undo()
     assert hypercorn_guard.check() is None
 
 

@@ -19,6 +19,10 @@ formatting, an install that ships only ``.pyc`` files) does not count:
   table per interpreter (``sys.implementation.cache_tag``: CPython 3.11, 3.12 and 3.13 here); on
   another one a bytecode-only install cannot be checked and is refused.
 
+At every check, the functions and methods of the guarded modules that are in memory must also be the
+ones their files define (:func:`_replaced_in_memory`: another library's monkeypatch brings code from
+another file).
+
 Each module is compared item by item (``<module>`` for its top-level statements, each class body, each
 function or method; nested functions, lambdas and comprehensions count as part of the item they are in),
 so that a refusal names what differs.  The tables are made by ``python -m
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import dataclasses
 import dis
 import functools
 import hashlib
@@ -300,11 +305,79 @@ def _differences() -> Iterator[str]:
         yield from _compare(module, found, EXPECTED[kind].get(module, {}))
 
 
+_GENERATED = frozenset(
+    {
+        "__init__",
+        "__repr__",
+        "__eq__",
+        "__hash__",
+        "__setattr__",
+        "__delattr__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+    }
+)
+"""The methods ``dataclasses`` writes (their code comes from no file of the module)."""
+
+
+def _functions(module: types.ModuleType) -> Iterator[tuple[str, Any]]:
+    """(qualified name, function) for the functions and methods defined in ``module``, as they are now
+    (a dataclass's generated methods left out)."""
+    for name, value in vars(module).items():
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            yield name, value
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            generated = _GENERATED if dataclasses.is_dataclass(value) else frozenset()
+            for attribute, member in vars(value).items():
+                if attribute in generated:
+                    continue
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                parts = [member.fget, member.fset] if isinstance(member, property) else [member]
+                for part in parts:
+                    # enum and dataclasses put functions of their own in the classes they make
+                    # (_generate_next_value_, __new__; __replace__ since Python 3.13).
+                    if isinstance(part, types.FunctionType) and part.__module__ not in {
+                        "enum",
+                        "dataclasses",
+                    }:
+                        yield f"{name}.{attribute}", part
+
+
 @functools.cache
+def _home(module: str) -> str | None:
+    """The file name the code of ``module`` carries (``co_filename``)."""
+    code = _spec(module).loader.get_code(module)
+    return None if code is None else str(code.co_filename)
+
+
+def _replaced_in_memory() -> Iterator[str]:
+    """What code has replaced in the guarded modules since they were imported: a function or method
+    whose code does not come from the module's own file (another library's monkeypatch)."""
+    for name in GUARDED_MODULES:
+        module = sys.modules.get(name)
+        home = _home(name) if module is not None else None
+        if module is None or home is None:
+            continue  # not imported yet: nothing can have replaced anything in it
+        replaced = [
+            qualname for qualname, function in _functions(module) if function.__code__.co_filename != home
+        ]
+        if replaced:
+            yield f"{name}: replaced in memory {', '.join(replaced)}"
+
+
+@functools.cache
+def _installed() -> tuple[str, ...]:
+    return tuple(_differences())
+
+
 def check() -> str | None:
-    """None when the installed hypercorn is the 0.18.0 code the fixes were written for; otherwise
-    what differs, one line per module (each line names the items that differ)."""
-    lines = list(_differences())
+    """None when the installed hypercorn is the 0.18.0 code the fixes were written for, and nothing has
+    replaced its functions in memory; otherwise what differs, one line per module (each line names the
+    items that differ).  The installed code is read once per process; what is in memory, each time."""
+    lines = [*_installed(), *_replaced_in_memory()]
     return "\n".join(lines) if lines else None
 
 
