@@ -171,3 +171,38 @@ def test_the_rate_limited_log_says_what_it_left_out(caplog: pytest.LogCaptureFix
         "peer 1 misbehaved",
         "peer 6 misbehaved (and 4 more lines like it left out before this one)",
     ]
+
+
+async def websocket_over_h2(port: int, subprotocol: bytes) -> int:
+    """An HTTP/2 extended CONNECT (RFC 8441) WebSocket handshake; the status of the answer."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        client = h2_client()
+        await stream.send_all(client.data_to_send())
+        sent = False
+        while data := await stream.receive_some(65536):
+            for event in client.receive_data(data):
+                if isinstance(event, h2.events.RemoteSettingsChanged) and not sent:  # CONNECT allowed now
+                    head = [(b":method", b"CONNECT"), (b":protocol", b"websocket"), (b":path", b"/")]
+                    head += [(b":scheme", b"http"), (b":authority", b"127.0.0.1")]
+                    head += [(b"sec-websocket-version", b"13"), (b"sec-websocket-protocol", subprotocol)]
+                    client.send_headers(1, head)
+                    sent = True
+                elif isinstance(event, h2.events.ResponseReceived):
+                    return int(dict(event.headers)[b":status"])
+            await stream.send_all(client.data_to_send())
+    raise AssertionError("no answer")
+
+
+async def test_an_http2_websocket_handshake_with_a_non_ascii_subprotocol_is_400(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with serving(monkeypatch) as port:
+        assert await websocket_over_h2(port, "café".encode()) == 400
+        assert await websocket_over_h2(port, b"mcp") == 200
+    records = our_records(caplog)
+    assert not [record for record in caplog.records if record.exc_info]
+    assert [record.getMessage().split(": ", 1)[1] for record in records] == [
+        "non-ASCII sec-websocket-protocol"
+    ]
