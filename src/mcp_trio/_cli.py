@@ -153,9 +153,11 @@ async def run_server(
     *,
     hypercorn_fast_path: bool = True,
     tls: tuple[str, str] | None = None,
+    allow_stock_hypercorn: bool = False,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening.  ``tls``:
-    (certfile, keyfile) to serve HTTPS, and HTTP/2 to clients that offer it (hypercorn only)."""
+    (certfile, keyfile) to serve HTTPS, and HTTP/2 to clients that offer it (hypercorn only);
+    ``allow_stock_hypercorn``: as :func:`mcp_trio.serve`."""
     # The signal handler is in place before the servers start, so a SIGINT right after the
     # "serving on" line is a clean stop (a trigger opened by the server's own task could come too late).
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -164,7 +166,9 @@ async def run_server(
             async for _ in signals:
                 return
 
-        await _run_server(app, bind, http_server, wait_for_signal, hypercorn_fast_path, tls)
+        await _run_server(
+            app, bind, http_server, wait_for_signal, hypercorn_fast_path, tls, allow_stock_hypercorn
+        )
 
 
 async def _run_server(
@@ -174,6 +178,7 @@ async def _run_server(
     wait_for_signal: Callable[[], Awaitable[None]],
     hypercorn_fast_path: bool,
     tls: tuple[str, str] | None,
+    allow_stock_hypercorn: bool,
 ) -> None:
     from ._server.h11server import H11Config, serve_h11
     from ._server.serve import hypercorn_config, serve
@@ -206,6 +211,7 @@ async def _run_server(
             ),
             shutdown_trigger=wait_for_signal,
             hypercorn_fast_path=hypercorn_fast_path,
+            allow_stock_hypercorn=allow_stock_hypercorn,
         )
     async with trio.open_nursery() as nursery:
         try:
@@ -289,6 +295,13 @@ def _add_server_options(cmd: argparse.ArgumentParser) -> None:
         "--no-hypercorn-fast-path",
         action="store_true",
         help="run hypercorn's request path as shipped (see the hypercorn page of the docs)",
+    )
+    cmd.add_argument(
+        "--allow-stock-hypercorn",
+        action="store_true",
+        help="if the installed hypercorn is not the code mcp_trio's fixes were written for, serve with "
+        "hypercorn as shipped, without them (see the hypercorn page of the docs for what that gives up), "
+        "instead of refusing to start",
     )
     cmd.add_argument(
         "--certfile",
@@ -615,6 +628,13 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if not port.isdigit():
             parser.error(f"--bind: expected HOST:PORT, got {args.bind!r}")
     tls = _tls_files(parser, args)
+    if args.http == "hypercorn" and not args.stdio and not args.allow_stock_hypercorn:
+        from ._server.hypercorn_server import hypercorn_fixes_available, refusal
+
+        reason = hypercorn_fixes_available()
+        if reason is not None:
+            print(f"mcp-trio: {refusal(reason)}", file=sys.stderr)
+            return EXIT_CONNECTION
     try:
         config = config_from_args(args)
     except (ValueError, ImportError) as exc:
@@ -665,6 +685,7 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             args.http,
             hypercorn_fast_path=not args.no_hypercorn_fast_path,
             tls=tls,
+            allow_stock_hypercorn=args.allow_stock_hypercorn,
         )
     )
     return 0

@@ -68,7 +68,9 @@ exit status:
   2    usage error: a bad option, MODULE:ATTR, URL or --json, or an --arg
        value that does not fit its type
   3    cannot connect, an HTTP or protocol failure, or the authorization
-       (--oauth) failed; serve, demo: cannot listen on the address
+       (--oauth) failed; serve, demo: cannot listen on the address, or
+       the installed hypercorn is not the one mcp_trio's fixes were
+       written for (see --allow-stock-hypercorn)
   4    tools, call: the server answered with a JSON-RPC error
        (unknown tool, invalid arguments, ...)
   130  interrupted (Ctrl-C) while talking to the server

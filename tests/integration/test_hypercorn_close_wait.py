@@ -135,7 +135,9 @@ def make_app(server_ref: list[Server]) -> Any:
 
 
 @asynccontextmanager
-async def running_server(keep_alive_timeout: float = 5.0) -> AsyncIterator[Server]:
+async def running_server(
+    keep_alive_timeout: float = 5.0, *, allow_stock: bool = False
+) -> AsyncIterator[Server]:
     """hypercorn's trio worker on 127.0.0.1 (ephemeral port), stopped on exit."""
     config = Config()
     config.bind = ["127.0.0.1:0"]
@@ -148,7 +150,11 @@ async def running_server(keep_alive_timeout: float = 5.0) -> AsyncIterator[Serve
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(
             lambda task_status: serve_hypercorn(
-                make_app(server_ref), config, shutdown_trigger=stop.wait, task_status=task_status
+                make_app(server_ref),
+                config,
+                shutdown_trigger=stop.wait,
+                task_status=task_status,
+                allow_stock=allow_stock,
             )
         )
         server = Server(port=int(binds[0].rsplit(":", 1)[1]))
@@ -172,7 +178,7 @@ async def get(stream: trio.SocketStream, buffer: bytearray, path: str) -> bytes:
 
 
 def test_fix_is_available_and_hypercorn_untouched() -> None:
-    # hypercorn is pinned to 0.18.*: if this fails, the installed hypercorn is not the code the fix was
+    # hypercorn is pinned to 0.18.0: if this fails, the installed hypercorn is not the code the fix was
     # written for; check whether upstream fixed the bug (see hypercorn_patch's docstring).
     assert hypercorn_fixes_available() is None
     assert TCPServer._read_data.__module__ == "hypercorn.trio.tcp_server"
@@ -390,27 +396,34 @@ async def test_unpatched_hypercorn_keeps_closed_idle_connection_until_keep_alive
         assert fixed["release_s"] < RELEASE_BUDGET, fixed
 
 
-async def test_an_unexpected_hypercorn_is_served_as_shipped_and_said_so(
+async def test_an_unexpected_hypercorn_is_refused_or_served_as_shipped_when_allowed(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Where a function the fixes rely on is not the code they were written for (or has no source),
-    # mcp_trio's server fails safe: hypercorn as shipped, with a warning saying why.
-    from mcp_trio._server import hypercorn_server
+    # Where the code the fixes rely on is not what they were written for, mcp_trio's server refuses to
+    # start (nothing is bound); allowed, it serves with hypercorn as shipped and says so.  (The real
+    # thing, an edited copy of hypercorn in a fresh interpreter: test_hypercorn_guard.py.)
+    from mcp_trio._server import _hypercorn_0_18_0, hypercorn_guard, hypercorn_server
 
-    monkeypatch.setitem(hypercorn_server._EXPECTED, "TCPServer.run", "0" * 16)
-    hypercorn_server.hypercorn_fixes_available.cache_clear()
+    monkeypatch.setitem(
+        _hypercorn_0_18_0.EXPECTED["ast"]["hypercorn.trio.tcp_server"], "TCPServer.run", "0" * 16
+    )
+    hypercorn_guard._installed.cache_clear()
     try:
         assert "TCPServer.run" in (hypercorn_server.hypercorn_fixes_available() or "")
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        with pytest.raises(hypercorn_guard.HypercornGuardError, match=r"changed TCPServer\.run"):
+            await serve_hypercorn(make_app([]), config)
         with trio.fail_after(5):
-            async with running_server() as server:
+            async with running_server(allow_stock=True) as server:
                 stream = await trio.open_tcp_stream("127.0.0.1", server.port)
                 async with stream:
                     assert await get(stream, bytearray(), "/ping") == b"/ping"
                     # Idle now: hypercorn's own idle-timer task, not the fast path's watchdog.
                     await wait_until(lambda: count_tasks(IDLE_TASK) == 1, within=1.0)
                     assert count_tasks(FAST_PATH_IDLE_TASK) == 0
-        assert any("as shipped" in record.getMessage() for record in caplog.records)
+        assert any("WITHOUT MCP_TRIO'S FIXES" in record.getMessage() for record in caplog.records)
     finally:
         monkeypatch.undo()
-        hypercorn_server.hypercorn_fixes_available.cache_clear()
+        hypercorn_guard._installed.cache_clear()
     assert hypercorn_server.hypercorn_fixes_available() is None

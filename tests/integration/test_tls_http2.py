@@ -721,9 +721,12 @@ async def test_tls_a_client_that_stops_reading_is_cut_after_write_timeout(cert: 
 
 
 async def test_shipped_hypercorn_is_what_the_h2_subclass_was_written_against() -> None:
-    """The guards cover the HTTP/2 code relied on (a changed hypercorn serves as shipped instead)."""
-    from mcp_trio._server import hypercorn_server
+    """The guard covers the HTTP/2 code relied on (a changed hypercorn is refused)."""
+    from mcp_trio._server import _hypercorn_0_18_0
 
-    for name in ("ProtocolWrapper.handle", "H2Protocol.stream_send", "H2Protocol.handle", "StreamBuffer"):
-        assert name in hypercorn_server._EXPECTED
+    guarded = _hypercorn_0_18_0.EXPECTED["ast"]
+    assert {"ProtocolWrapper.handle", "ProtocolWrapper.__init__"} <= set(guarded["hypercorn.protocol"])
+    assert {"H2Protocol.stream_send", "H2Protocol.handle", "StreamBuffer", "StreamBuffer.drain"} <= set(
+        guarded["hypercorn.protocol.h2"]
+    )
     assert hypercorn_fixes_available() is None

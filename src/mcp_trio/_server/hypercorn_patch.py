@@ -92,10 +92,10 @@ Scope and safety
 The fix is applied only to the servers mcp_trio starts (:func:`mcp_trio.serve`, the ``mcp-trio``
 command): ``hypercorn_server._TCPServer`` overrides ``_read_data`` (with :func:`read_until_closed` and
 the final ``idle_task.stop()``) and ``protocol_send``; hypercorn's own classes are never changed, so
-another hypercorn app in the same process behaves as shipped.  The subclass is used only when every
-upstream function it relies on is, to the character, the 0.18.0 code (sha256 of its source); otherwise
-mcp_trio serves with hypercorn as shipped and logs why.  The asyncio worker is not concerned: its
-``_close`` already stops the idle task.
+another hypercorn app in the same process behaves as shipped.  The subclass is used only when the
+hypercorn modules it relies on are, in their code, the 0.18.0 code (``hypercorn_guard``); otherwise
+mcp_trio's server refuses to start, unless told to serve hypercorn as shipped.  The asyncio worker is
+not concerned: its ``_close`` already stops the idle task.
 
 Removing this module
 --------------------

@@ -30,21 +30,23 @@ hypercorn app in the same process is served exactly as shipped.  What the subcla
 - **WebSocket pings** (``websocket_ping_interval``) end with the app's WebSocket call: upstream's pinger
   sleeps out its whole interval after the connection closed, holding the connection's tasks and the
   server's shutdown that long.
+- **A misbehaving peer is one log line, rate-limited** (:data:`peer_log`): an HTTP/2 connection that
+  overflows the priority tree (rapid reset; the tree takes twice ``h2_max_concurrent_streams``, not
+  1 000) gets ``GOAWAY`` ``ENHANCE_YOUR_CALM``; a WebSocket handshake with a header hypercorn decodes as
+  ASCII but is not gets 400 (upstream: a traceback per connection for both).  Other failures of a
+  connection keep their traceback, rate-limited too (:data:`failure_log`).
 
-Every upstream function that is rebound or whose behaviour the subclasses rely on is checked against
-the sha256 of its hypercorn 0.18.0 source.  Where one differs, or sources are not shipped (a
-``.pyc``-only install), :func:`serve_hypercorn` logs a warning and serves with hypercorn as shipped.
+Every hypercorn module whose code these connections run or whose names the subclasses use is checked
+to be, in its code (comments, docstrings and formatting aside), hypercorn 0.18.0 (:mod:`.hypercorn_guard`).
+Where one differs, :func:`serve_hypercorn` refuses to start and says what differs, unless told to serve
+with hypercorn as shipped (``allow_stock=True``, ``serve(..., allow_stock_hypercorn=True)``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import importlib.metadata
-import inspect
 import logging
-import textwrap
 import types
 import weakref
 from collections.abc import Awaitable, Callable
@@ -59,20 +61,23 @@ import hypercorn.trio
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
-from hypercorn.protocol.events import Body, EndBody, Response, Trailers
-from hypercorn.protocol.h2 import BUFFER_HIGH_WATER, H2Protocol, StreamBuffer
+from hypercorn.protocol.events import Body, EndBody, Request, Response, Trailers
+from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.h2 import BUFFER_HIGH_WATER, H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
-from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
+from hypercorn.protocol.http_stream import ASGIHTTPState
 from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio import run as _run_module
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
-from hypercorn.trio.worker_context import TrioSingleTask
 from hypercorn.utils import wrap_app
+from priority.priority import PriorityError, PriorityTree
 from wsproto.events import Ping
 
 from . import hypercorn_fast_path as fast
+from . import hypercorn_guard
 from . import hypercorn_patch as close_wait
+from .peerlog import RateLimitedLog
 
 __all__ = [
     "CANCELLABLE_SEND",
@@ -83,6 +88,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
+"""What peers do wrong (a malformed WebSocket handshake, an HTTP/2 stream flood): one line each, at most
+ten a minute, no traceback."""
+failure_log = RateLimitedLog(logger, burst=5)
+"""A connection that failed otherwise (a bug, ours or hypercorn's): a traceback, at most five a minute."""
 
 LINGER_TIME = 2.0
 """Lingering close (HTTP/1.1): after an answer sent before its request body was all read (413, 4xx
@@ -155,101 +165,56 @@ def _watching_disconnect(put: Callable[[Any], Awaitable[None]], hook: Disconnect
     return put_watching
 
 
-# sha256[:16] of the dedented hypercorn 0.18.0 source of each function we rebind, replace or rely on.
-_EXPECTED = {
-    "worker_serve": "8dc8347a9fc357ca",
-    "TCPServer.run": "30e3a0c602fd1a3e",
-    "TCPServer.protocol_send": "22b51ba714d07580",
-    "TCPServer._read_data": "73588ef2e57091d4",
-    "TCPServer._close": "544a46e0eb9f7c16",
-    "ProtocolWrapper.__init__": "e978b0c0e9e8d22c",
-    "TrioSingleTask": "aa59316c028b876a",
-    "H11Protocol._send_h11_event": "fdb5e069793a1d99",
-    "H11Protocol.stream_send": "c7ef437818f28b28",
-    "HTTPStream.app_send": "6371d58b7f58ae8d",
-    "HTTPStream.handle": "5cc61571acaf1005",
-    "HTTPStream._send_closed": "3635c376b563e26c",
-    "TaskGroup.spawn_app": "487c35772c8bd89c",
-    "ProtocolWrapper.handle": "4cb5ff14d1842513",
-    "H2Protocol.__init__": "d825081b68a7675d",
-    "H2Protocol.handle": "75993cf65b07b50d",
-    "H2Protocol.stream_send": "31d81e8715df7515",
-    "H2Protocol._handle_events": "0f6b5be5f509736b",
-    "H2Protocol._flush": "7e61e45fa8573c94",
-    "H2Protocol._send_data": "2f481da0f200a799",
-    "H2Protocol._close_stream": "eb79e74b22b8e53b",
-    "H2Protocol._window_updated": "668e50364a02c9e3",
-    "StreamBuffer": "bc347b7c78068613",
-    "H11Protocol._maybe_recycle": "dba7c077157520be",
-    "WSStream._send_pings": "bcb105b24c0006d4",
-    "WSStream._accept": "ed78854514254af9",
-    "WSStream.app_send": "05aef97d75f5d0c6",
-    "WSStream.handle": "45882777c6cf0444",
-}
-
-
-def _targets() -> dict[str, Any]:
-    return {
-        "worker_serve": _run_module.worker_serve,
-        "TCPServer.run": TCPServer.run,
-        "TCPServer.protocol_send": TCPServer.protocol_send,
-        "TCPServer._read_data": TCPServer._read_data,
-        "TCPServer._close": TCPServer._close,
-        "ProtocolWrapper.__init__": ProtocolWrapper.__init__,
-        "TrioSingleTask": TrioSingleTask,
-        "H11Protocol._send_h11_event": H11Protocol._send_h11_event,
-        "H11Protocol.stream_send": H11Protocol.stream_send,
-        "HTTPStream.app_send": HTTPStream.app_send,
-        "HTTPStream.handle": HTTPStream.handle,  # http.disconnect after the stream closed, ...
-        "HTTPStream._send_closed": HTTPStream._send_closed,  # ... in state CLOSED if the response was whole
-        "TaskGroup.spawn_app": TaskGroup.spawn_app,
-        "ProtocolWrapper.handle": ProtocolWrapper.handle,
-        "H2Protocol.__init__": H2Protocol.__init__,
-        "H2Protocol.handle": H2Protocol.handle,
-        "H2Protocol.stream_send": H2Protocol.stream_send,
-        "H2Protocol._handle_events": H2Protocol._handle_events,
-        "H2Protocol._flush": H2Protocol._flush,
-        "H2Protocol._send_data": H2Protocol._send_data,
-        "H2Protocol._close_stream": H2Protocol._close_stream,
-        "H2Protocol._window_updated": H2Protocol._window_updated,
-        "StreamBuffer": StreamBuffer,
-        "H11Protocol._maybe_recycle": H11Protocol._maybe_recycle,
-        "WSStream._send_pings": WSStream._send_pings,
-        "WSStream._accept": WSStream._accept,
-        "WSStream.app_send": WSStream.app_send,
-        "WSStream.handle": WSStream.handle,
-    }
-
-
-def _source_hash(obj: Any) -> str | None:
-    try:
-        source = textwrap.dedent(inspect.getsource(obj))
-    except (OSError, TypeError):
-        return None
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-@functools.cache
 def hypercorn_fixes_available() -> str | None:
     """None when the installed hypercorn is the 0.18.0 code our subclasses were written against;
-    otherwise why not (then :func:`serve_hypercorn` serves with hypercorn as shipped)."""
-    try:
-        version = importlib.metadata.version("hypercorn")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - it is a dependency
-        return "hypercorn's version is unknown"
-    if not version.startswith("0.18."):
-        return f"hypercorn {version} is not 0.18"
-    for name, obj in _targets().items():
-        found = _source_hash(obj)
-        if found is None:
-            return f"the source of hypercorn's {name} is not available"
-        if found != _EXPECTED[name]:
-            return f"hypercorn's {name} is not the 0.18.0 code (sha256 {found})"
-    return None
+    otherwise what differs (then :func:`serve_hypercorn` refuses to start, unless told to serve
+    hypercorn as shipped).  See :mod:`.hypercorn_guard`."""
+    return hypercorn_guard.check()
+
+
+FIXES_LOST = (
+    "a request with Connection: close and stray bytes, an h11 protocol error or HTTP/2 request data "
+    "after its response kills the whole server; a write to a client that stops reading never ends "
+    "(no write_timeout); closed idle connections are held in CLOSE_WAIT for keep_alive_timeout; "
+    "HTTP/2 sends wait forever after their connection closed and queue without bound on a stream "
+    "nobody reads; an answer sent before the request body is lost to a reset (no lingering close); "
+    "WebSocket pingers outlive their connections and refused upgrades stay open; a peer's "
+    "misbehaviour logs an ERROR traceback per connection; no fast path; no "
+    "mcp_trio.cancellable_send or mcp_trio.disconnect_callback scope extensions"
+)
+"""What serving with hypercorn as shipped gives up (docs/hypercorn.md)."""
+
+
+def refusal(reason: str) -> str:
+    """The error message of a refusal to serve: what differs (``reason``) and what to do."""
+    return (
+        f"mcp_trio refuses to serve with the installed hypercorn: it is not the hypercorn "
+        f"{hypercorn_guard.HYPERCORN_VERSION} code mcp_trio's fixes were written for, so they could be "
+        f"silently undone.  What differs:\n  " + reason.replace("\n", "\n  ") + "\n"
+        f"Install hypercorn=={hypercorn_guard.HYPERCORN_VERSION} (pip install "
+        f"'hypercorn=={hypercorn_guard.HYPERCORN_VERSION}'), or serve with hypercorn as shipped, without "
+        f"mcp_trio's fixes: serve(..., allow_stock_hypercorn=True) or mcp-trio serve|demo "
+        f"--allow-stock-hypercorn (see the hypercorn page of the docs for what that gives up)."
+    )
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
 
 
 def _rebind(function: Any, **names: Any) -> Any:
-    """``function`` with some of its global names bound to other objects (its module is untouched)."""
+    """``function`` with some of its global names bound to other objects (its module is untouched).
+    Each name must be one the function (or a function nested in it) looks up: a rebinding that
+    would change nothing is an error, not a fix silently off."""
+    unused = sorted(set(names) - _global_names(function.__code__))
+    if unused:
+        raise hypercorn_guard.HypercornGuardError(
+            f"{function.__qualname__} does not use {', '.join(unused)}: mcp_trio's fixes do not fit it"
+        )
     namespace = {**function.__globals__, **names}
     rebound = types.FunctionType(
         function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
@@ -257,6 +222,40 @@ def _rebind(function: Any, **names: Any) -> Any:
     rebound.__kwdefaults__ = function.__kwdefaults__
     rebound.__qualname__ = function.__qualname__
     return rebound
+
+
+# -- WebSocket ------------------------------------------------------------------------------------
+
+_ASCII_HEADERS = frozenset({b"connection", b"sec-websocket-extensions", b"sec-websocket-protocol"})
+"""The handshake headers hypercorn's ``Handshake`` decodes as ASCII (wsproto's ``split_comma_header``)."""
+
+
+class _WSStream(WSStream):
+    """hypercorn's WebSocket stream (HTTP/1.1 upgrade or HTTP/2 extended CONNECT), whose handshake with a
+    header hypercorn decodes as ASCII but is not (a non-ASCII subprotocol) is refused like any malformed
+    handshake, 400 (upstream raises ``UnicodeDecodeError``: a traceback per connection)."""
+
+    async def handle(self, event: StreamEvent) -> None:
+        if type(event) is Request and not self.closed:
+            bad = {n.lower() for n, v in event.headers if n.lower() in _ASCII_HEADERS and not v.isascii()}
+            if bad:
+                peer_log.log(
+                    logging.INFO,
+                    "refused a WebSocket handshake from %s: non-ASCII %s",
+                    _peer(self.client),
+                    b", ".join(sorted(bad)).decode(),
+                )
+                # hypercorn answers a handshake with a wrong version 400 itself (and mcp_trio's HTTP/1.1
+                # protocol then closes the connection): made one, without the headers it cannot decode.
+                kept = [(n, v) for n, v in event.headers if n.lower() not in bad | {b"sec-websocket-version"}]
+                event = dataclasses.replace(event, headers=[*kept, (b"sec-websocket-version", b"")])
+        await super().handle(event)
+
+
+def _peer(client: Any) -> str:
+    if isinstance(client, tuple) and len(client) >= 2:
+        return f"{client[0]}:{client[1]}"
+    return str(client)
 
 
 # -- HTTP/1.1 protocol ------------------------------------------------------------------------------
@@ -347,6 +346,11 @@ class _H2Protocol(H2Protocol):
         # upstream's _handle_events looks up self.streams[id] for DATA of a stream whose response is
         # already complete (and popped): KeyError ended the connection (pgjones/hypercorn#329).
         self.streams = _Streams()
+        # Upstream's tree takes 1 000 streams, and removing one costs time in proportion to how many it
+        # holds: a client that opens and resets streams faster than they are cleaned up ("rapid reset")
+        # had one connection cost seconds of CPU before it was refused.  Twice the streams a client
+        # may have open at once leaves room for streams finishing and for PRIORITY frames.
+        self.priority = PriorityTree(maximum_streams=2 * self.config.h2_max_concurrent_streams)
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, Closed):
@@ -354,7 +358,44 @@ class _H2Protocol(H2Protocol):
             # or on drain (the end of a response) waiting forever, and its connection with it.
             for buffer in list(self.stream_buffers.values()):
                 await buffer.close()
-        await super().handle(event)
+        try:
+            await super().handle(event)
+        except PriorityError as exc:
+            # The client's streams or priorities overflow hypercorn's priority tree: more than 1 000
+            # streams at once (streams opened and reset faster than they are cleaned up: "rapid
+            # reset"), or priorities it refuses.  Upstream raises out of the connection (a traceback
+            # per connection); here the client is told to calm down (GOAWAY) and the connection closed.
+            await self._refuse_connection(exc)
+
+    _upstream_create_stream: ClassVar[Callable[[H2Protocol, Any], Awaitable[None]]]
+    """Upstream's ``_create_stream`` whose WebSocket streams are :class:`_WSStream` (set by ``_worker``)."""
+
+    async def _create_stream(self, request: Any) -> None:
+        try:
+            await self._upstream_create_stream(request)
+        except PriorityError:
+            # Upstream made the stream, then the priority tree refused it: no request was given to it,
+            # so it must not be closed like one (its close would raise); it is forgotten.
+            self.streams.pop(request.stream_id, None)
+            self.stream_buffers.pop(request.stream_id, None)
+            raise
+
+    async def _refuse_connection(self, exc: Exception) -> None:
+        peer_log.log(
+            logging.WARNING,
+            "closed an HTTP/2 connection from %s: %s (%s)",
+            _peer(self.client),
+            type(exc).__name__,
+            exc,
+        )
+        if self.closed:
+            return
+        try:
+            self.connection.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        except h2.exceptions.ProtocolError:  # pragma: no cover - already closing
+            pass
+        await self._flush()
+        await self.send(Closed())
 
     async def _flush(self) -> None:
         # One connection carries every stream: a frame cut half-way would break them all.  The write
@@ -505,7 +546,7 @@ class _TCPServer(TCPServer):
         try:
             await self._upstream_run()
         except Exception:
-            logger.exception("hypercorn connection failed; closed it")
+            failure_log.log(logging.ERROR, "hypercorn connection failed; closed it", exc_info=True)
         finally:
             # Upstream returns without closing the stream when the TLS handshake fails (plain HTTP on
             # the TLS port, a client that gives up): close it here rather than when it is collected.
@@ -618,9 +659,21 @@ class _TCPServer(TCPServer):
 
 def _worker(fast_path: bool, write_timeout: float | None) -> Callable[..., Awaitable[None]]:
     """hypercorn's ``worker_serve`` whose connections are our ``_TCPServer``."""
-    h11_class = _FastH11Protocol if fast_path else _SafeH11Protocol
+    h11_base = _FastH11Protocol if fast_path else _SafeH11Protocol
+    h11_class = type(
+        h11_base.__name__,
+        (h11_base,),
+        {"_create_stream": _rebind(H11Protocol._create_stream, WSStream=_WSStream)},
+    )
     timeout = inf if write_timeout is None else write_timeout
-    h2_class = type("_H2Protocol", (_H2Protocol,), {"write_timeout": timeout})
+    h2_class = type(
+        "_H2Protocol",
+        (_H2Protocol,),
+        {
+            "write_timeout": timeout,
+            "_upstream_create_stream": _rebind(H2Protocol._create_stream, WSStream=_WSStream),
+        },
+    )
     wrapper = type(
         "_ProtocolWrapper",
         (ProtocolWrapper,),
@@ -652,13 +705,27 @@ async def serve_hypercorn(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
     fast_path: bool = True,
     write_timeout: float | None = None,
+    allow_stock: bool = False,
 ) -> None:
     """Serve any ASGI ``app`` like ``hypercorn.trio.serve(app, config, ...)``, with mcp_trio's fixes
     applied to this server only (see the module docstring).  ``fast_path=False`` keeps hypercorn's
-    request path as shipped (the fixes still apply); ``write_timeout`` bounds each socket write."""
+    request path as shipped (the fixes still apply); ``write_timeout`` bounds each socket write.
+
+    Raises :class:`~.hypercorn_guard.HypercornGuardError` (a ``RuntimeError``), before binding
+    anything, when the installed hypercorn is not the code the fixes were written for; with
+    ``allow_stock=True`` it serves with hypercorn as shipped instead (without the fixes, said loudly
+    in the log)."""
     reason = hypercorn_fixes_available()
     if reason is not None:
-        logger.warning("serving with hypercorn as shipped (no mcp_trio fixes): %s", reason)
+        if not allow_stock:
+            raise hypercorn_guard.HypercornGuardError(refusal(reason))
+        logger.warning(
+            "SERVING WITH HYPERCORN AS SHIPPED, WITHOUT MCP_TRIO'S FIXES (allowed by allow_stock_hypercorn)."
+            "\nWhat differs from hypercorn %s:\n  %s\nGiven up: %s.",
+            hypercorn_guard.HYPERCORN_VERSION,
+            reason.replace("\n", "\n  "),
+            FIXES_LOST,
+        )
         await hypercorn.trio.serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
         return
     worker = _worker(fast_path, write_timeout)

@@ -43,6 +43,7 @@ async def serve(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
     hypercorn_fast_path: bool = True,
+    allow_stock_hypercorn: bool = False,
 ) -> None:
     """Serve ``app`` with hypercorn until ``shutdown_trigger`` returns (or the task is cancelled).
 
@@ -55,6 +56,12 @@ async def serve(
     ``config`` sets ``websocket_ping_interval``) and messages are bounded by ``max_body_size``.  Other
     hypercorn servers in the process are not affected.  A ``config`` with
     ``certfile`` and ``keyfile`` serves HTTPS, and HTTP/2 to clients that offer it (docs/deploy/tls.md).
+
+    The fixes are written for hypercorn 0.18.0's code: when the installed hypercorn differs (in its
+    code, not in comments or formatting), ``serve`` raises ``RuntimeError``
+    (``HypercornGuardError``) before binding anything, saying what differs.  With
+    ``allow_stock_hypercorn=True`` it serves with hypercorn as shipped instead, without any of the
+    fixes or the fast path (a WARNING in the log says so and what is given up; docs/hypercorn.md).
     """
     config = copy.copy(config or hypercorn_config())
     # WebSocket connections: a ping as often as SSE keep-alives, and hypercorn closes a message longer
@@ -77,4 +84,5 @@ async def serve(
         task_status=task_status,
         fast_path=hypercorn_fast_path,
         write_timeout=app.config.write_timeout,
+        allow_stock=allow_stock_hypercorn,
     )
