@@ -42,11 +42,14 @@ from .asgi import MCPApp
 from .containment import contained, split_fatal
 from .h11ws import H11WebSocket, is_websocket_upgrade
 from .hypercorn_server import CANCELLABLE_SEND
+from .peerlog import PeerLog
 from .streams import content_length
 
 __all__ = ["H11Config", "serve_h11"]
 
 logger = logging.getLogger(__name__)
+peer_log = PeerLog(logger)
+"""What clients do wrong (malformed requests, slow reading): one line per kind and interval."""
 
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """``accept`` errors worth waiting out (as ``trio.serve_listeners`` does); any other is raised."""
@@ -131,15 +134,9 @@ class _Connection:
 
     # -- connection loop -----------------------------------------------------------------------
 
-    async def run(self, shutting_down: Callable[[], bool]) -> None:
-        try:
-            with contained("HTTP/1.1 connection"):
-                await self._loop(shutting_down)
-        finally:
-            with trio.CancelScope(shield=True):
-                await self.stream.aclose()
-
-    async def _loop(self, shutting_down: Callable[[], bool]) -> None:
+    async def serve(self, shutting_down: Callable[[], bool]) -> None:
+        """Serve requests in turn until the client goes, an answer ends the connection or the server
+        shuts down; the caller contains failures and closes the socket."""
         try:
             while not shutting_down():
                 try:
@@ -208,6 +205,7 @@ class _Connection:
         if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
         status = exc.error_status_hint
+        peer_log("refused", "refused a malformed HTTP/1.1 request (%d)", status)
         body = f"{status} {exc}".encode()
         headers = [(b"content-type", b"text/plain"), content_length(body)]
         headers.append((b"connection", b"close"))
@@ -456,7 +454,8 @@ class _Connection:
                 await self.stream.send_all(data)
             written = True
         except trio.TooSlowError as exc:
-            logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
+            timeout = self.write_timeout
+            peer_log("write-timeout", "a write took longer than %s s; closing the connection", timeout)
             raise _Gone from exc
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise _Gone from exc
@@ -493,15 +492,27 @@ async def serve_h11(
         return shutting_down
 
     async def handle(stream: trio.SocketStream) -> None:
-        sock = stream.socket
-        connection = _Connection(stream, app, config, _addr(sock.getsockname()), _addr(sock.getpeername()))
-        connections.add(connection)
+        # Everything a connection does, from the accepted socket on, is inside its containment: a
+        # client can reset the connection before we look at it (then getpeername() raises ENOTCONN),
+        # and nothing a connection raises may end the server's nursery.
+        connection: _Connection | None = None
         try:
-            await connection.run(is_shutting_down)
+            with contained("HTTP/1.1 connection"):
+                try:
+                    sock = stream.socket
+                    server_addr, client = _addr(sock.getsockname()), _addr(sock.getpeername())
+                except OSError:
+                    return  # reset (or otherwise gone) before it was served: nothing to answer
+                connection = _Connection(stream, app, config, server_addr, client)
+                connections.add(connection)
+                await connection.serve(is_shutting_down)
         finally:
-            connections.discard(connection)
-            if shutting_down and not connections:
-                all_closed.set()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            if connection is not None:
+                connections.discard(connection)
+                if shutting_down and not connections:
+                    all_closed.set()
 
     async def accept(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         while True:
