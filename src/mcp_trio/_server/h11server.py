@@ -225,10 +225,7 @@ class _Connection:
             return False
         if self.conn.their_state is not h11.SEND_BODY:
             return False
-        try:
-            return not self._skip_buffered_body()  # a body already all here (a GET) needs no linger
-        except h11.RemoteProtocolError:
-            return True
+        return not self._skip_buffered_body()  # a body already all here (a GET) needs no linger
 
     async def _linger(self) -> None:
         """Lingering close: end our side (FIN), then read and drop what the client is still sending,
@@ -328,16 +325,17 @@ class _Connection:
         """A complete answer is about to go out while part of the request body has not arrived."""
         if self._body_done or self.conn.their_state is not h11.SEND_BODY:
             return False
-        try:
-            return not self._skip_buffered_body()
-        except h11.RemoteProtocolError:
-            return True
+        return not self._skip_buffered_body()
 
     def _skip_buffered_body(self) -> bool:
         """A request body the app did not read (a GET, a DELETE): passed over if h11 already holds
-        all of it; otherwise the connection closes rather than wait for it."""
+        all of it; otherwise (or if what is there is malformed) the connection closes rather than wait
+        for it."""
         while True:
-            event = self.conn.next_event()
+            try:
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError:  # a bad chunk, say: h11 is in its ERROR state for good
+                return False
             if isinstance(event, h11.EndOfMessage):
                 self._body_done = True
                 return True
@@ -406,7 +404,7 @@ class _Connection:
             headers = list(start.get("headers", ()))
             if not more and not any(name.lower() == b"content-length" for name, _ in headers):
                 headers.append(content_length(body))
-            if not more and self._early_answer():
+            if not more and self._early_answer() and (b"connection", b"close") not in headers:
                 # The whole answer goes out before the request body is in (a 401 or 413 sent without
                 # reading it): the connection will close after it, so say so, or a keep-alive client
                 # would send its next request on a connection that is about to close.
