@@ -73,6 +73,7 @@ from wsproto.events import Ping
 
 from . import hypercorn_fast_path as fast
 from . import hypercorn_patch as close_wait
+from .containment import contained
 
 __all__ = [
     "CANCELLABLE_SEND",
@@ -503,9 +504,9 @@ class _TCPServer(TCPServer):
 
     async def run(self) -> None:
         try:
-            await self._upstream_run()
-        except Exception:
-            logger.exception("hypercorn connection failed; closed it")
+            # Any failure (an exception group of BaseExceptions included) ends this connection only.
+            with contained("hypercorn connection"):
+                await self._upstream_run()
         finally:
             # Upstream returns without closing the stream when the TLS handshake fails (plain HTTP on
             # the TLS port, a client that gives up): close it here rather than when it is collected.
