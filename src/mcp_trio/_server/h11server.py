@@ -21,7 +21,11 @@ What it does per connection, all in one task:
 - an idle keep-alive connection is closed after ``keep_alive_timeout``; a request head must arrive
   within ``read_timeout`` once it has begun; heads are limited to ``max_head_size`` bytes.
 
-Only HTTP/1.1 (and 1.0) over plain TCP: no TLS, no HTTP/2, no WebSocket.
+Everything a connection does, from the accepted socket on, runs inside its containment: a client that
+resets at any moment (even before the server looked at the socket) ends its connection only.  What
+clients do wrong is logged through :data:`peer_log` (one line per kind and interval, no traceback).
+
+Only HTTP/1.1 (and 1.0) over plain TCP, WebSocket upgrades included (``h11ws``): no TLS, no HTTP/2.
 """
 
 from __future__ import annotations
