@@ -74,6 +74,7 @@ from wsproto.events import Ping
 from . import hypercorn_fast_path as fast
 from . import hypercorn_patch as close_wait
 from .containment import contained
+from .peerlog import PeerLog
 
 __all__ = [
     "CANCELLABLE_SEND",
@@ -84,6 +85,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+peer_log = PeerLog(logger)
+"""What clients do wrong: one line per kind and interval (see :mod:`.peerlog`)."""
 
 LINGER_TIME = 2.0
 """Lingering close (HTTP/1.1): after an answer sent before its request body was all read (413, 4xx
@@ -272,7 +275,9 @@ class _SafeH11Protocol(H11Protocol):
             data = self.connection.send(event)
         except h11.LocalProtocolError as exc:
             if self.connection.their_state != h11.ERROR:
-                logger.warning("closing a connection after an HTTP/1.1 protocol error: %s", exc)
+                # Mostly a peer's doing (a WebSocket upgrade with a body, frames before the 101): one
+                # rate-limited line, not one per connection.
+                peer_log("protocol-error", "closing a connection after an HTTP/1.1 protocol error: %s", exc)
                 await self._abandon()
             return
         await self._write(data)
