@@ -252,3 +252,18 @@ async def test_session_cap_is_503(client: Client, app: MCPApp) -> None:
     await assert_rejected(client, response, 503, code=-32603)
     assert response.headers["retry-after"]
     await assert_nothing_left(app, sessions=2)
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/elsewhere"])
+async def test_content_length_with_transfer_encoding_is_400_and_close(
+    client: Client, app: MCPApp, path: str
+) -> None:
+    # The app's own check (RFC 9112 section 6.3), before routing: any ASGI server that hands it both
+    # headers gets the refusal, and Connection: close makes an HTTP/1.1 server close the connection.
+    body = init_body()
+    headers = {**POST_HEADERS, "content-length": str(len(body)), "transfer-encoding": "chunked"}
+    response = await client.asgi.request("POST", path, headers=headers, body=body)
+    error = await assert_rejected(client, response, 400)
+    assert "Transfer-Encoding" in error["error"]["message"]
+    assert response.headers["connection"] == "close"
+    await assert_nothing_left(app)

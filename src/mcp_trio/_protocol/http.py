@@ -20,6 +20,7 @@ from . import versions
 
 __all__ = [
     "ALLOWED_METHODS",
+    "AMBIGUOUS_FRAMING",
     "CORS_ALLOW_METHODS",
     "CORS_EXPOSE_HEADERS",
     "CORS_MAX_AGE",
@@ -31,6 +32,7 @@ __all__ = [
     "accepts",
     "check_delete",
     "check_duplicates",
+    "check_framing",
     "check_get",
     "check_method",
     "check_origin",
@@ -76,6 +78,8 @@ class RequestFacts:
     """Lower-case names of headers above sent more than once with different values (``accept`` and
     ``access-control-request-headers`` excepted: their copies are joined); the first copy is the one
     kept."""
+    ambiguous_framing: bool = False
+    """Both ``Content-Length`` and ``Transfer-Encoding``: see :func:`check_framing`."""
 
     @classmethod
     def from_headers(cls, method: str, headers: Iterable[tuple[bytes, bytes]]) -> RequestFacts:
@@ -119,6 +123,7 @@ class RequestFacts:
             cors_method=found.get(b"access-control-request-method"),
             cors_headers=found.get(b"access-control-request-headers"),
             conflicts=conflicts,
+            ambiguous_framing=b"transfer-encoding" in found and b"content-length" in found,
         )
 
 
@@ -129,6 +134,7 @@ _WANTED = frozenset(
         b"accept",
         b"content-type",
         b"content-length",
+        b"transfer-encoding",
         b"mcp-session-id",
         b"mcp-protocol-version",
         b"last-event-id",
@@ -156,6 +162,19 @@ _ERA_HEADERS = frozenset({"mcp-method", "mcp-name", "mcp-protocol-version", "acc
 """Headers whose conflicting copies :func:`check_duplicates` leaves to the code that reads them (with
 ``Mcp-Param-*``): ``modern.check_headers`` answers -32020, :func:`check_protocol_version` -32600 and
 :func:`cors_preflight` 400."""
+
+
+AMBIGUOUS_FRAMING = "Bad Request: Content-Length and Transfer-Encoding in one request"
+
+
+def check_framing(facts: RequestFacts) -> None:
+    """400, and the connection closed after it, for a request with both ``Content-Length`` and
+    ``Transfer-Encoding``: the HTTP/1.1 server went by one of them, a proxy in front may have gone by
+    the other (request smuggling); RFC 9112 section 6.3 says to close the connection after answering.
+    The check is the app's own, so it holds on any server that hands it both headers (hypercorn and
+    ``serve_h11`` do: h11 keeps both)."""
+    if facts.ambiguous_framing:
+        raise RemoteProtocolError(AMBIGUOUS_FRAMING, headers=(("connection", "close"),))
 
 
 def check_duplicates(facts: RequestFacts) -> None:

@@ -211,7 +211,9 @@ class MCPApp:
                 raw_send = _with_headers(raw_send, cors_headers)
         send = GuardedSend(raw_send, abortable=abortable, in_progress=self._sends)
         try:
-            if metadata:
+            if facts.ambiguous_framing:  # before anything else: the request's end is in doubt
+                await _reject(send, _AMBIGUOUS_FRAMING)
+            elif metadata:
                 await self._metadata(facts, send)
             else:
                 await self._route(scope, facts, receive, send)
@@ -282,6 +284,7 @@ class MCPApp:
             connect = await receive()
             if connect.get("type") != "websocket.connect":
                 return  # gone before the handshake
+            http.check_framing(facts)
             self._check_path(scope.get("path", "/"))
             principal = await self._admit(scope, facts)
             if SUBPROTOCOL not in (scope.get("subprotocols") or ()):
@@ -745,6 +748,11 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
 
 class _ClientGone(Exception):
     """The client went away while its request body was being read: there is no one to answer."""
+
+
+_AMBIGUOUS_FRAMING = RemoteProtocolError(http.AMBIGUOUS_FRAMING, headers=(("connection", "close"),))
+"""The answer to a request with both ``Content-Length`` and ``Transfer-Encoding`` (``http.check_framing``):
+400, then the connection closes (the ``Connection: close`` of the answer makes both servers close it)."""
 
 
 async def _reject(send: Send, exc: RemoteProtocolError) -> None:

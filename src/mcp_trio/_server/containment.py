@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 import trio
 
+from .peerlog import RateLimitedLog
+
 __all__ = ["Failure", "contained", "split_fatal"]
 
 logger = logging.getLogger(__name__)
@@ -42,9 +44,10 @@ class Failure:
 
 
 @contextmanager
-def contained(what: str) -> Iterator[Failure]:
+def contained(what: str, log: RateLimitedLog | None = None) -> Iterator[Failure]:
     """Run a block whose failure must end only itself: cancellation propagates, anything else is
-    logged at ERROR (as ``"{what} failed"``) and recorded in the yielded :class:`Failure`."""
+    logged at ERROR (as ``"{what} failed"``, through ``log`` where given so that a flood of failures
+    is not a flood of tracebacks) and recorded in the yielded :class:`Failure`."""
     failure = Failure()
     try:
         yield failure
@@ -52,7 +55,10 @@ def contained(what: str) -> Iterator[Failure]:
         fatal, rest = split_fatal(exc)
         if rest is not None:
             failure.caught = rest
-            logger.error("%s failed", what, exc_info=rest)
+            if log is None:
+                logger.error("%s failed", what, exc_info=rest)
+            else:
+                log.log(logging.ERROR, "%s failed", what, exc_info=rest)
         if fatal is not None:
             if fatal is exc:
                 raise

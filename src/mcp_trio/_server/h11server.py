@@ -21,7 +21,11 @@ What it does per connection, all in one task:
 - an idle keep-alive connection is closed after ``keep_alive_timeout``; a request head must arrive
   within ``read_timeout`` once it has begun; heads are limited to ``max_head_size`` bytes.
 
-Only HTTP/1.1 (and 1.0) over plain TCP: no TLS, no HTTP/2, no WebSocket.
+Everything a connection does, from the accepted socket on, runs inside its containment: a client that
+resets at any moment (even before the server looked at the socket) ends its connection only.  What
+clients do wrong is logged through :data:`peer_log` (one line each, at most ten a minute, no traceback).
+
+Only HTTP/1.1 (and 1.0) over plain TCP, WebSocket upgrades included (``h11ws``): no TLS, no HTTP/2.
 """
 
 from __future__ import annotations
@@ -42,11 +46,14 @@ from .asgi import MCPApp
 from .containment import contained, split_fatal
 from .h11ws import H11WebSocket, is_websocket_upgrade
 from .hypercorn_server import CANCELLABLE_SEND
+from .peerlog import RateLimitedLog
 from .streams import content_length
 
 __all__ = ["H11Config", "serve_h11"]
 
 logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
+"""What clients do wrong (malformed requests, slow reading): one line per kind and interval."""
 
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """``accept`` errors worth waiting out (as ``trio.serve_listeners`` does); any other is raised."""
@@ -131,15 +138,9 @@ class _Connection:
 
     # -- connection loop -----------------------------------------------------------------------
 
-    async def run(self, shutting_down: Callable[[], bool]) -> None:
-        try:
-            with contained("HTTP/1.1 connection"):
-                await self._loop(shutting_down)
-        finally:
-            with trio.CancelScope(shield=True):
-                await self.stream.aclose()
-
-    async def _loop(self, shutting_down: Callable[[], bool]) -> None:
+    async def serve(self, shutting_down: Callable[[], bool]) -> None:
+        """Serve requests in turn until the client goes, an answer ends the connection or the server
+        shuts down; the caller contains failures and closes the socket."""
         try:
             while not shutting_down():
                 try:
@@ -208,6 +209,7 @@ class _Connection:
         if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
         status = exc.error_status_hint
+        peer_log.log(logging.INFO, "refused a malformed HTTP/1.1 request (%d)", status)
         body = f"{status} {exc}".encode()
         headers = [(b"content-type", b"text/plain"), content_length(body)]
         headers.append((b"connection", b"close"))
@@ -227,10 +229,7 @@ class _Connection:
             return False
         if self.conn.their_state is not h11.SEND_BODY:
             return False
-        try:
-            return not self._skip_buffered_body()  # a body already all here (a GET) needs no linger
-        except h11.RemoteProtocolError:
-            return True
+        return not self._skip_buffered_body()  # a body already all here (a GET) needs no linger
 
     async def _linger(self) -> None:
         """Lingering close: end our side (FIN), then read and drop what the client is still sending,
@@ -330,16 +329,17 @@ class _Connection:
         """A complete answer is about to go out while part of the request body has not arrived."""
         if self._body_done or self.conn.their_state is not h11.SEND_BODY:
             return False
-        try:
-            return not self._skip_buffered_body()
-        except h11.RemoteProtocolError:
-            return True
+        return not self._skip_buffered_body()
 
     def _skip_buffered_body(self) -> bool:
         """A request body the app did not read (a GET, a DELETE): passed over if h11 already holds
-        all of it; otherwise the connection closes rather than wait for it."""
+        all of it; otherwise (or if what is there is malformed) the connection closes rather than wait
+        for it."""
         while True:
-            event = self.conn.next_event()
+            try:
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError:  # a bad chunk, say: h11 is in its ERROR state for good
+                return False
             if isinstance(event, h11.EndOfMessage):
                 self._body_done = True
                 return True
@@ -408,7 +408,7 @@ class _Connection:
             headers = list(start.get("headers", ()))
             if not more and not any(name.lower() == b"content-length" for name, _ in headers):
                 headers.append(content_length(body))
-            if not more and self._early_answer():
+            if not more and self._early_answer() and (b"connection", b"close") not in headers:
                 # The whole answer goes out before the request body is in (a 401 or 413 sent without
                 # reading it): the connection will close after it, so say so, or a keep-alive client
                 # would send its next request on a connection that is about to close.
@@ -456,7 +456,8 @@ class _Connection:
                 await self.stream.send_all(data)
             written = True
         except trio.TooSlowError as exc:
-            logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
+            timeout = self.write_timeout
+            peer_log.log(logging.INFO, "a write took longer than %s s; closing the connection", timeout)
             raise _Gone from exc
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise _Gone from exc
@@ -493,15 +494,27 @@ async def serve_h11(
         return shutting_down
 
     async def handle(stream: trio.SocketStream) -> None:
-        sock = stream.socket
-        connection = _Connection(stream, app, config, _addr(sock.getsockname()), _addr(sock.getpeername()))
-        connections.add(connection)
+        # Everything a connection does, from the accepted socket on, is inside its containment: a
+        # client can reset the connection before we look at it (then getpeername() raises ENOTCONN),
+        # and nothing a connection raises may end the server's nursery.
+        connection: _Connection | None = None
         try:
-            await connection.run(is_shutting_down)
+            with contained("HTTP/1.1 connection"):
+                try:
+                    sock = stream.socket
+                    server_addr, client = _addr(sock.getsockname()), _addr(sock.getpeername())
+                except OSError:
+                    return  # reset (or otherwise gone) before it was served: nothing to answer
+                connection = _Connection(stream, app, config, server_addr, client)
+                connections.add(connection)
+                await connection.serve(is_shutting_down)
         finally:
-            connections.discard(connection)
-            if shutting_down and not connections:
-                all_closed.set()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            if connection is not None:
+                connections.discard(connection)
+                if shutting_down and not connections:
+                    all_closed.set()
 
     async def accept(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         while True:

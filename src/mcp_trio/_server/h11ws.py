@@ -25,9 +25,12 @@ from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
 from wsproto.utilities import LocalProtocolError, generate_accept_token
 
+from .peerlog import RateLimitedLog
+
 __all__ = ["H11WebSocket", "is_websocket_upgrade"]
 
 logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
 
 _RECEIVE_SIZE = 64 * 1024
 _QUEUED = 8
@@ -253,7 +256,9 @@ class H11WebSocket:
                     data = event.data
                     size += len(data.encode()) if isinstance(data, str) else len(data)  # bytes, as the app
                     if size > self.max_message:
-                        logger.warning("closing a WebSocket sending over %d bytes", self.max_message)
+                        peer_log.log(
+                            logging.INFO, "closing a WebSocket sending over %d bytes", self.max_message
+                        )
                         discarding = True
                         await self._emit(CloseConnection(code=1009, reason="message too big"))
                         self._end(1009)

@@ -77,6 +77,7 @@ from wsproto.events import Ping
 from . import hypercorn_fast_path as fast
 from . import hypercorn_guard
 from . import hypercorn_patch as close_wait
+from .containment import contained
 from .peerlog import RateLimitedLog
 
 __all__ = [
@@ -270,7 +271,9 @@ class _SafeH11Protocol(H11Protocol):
             data = self.connection.send(event)
         except h11.LocalProtocolError as exc:
             if self.connection.their_state != h11.ERROR:
-                logger.warning("closing a connection after an HTTP/1.1 protocol error: %s", exc)
+                # Mostly a peer's doing (a WebSocket upgrade with a body, frames before the 101): one
+                # rate-limited line, not one per connection.
+                peer_log.log(logging.INFO, "closing a connection after an HTTP/1.1 protocol error: %s", exc)
                 await self._abandon()
             return
         await self._write(data)
@@ -544,9 +547,9 @@ class _TCPServer(TCPServer):
 
     async def run(self) -> None:
         try:
-            await self._upstream_run()
-        except Exception:
-            failure_log.log(logging.ERROR, "hypercorn connection failed; closed it", exc_info=True)
+            # Any failure (an exception group of BaseExceptions included) ends this connection only.
+            with contained("hypercorn connection", failure_log):
+                await self._upstream_run()
         finally:
             # Upstream returns without closing the stream when the TLS handshake fails (plain HTTP on
             # the TLS port, a client that gives up): close it here rather than when it is collected.

@@ -12,7 +12,10 @@ import logging
 import time
 from collections.abc import Callable
 
-__all__ = ["RateLimitedLog"]
+__all__ = ["PEER_LOG_BURST", "RateLimitedLog"]
+
+PEER_LOG_BURST = 10
+"""Lines a :class:`RateLimitedLog` lets through per interval by default."""
 
 
 class RateLimitedLog:
@@ -24,7 +27,7 @@ class RateLimitedLog:
         self,
         logger: logging.Logger,
         *,
-        burst: int = 10,
+        burst: int = PEER_LOG_BURST,
         interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -36,7 +39,9 @@ class RateLimitedLog:
         self._sent = 0
         self._suppressed = 0
 
-    def log(self, level: int, message: str, *args: object, exc_info: bool = False) -> bool:
+    def log(
+        self, level: int, message: str, *args: object, exc_info: bool | BaseException = False
+    ) -> bool:
         """Log ``message % args`` at ``level`` if this interval has room (True), else count it (False)."""
         if not self._logger.isEnabledFor(level):
             return False
