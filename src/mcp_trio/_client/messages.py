@@ -85,7 +85,7 @@ class MessageTransport:
             peer_log(logging.INFO, "message-json", "the server sent a message the client refuses (%s)", exc)
             return
         if message is None:
-            peer_log(logging.INFO, "message-shape", "the server sent JSON that is not a message: %.100r", data)
+            peer_log(logging.INFO, "message-shape", "the server sent JSON that is not a message: %.99r", data)
             return
         waiter = self._waiting.get(message.get("id")) if "method" not in message else None
         if waiter is not None:

@@ -124,7 +124,7 @@ def _validated(model: type[M], value: Any, what: str) -> M:
     try:
         return model.model_validate(value)
     except pydantic.ValidationError as exc:
-        raise TransportError(f"the server's answer to {what} is not a valid {model.__name__}: {exc}") from None
+        raise TransportError(f"the answer to {what} is not a valid {model.__name__}: {exc}") from None
 
 
 def _check_callback(name: str, value: object) -> None:
