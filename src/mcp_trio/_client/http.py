@@ -355,7 +355,10 @@ class HTTPTransport:
             except OAuthError as exc:  # no authorization for the stream: never ask again from here
                 logger.info("GET stream given up: %s", exc)
                 return
-            except (httpx.HTTPError, MCPTrioError, SSEProtocolError) as exc:
+            except SSEProtocolError as exc:  # the decoder is unusable now: a new one, same position
+                peer_log(logging.INFO, "get-dropped", "GET stream dropped: %s", _reason(exc))
+                decoder = _fresh(decoder)
+            except (httpx.HTTPError, MCPTrioError) as exc:
                 peer_log(logging.INFO, "get-dropped", "GET stream dropped: %s", _reason(exc))
             except Exception:  # our own bug met on this stream: logged with its traceback, the session lives
                 logger.exception("GET stream failed")
@@ -436,6 +439,14 @@ def _message_of(event: ServerSentEvent, max_size: int) -> dict[str, Any] | None:
         peer_log(logging.INFO, "sse-data", "malformed SSE data ignored (%s): %.100r", exc, event.data)
         return None
     return envelope(value)
+
+
+def _fresh(decoder: SSEDecoder) -> SSEDecoder:
+    """A new decoder in place of one a limit broke, resuming where it was (last event id, retry)."""
+    fresh = SSEDecoder(max_event_size=decoder._max_size)
+    fresh._last_event_id = decoder.last_event_id
+    fresh._retry = decoder.retry
+    return fresh
 
 
 async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
