@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,7 +37,13 @@ from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Message, Ping, Request, TextMessage
 
-from mcp_trio import MCPTrioError, TransportError, open_client_session, open_websocket_client
+from mcp_trio import (
+    MCPTrioError,
+    TransportError,
+    open_client_session,
+    open_stdio_client,
+    open_websocket_client,
+)
 from mcp_trio._protocol import safejson
 
 from .conftest import (
@@ -494,4 +501,46 @@ async def test_generated_hostile_websocket_messages(mode: str, caplog: pytest.Lo
     assert sum(outcomes.seen.values()) >= EXAMPLES // 2, outcomes
     assert set(outcomes.seen) <= {"result", "TransportError", "RPCError"}, outcomes
     assert outcomes.good_failed <= EXAMPLES // 4, outcomes
+    assert client_errors(caplog) == []
+
+
+# -- stdio ------------------------------------------------------------------------------------------
+
+HOSTILE_CHILD = r"""
+import json, sys
+def send(data):
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+for line in sys.stdin.buffer:
+    message = json.loads(line)
+    if "id" not in message or "method" not in message:
+        continue
+    ident = json.dumps(message["id"]).encode()
+    if message["method"] == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {},
+                  "serverInfo": {"name": "hostile", "version": "1"}}
+        send(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode() + b"\n")
+    elif message["params"]["name"] == "bombs":
+        send(b"[" * 100000 + b"]" * 100000 + b"\n")
+        send(b'{"jsonrpc":"2.0","id":' + ident + b',"result":{"n":' + b"9" * 9000 + b"}}\n")
+        send(b'{"jsonrpc":"2.0","id":[' + ident + b'],"result":{}}\n')
+        send(b'{"jsonrpc":"2.0","id":' + ident + b',"result":{"content":[{"type":"text","text":"ok"}]}}\n')
+    else:
+        send(b"x" * (5 * 1024 * 1024))  # a line over 4 MiB, never ended
+"""
+
+
+async def test_a_hostile_stdio_server(caplog: pytest.LogCaptureFixture) -> None:
+    """Bombs on stdout are skipped (the call gets its real answer after them); a line over 4 MiB ends the
+    connection: the waiting call fails with ``TransportError`` and the block ends normally (not with an
+    exception group)."""
+    with trio.fail_after(20):
+        async with open_stdio_client(
+            [sys.executable, "-c", HOSTILE_CHILD], mode="legacy", terminate_grace=0.5
+        ) as session:
+            assert text_of(await session.call_tool("bombs")) == "ok"  # type: ignore[arg-type]
+            with pytest.raises(TransportError, match="a line over 4 MiB"):
+                await session.call_tool("flood")
+            with pytest.raises(TransportError, match="a line over 4 MiB"):
+                await session.call_tool("again")  # at once: the connection is gone
     assert client_errors(caplog) == []
