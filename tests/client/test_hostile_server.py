@@ -243,6 +243,63 @@ async def test_what_breaks_the_get_stream_never_ends_the_session(
     assert client_errors(caplog) == []
 
 
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"protocolVersion": "2025-11-25", "capabilities": 7, "serverInfo": [1], "instructions": {"a": 1}},
+        {"protocolVersion": "2025-11-25", "capabilities": "logging"},
+        {"protocolVersion": ["2025-11-25"]},
+    ],
+)
+async def test_a_hostile_initialize_answer(
+    fake: Fake, http: httpx.AsyncClient, result: dict[str, Any]
+) -> None:
+    """Fields of the wrong types in ``initialize``'s result: ignored where the client can do without them,
+    else a ``TransportError`` out of the block; never another exception."""
+    fake.server.initialize_result = result
+    try:
+        with trio.fail_after(10):
+            async with open_client_session(fake.url, mode="legacy", http=http, log_level="info") as s:
+                assert s.server_capabilities == {} and s.server_info == {} and s.instructions is None
+                assert text_of(await s.call_tool("work")) == "ok"  # type: ignore[arg-type]
+    except TransportError as exc:
+        assert "unsupported version" in str(exc)
+        assert not isinstance(result["protocolVersion"], str)
+    assert_clean(http)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"supportedVersions": 5},
+        {"supportedVersions": "2026-07-28"},
+        {"supportedVersions": ["2026-07-28"], "_meta": [1], "capabilities": 7, "instructions": 3},
+        {"supportedVersions": ["2026-07-28"], "_meta": {"io.modelcontextprotocol/serverInfo": "x"}},
+    ],
+)
+async def test_a_hostile_discover_answer(fake: Fake, http: httpx.AsyncClient, result: dict[str, Any]) -> None:
+    """``server/discover`` answered with fields of the wrong types: the client falls back to
+    ``initialize`` or takes the server as modern without them; never another exception."""
+
+    async def call(request: FakeRequest, send: Send) -> None:
+        if request.message["method"] == "server/discover":
+            await start_response(send, 200, "application/json")
+            await body(
+                send,
+                json.dumps({"jsonrpc": "2.0", "id": request.message["id"], "result": result}).encode(),
+                more=False,
+            )
+        else:
+            await answer_call(request, send)
+
+    fake.server.call = call
+    with trio.fail_after(10):
+        async with open_client_session(fake.url, mode="auto", http=http) as s:
+            assert s.server_capabilities in ({}, {"tools": {}}) and isinstance(s.server_info, dict)
+            assert text_of(await s.call_tool("work")) == "ok"  # type: ignore[arg-type]
+    assert_clean(http)
+
+
 # -- hypothesis: generated hostile answers ----------------------------------------------------------
 
 json_values = st.recursive(

@@ -127,6 +127,33 @@ def _validated(model: type[M], value: Any, what: str) -> M:
         raise TransportError(f"the answer to {what} is not a valid {model.__name__}: {exc}") from None
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if a server sent an object there, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_ELICIT_PARAMS: pydantic.TypeAdapter[mt.ElicitRequestParams] = pydantic.TypeAdapter(mt.ElicitRequestParams)
+
+
+def _params(model: Any, method: str, params: dict[str, Any]) -> Any:
+    """A server's request params validated (``model`` a model class or a TypeAdapter); params of the
+    wrong shape are an :class:`RPCError` -32602 (the error answer to the server's request; raised out
+    of the call whose input it was, in the 2026 era)."""
+    try:
+        if isinstance(model, pydantic.TypeAdapter):
+            return model.validate_python(params)
+        return model.model_validate(params)
+    except pydantic.ValidationError as exc:
+        peer_log(logging.INFO, "bad-params", "the server's %.100s had invalid params", method)
+        raise RPCError(
+            mt.INVALID_PARAMS, f"invalid params for {method}: {exc.error_count()} errors"
+        ) from None
+
+
 def _check_callback(name: str, value: object) -> None:
     """Refuse, at once, a callback that cannot be called."""
     if value is None or callable(value):
@@ -265,9 +292,9 @@ class ClientSession:
         if found is None or found.modern:
             raise TransportError(f"the server answered initialize with unsupported version {negotiated!r}")
         self.protocol_version = self._transport.protocol_version = found.name
-        self.server_info = result.get("serverInfo") or {}
-        self.server_capabilities = result.get("capabilities") or {}
-        self.instructions = result.get("instructions")
+        self.server_info = _object(result.get("serverInfo"))
+        self.server_capabilities = _object(result.get("capabilities"))
+        self.instructions = _text(result.get("instructions"))
         await self.notify("notifications/initialized")
         if self.log_level is not None and "logging" in self.server_capabilities:
             try:  # log_level= means the same in both eras: the server's logs from this level up
@@ -285,18 +312,23 @@ class ClientSession:
                 result = await self.request("server/discover")
                 break
             except RPCError as exc:
-                supported = (exc.data or {}).get("supported") if isinstance(exc.data, dict) else None
+                supported = _object(exc.data).get("supported")
                 if exc.code != mt.UNSUPPORTED_PROTOCOL_VERSION or versions.LATEST_MODERN.name not in (
-                    supported or ()
+                    supported if isinstance(supported, list) else ()
                 ):
                     return self._fall_back(exc)
             except TransportError as exc:
                 return self._fall_back(exc)
-        if result is None or versions.LATEST_MODERN.name not in (result.get("supportedVersions") or ()):
-            return self._fall_back(f"server/discover did not offer {versions.LATEST_MODERN.name}: {result!r}")
-        self.server_info = (result.get("_meta") or {}).get(mt.SERVER_INFO_META_KEY) or {}
-        self.server_capabilities = result.get("capabilities") or {}
-        self.instructions = result.get("instructions")
+        offered = result.get("supportedVersions") if result is not None else None
+        if result is None or versions.LATEST_MODERN.name not in (
+            offered if isinstance(offered, list) else ()
+        ):
+            return self._fall_back(
+                f"server/discover did not offer {versions.LATEST_MODERN.name}: {result!r:.300}"
+            )
+        self.server_info = _object(_object(result.get("_meta")).get(mt.SERVER_INFO_META_KEY))
+        self.server_capabilities = _object(result.get("capabilities"))
+        self.instructions = _text(result.get("instructions"))
         return True
 
     def _fall_back(self, why: object) -> bool:
@@ -399,7 +431,10 @@ class ClientSession:
 
     async def _answer_inputs(self, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Answer the input requests of an input-required result, for the retry."""
-        answers = await self._gather_inputs(result.get("inputRequests") or {})
+        requests = result.get("inputRequests")
+        if requests is not None and not isinstance(requests, dict):
+            raise TransportError(f"the server's inputRequests is not an object: {requests!r:.200}")
+        answers = await self._gather_inputs(requests or {})
         retry = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
         retry["inputResponses"] = answers
         if "requestState" in result:
@@ -414,7 +449,10 @@ class ClientSession:
 
         async def answer(key: str, request: dict[str, Any]) -> None:
             await trio.lowlevel.checkpoint_if_cancelled()  # a sibling failed already
-            answers[key] = await self._serve(request.get("method", ""), request.get("params") or {})
+            params = request.get("params")
+            answers[key] = await self._serve(
+                str(request.get("method", "")), params if isinstance(params, dict) else {}
+            )
 
         try:
             async with trio.open_nursery() as nursery:
@@ -493,10 +531,6 @@ class ClientSession:
         except RPCError as exc:
             error = {"code": exc.code, "message": exc.message}
             reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
-        except pydantic.ValidationError as exc:  # the server's params are not what the method takes
-            peer_log(logging.INFO, "bad-params", "the server's %.100s had invalid params", message["method"])
-            error = {"code": mt.INVALID_PARAMS, "message": f"invalid params: {exc.error_count()} errors"}
-            reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
         except Exception as exc:  # a handler of ours failed: the server gets an error, the session lives on
             logger.exception("handler of the server's %s failed", message.get("method"))
             reply = {
@@ -516,12 +550,11 @@ class ClientSession:
             return {}
         if method == "sampling/createMessage" and self._sampling is not None:
             name, expected = "sampling", "CreateMessageResult"
-            result = await _call(self._sampling, mt.CreateMessageRequestParams.model_validate(params))
+            sampling_params = _params(mt.CreateMessageRequestParams, method, params)
+            result = await _call(self._sampling, sampling_params)
         elif method == "elicitation/create" and self._elicitation is not None:
             name, expected = "elicitation", "ElicitResult"
-            elicit_params: mt.ElicitRequestParams = pydantic.TypeAdapter(
-                mt.ElicitRequestParams
-            ).validate_python(params)
+            elicit_params: mt.ElicitRequestParams = _params(_ELICIT_PARAMS, method, params)
             result = await _call(self._elicitation, elicit_params)
         elif method == "roots/list" and self._roots is not None:
             name, expected = "roots", "ListRootsResult"
@@ -807,7 +840,8 @@ class ClientSession:
                     if ack is not None and "error" in ack:
                         raise _rpc_error(ack["error"])
                     raise TransportError(f"subscriptions/listen was not acknowledged: {ack!r}")
-                yield Subscription(request_id, (ack.get("params") or {}).get("notifications") or {}, stream)
+                notifications = _object(_object(ack.get("params")).get("notifications"))
+                yield Subscription(request_id, notifications, stream)
         except _ErrorAnswer as exc:
             raise _rpc_error(exc.body["error"]) from None
 
@@ -820,7 +854,8 @@ class ClientSession:
         cursor = None
         for _page in range(100):
             result = await self.request("skills/list", {"cursor": cursor} if cursor else None)
-            skills.extend(s for s in result.get("skills") or () if isinstance(s, dict))
+            listed = result.get("skills")
+            skills.extend(s for s in (listed if isinstance(listed, list) else ()) if isinstance(s, dict))
             cursor = result.get("nextCursor")
             if not cursor:
                 break
