@@ -44,7 +44,9 @@ from mcp_trio import (
     open_stdio_client,
     open_websocket_client,
 )
+from mcp_trio._client.http import MAX_RETRY_DELAY, _retry_delay
 from mcp_trio._protocol import safejson
+from mcp_trio._protocol.sse import SSEDecoder
 
 from .conftest import (
     Fake,
@@ -134,6 +136,16 @@ def test_the_safe_decoder_accepts_what_json_is() -> None:
     assert safejson.loads("[1]", max_size=3) == [1]
     assert safejson.nesting_depth_exceeds('["]]]]", [1]]', 2) is False
     assert safejson.nesting_depth_exceeds('["[[[[", [[[1]]]]', 3) is True
+
+
+def test_a_servers_retry_is_bounded() -> None:
+    """``retry: 99999999999`` cannot make a call wait for years before it resumes its stream."""
+    decoder = SSEDecoder()
+    assert _retry_delay(decoder) == 1.0
+    decoder.feed(b"retry: 99999999999\n\n")
+    assert _retry_delay(decoder) == MAX_RETRY_DELAY == 60.0
+    decoder.feed(b"retry: 250\n\n")
+    assert _retry_delay(decoder) == 0.25
 
 
 # -- spelled-out cases over HTTP --------------------------------------------------------------------

@@ -29,6 +29,8 @@ ACCEPT = "application/json, text/event-stream"
 DRAIN_SECONDS = 1.0
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 """Default bound on one JSON answer, one SSE event and one stdio or WebSocket message from a server."""
+MAX_RETRY_DELAY = 60.0
+"""Seconds: the longest wait before a reconnection that a server's SSE ``retry`` can ask for."""
 MAX_ERROR_BODY = 64 * 1024
 """How much of an HTTP error answer's body is read (the rest is not: the connection is dropped)."""
 
@@ -228,12 +230,12 @@ class HTTPTransport:
         )
 
     async def _take_json(self, data: Any, expect: Any, on_message: OnMessage) -> dict[str, Any] | None:
-        messages = [envelope(item) for item in (data if isinstance(data, list) else [data])]
-        if not messages or not all(message is not None for message in messages):
+        items = data if isinstance(data, list) else [data]
+        messages = [message for message in map(envelope, items) if message is not None]
+        if not items or len(messages) != len(items):
             raise TransportError("the JSON answer is not a JSON-RPC message")
         answer = None
         for message in messages:
-            assert message is not None
             if expect is not None and message.get("id") == expect and "method" not in message:
                 answer = message
             else:
@@ -253,7 +255,7 @@ class HTTPTransport:
             if not decoder.last_event_id or attempts >= self.max_reconnects:
                 raise TransportError("the server closed the stream before sending the response")
             attempts += 1
-            await trio.sleep((decoder.retry or 1000) / 1000)
+            await trio.sleep(_retry_delay(decoder))
             answer = await self._resume(decoder, expect, on_message)
         return answer
 
@@ -330,10 +332,10 @@ class HTTPTransport:
     async def listen_get(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
         """The 2025-era standalone GET stream, resumed with ``Last-Event-ID`` after drops.  A 405 (or any
         failure) ends it quietly: the GET stream never harms the POSTs (go-sdk #1175).  Whatever goes
-        wrong on it (a broken connection, an event over the size limit, a server's error answer, even a
-        bug of ours in handling what it carried) is logged and counts as a drop: it never ends the
-        session.  (A notification callback that raises on it does, as documented: that is the
-        application's own decision, routed by the session.)"""
+        wrong on it (a broken connection, an event over the size limit, even a bug of ours in handling
+        what it carried) is logged and counts as a drop: it never ends the session.  (A notification
+        callback that raises on it does, as documented: that is the application's own decision, routed
+        by the session.)"""
         decoder = SSEDecoder(max_event_size=self.max_message_size)
         task_status.started()
         failures = 0
@@ -363,7 +365,7 @@ class HTTPTransport:
             except Exception:  # our own bug met on this stream: logged with its traceback, the session lives
                 logger.exception("GET stream failed")
             failures += 1
-            await trio.sleep((decoder.retry or 1000) / 1000)
+            await trio.sleep(_retry_delay(decoder))
 
     async def delete(self) -> None:
         if self.session_id is None:
@@ -439,6 +441,12 @@ def _message_of(event: ServerSentEvent, max_size: int) -> dict[str, Any] | None:
         peer_log(logging.INFO, "sse-data", "malformed SSE data ignored (%s): %.100r", exc, event.data)
         return None
     return envelope(value)
+
+
+def _retry_delay(decoder: SSEDecoder) -> float:
+    """Seconds to wait before reconnecting: the server's ``retry`` (1 s without one, or for 0), at most
+    :data:`MAX_RETRY_DELAY` (a server cannot make a call wait for days)."""
+    return min((decoder.retry or 1000) / 1000, MAX_RETRY_DELAY)
 
 
 def _fresh(decoder: SSEDecoder) -> SSEDecoder:
