@@ -218,6 +218,7 @@ class FakeServer:
         self.call: Handler = answer_call
         self.get: Handler = refuse_405
         self.delete: Handler = answer_200
+        self.initialize_result: dict[str, Any] | None = None  # instead of the normal one
         self.log: list[Request] = []
         self.running = 0  # handlers in progress
         self.received = trio.Condition()
@@ -278,7 +279,7 @@ class FakeServer:
         elif request.method == "DELETE":
             await self.delete(request, send)
         elif message.get("method") == "initialize":
-            result = {
+            result = self.initialize_result or {
                 "protocolVersion": VERSION,
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "fake", "version": "1"},

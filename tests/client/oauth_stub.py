@@ -367,6 +367,10 @@ class StubRS:
     challenge_scope: str | None = None  # the scope of every 401 challenge
     required_scopes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method or tool -> scopes
     serve_metadata: bool = True
+    metadata_url_override: str | None = None  # named by the challenges instead of the real one
+    authorization_servers_override: list[str] | None = None  # named by the metadata instead of the stub AS
+    redirect_hops: int = 0  # the challenges name /hop/N, which redirects N times to the metadata
+    redirect_last_to: str | None = None  # where the last hop redirects (the metadata by default)
     refuse_all: bool = False  # every token is invalid here
     dpop_nonce: str | None = None  # DPoP proofs to this server must carry it
     revoked: set[str] = field(default_factory=set)
@@ -380,6 +384,10 @@ class StubRS:
 
     @property
     def metadata_url(self) -> str:
+        if self.metadata_url_override is not None:
+            return self.metadata_url_override
+        if self.redirect_hops:
+            return f"{self.url}/hop/{self.redirect_hops}"
         return f"{self.url}/.well-known/oauth-protected-resource"
 
     def challenge(self, error: str | None = None, scope: str | None = None) -> str:
@@ -396,13 +404,20 @@ class StubRS:
             return
         path = scope["path"]
         self.hits[path] += 1
+        if path.startswith("/hop/"):
+            left = int(path.removeprefix("/hop/")) - 1
+            last = self.redirect_last_to or "/.well-known/oauth-protected-resource"
+            target = f"/hop/{left}" if left else last
+            await respond(send, 302, headers={"location": target})
+            return
         if path == "/.well-known/oauth-protected-resource":
             if not self.serve_metadata:
                 await respond(send, 404, {"error": "not_found"})
                 return
             document: dict[str, Any] = {
                 "resource": self.resource,
-                "authorization_servers": [self.authorization_server.url],
+                "authorization_servers": self.authorization_servers_override
+                or [self.authorization_server.url],
             }
             if self.scopes_supported is not None:
                 document["scopes_supported"] = self.scopes_supported

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,7 +16,8 @@ import trio
 
 from .._exceptions import MCPTrioError, SessionExpired, TransportError
 from .._protocol import modern as modern_rules
-from .._protocol.sse import ServerSentEvent, SSEDecoder
+from .._protocol import safejson
+from .._protocol.sse import ServerSentEvent, SSEDecoder, SSEProtocolError
 from ..auth._client_errors import OAuthError
 
 __all__ = ["HTTPTransport", "MessageStream", "SessionExpired", "TransportError"]
@@ -25,6 +27,65 @@ logger = logging.getLogger(__name__)
 OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
 ACCEPT = "application/json, text/event-stream"
 DRAIN_SECONDS = 1.0
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+"""Default bound on one JSON answer, one SSE event and one stdio or WebSocket message from a server."""
+MAX_RETRY_DELAY = 60.0
+"""Seconds: the longest wait before a reconnection that a server's SSE ``retry`` can ask for."""
+MAX_ERROR_BODY = 64 * 1024
+"""How much of an HTTP error answer's body is read (the rest is not: the connection is dropped)."""
+
+
+class _RateLimitedLog:
+    """At most one log line per ``interval`` seconds for a kind of peer misbehaviour (a hostile server
+    must not flood the client's log); the lines skipped are counted in the next one."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._skipped: dict[str, int] = {}
+
+    def __call__(self, level: int, key: str, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            self._skipped[key] = self._skipped.get(key, 0) + 1
+            return
+        self._last[key] = now
+        skipped = self._skipped.pop(key, 0)
+        if skipped:
+            message += f" ({skipped} more like it not logged)"
+        logger.log(level, message, *args)
+
+
+peer_log = _RateLimitedLog()
+"""The client's log of what servers do wrong (shared by every transport)."""
+
+
+def decode_json(data: bytes | str, max_size: int, what: str) -> Any:
+    """The JSON value of something a server sent (:func:`safejson.loads`: bounded in size, nesting and
+    number length, strict about Unicode), or a :class:`TransportError` saying why not."""
+    try:
+        return safejson.loads(data, max_size=max_size)
+    except safejson.JSONRejected as exc:
+        raise TransportError(f"{what} is not JSON the client accepts: {exc}") from None
+
+
+def valid_id(value: Any) -> bool:
+    """Whether ``value`` can be a JSON-RPC request id (a string or an integer; never a bool)."""
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def envelope(value: Any) -> dict[str, Any] | None:
+    """``value`` if it can be a JSON-RPC message from a server: an object whose ``method`` (if any) is a
+    string and whose ``id`` (if any) is a string, an integer or null.  None otherwise (routing it could
+    not go well: an unhashable id, a method that is not a name)."""
+    if not isinstance(value, dict):
+        return None
+    if "method" in value and not isinstance(value["method"], str):
+        return None
+    if "id" in value and not (value["id"] is None or valid_id(value["id"])):
+        return None
+    return value
 
 
 def _header_value(value: Any) -> str:
@@ -73,7 +134,13 @@ class HTTPTransport:
     client and the session nursery (for the GET stream)."""
 
     def __init__(
-        self, http: httpx.AsyncClient, url: str, *, max_reconnects: int = 3, auth: httpx.Auth | None = None
+        self,
+        http: httpx.AsyncClient,
+        url: str,
+        *,
+        max_reconnects: int = 3,
+        auth: httpx.Auth | None = None,
+        max_message_size: int = MAX_MESSAGE_SIZE,
     ) -> None:
         self.http = http
         self.url = url
@@ -82,6 +149,7 @@ class HTTPTransport:
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self.max_reconnects = max_reconnects
+        self.max_message_size = max_message_size
 
     def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = {"accept": ACCEPT, "content-type": "application/json"}
@@ -120,21 +188,38 @@ class HTTPTransport:
             kind = response.headers.get("content-type", "")
             if kind.startswith("text/event-stream"):
                 return await self._read_sse(response, expect, on_message)
-            data = json.loads(await response.aread())
+            data = decode_json(await self._read_body(response), self.max_message_size, "the answer")
             return await self._take_json(data, expect, on_message)
-        except (httpx.HTTPError, ValueError) as exc:
-            raise TransportError(f"the answer from {self.url} broke off or was not JSON: {exc}") from exc
+        except (httpx.HTTPError, SSEProtocolError) as exc:
+            raise TransportError(f"the answer from {self.url} broke off or was too large: {exc}") from exc
         finally:
             with trio.CancelScope(shield=True):
                 await response.aclose()
 
+    async def _read_body(self, response: httpx.Response) -> bytes:
+        """A JSON answer's body, or :class:`TransportError` once it is longer than ``max_message_size``
+        (then it is not read further: the connection is dropped when the response is closed)."""
+        limit = self.max_message_size
+        body, whole = await read_capped(response, limit)
+        if not whole:
+            raise TransportError(f"the answer from {self.url} is longer than {limit} bytes")
+        return body
+
     async def _raise_for(self, response: httpx.Response, expect: Any = None) -> None:
-        text = (await response.aread()).decode(errors="replace")
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = text
-        if isinstance(body, dict) and "error" in body and expect is not None and body.get("id") == expect:
+        raw, whole = await read_capped(response, MAX_ERROR_BODY)
+        text = raw.decode(errors="replace")
+        body: Any = text
+        if whole:
+            try:
+                body = safejson.loads(raw, max_size=MAX_ERROR_BODY)
+            except safejson.JSONRejected:
+                pass
+        if (
+            isinstance(body, dict)
+            and isinstance(body.get("error"), dict)
+            and expect is not None
+            and body.get("id") == expect
+        ):
             raise _ErrorAnswer(body)
         if response.status_code == 404 and self.session_id is not None:
             raise SessionExpired(f"the server does not know session {self.session_id}", status=404, body=body)
@@ -145,8 +230,9 @@ class HTTPTransport:
         )
 
     async def _take_json(self, data: Any, expect: Any, on_message: OnMessage) -> dict[str, Any] | None:
-        messages = data if isinstance(data, list) else [data]
-        if not all(isinstance(message, dict) for message in messages):
+        items = data if isinstance(data, list) else [data]
+        messages = [message for message in map(envelope, items) if message is not None]
+        if not items or len(messages) != len(items):
             raise TransportError("the JSON answer is not a JSON-RPC message")
         answer = None
         for message in messages:
@@ -161,7 +247,7 @@ class HTTPTransport:
     async def _read_sse(
         self, response: httpx.Response, expect: Any, on_message: OnMessage
     ) -> dict[str, Any] | None:
-        decoder = SSEDecoder()
+        decoder = SSEDecoder(max_event_size=self.max_message_size)
         answer = await self._pump(response.aiter_bytes(), decoder, expect, on_message)
         attempts = 0
         while answer is None and expect is not None:
@@ -169,7 +255,7 @@ class HTTPTransport:
             if not decoder.last_event_id or attempts >= self.max_reconnects:
                 raise TransportError("the server closed the stream before sending the response")
             attempts += 1
-            await trio.sleep((decoder.retry or 1000) / 1000)
+            await trio.sleep(_retry_delay(decoder))
             answer = await self._resume(decoder, expect, on_message)
         return answer
 
@@ -197,7 +283,7 @@ class HTTPTransport:
                     exhausted = True
                     return None
                 for event in decoder.feed(chunk):
-                    message = _message_of(event)
+                    message = _message_of(event, self.max_message_size)
                     if message is None:
                         continue
                     if expect is not None and message.get("id") == expect and "method" not in message:
@@ -224,7 +310,7 @@ class HTTPTransport:
             response = await self.http.send(request, stream=True, auth=self.auth)
         except httpx.HTTPError as exc:
             raise TransportError(f"POST {self.url} failed: {_reason(exc)}") from exc
-        stream = MessageStream(response)
+        stream = MessageStream(response, self.max_message_size)
         try:
             if response.status_code >= 400:
                 await self._raise_for(response, message.get("id"))
@@ -235,14 +321,22 @@ class HTTPTransport:
             await stream.aclose()
 
     async def _json_messages(self, response: httpx.Response) -> list[dict[str, Any]]:
-        data = json.loads(await response.aread())
-        messages = data if isinstance(data, list) else [data]
-        return [m for m in messages if isinstance(m, dict)]
+        try:
+            raw = await self._read_body(response)
+        except httpx.HTTPError as exc:
+            raise TransportError(f"the answer from {self.url} broke off: {exc}") from exc
+        data = decode_json(raw, self.max_message_size, "the answer")
+        messages = [envelope(item) for item in (data if isinstance(data, list) else [data])]
+        return [m for m in messages if m is not None]
 
     async def listen_get(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
         """The 2025-era standalone GET stream, resumed with ``Last-Event-ID`` after drops.  A 405 (or any
-        failure) ends it quietly: the GET stream never harms the POSTs (go-sdk #1175)."""
-        decoder = SSEDecoder()
+        failure) ends it quietly: the GET stream never harms the POSTs (go-sdk #1175).  Whatever goes
+        wrong on it (a broken connection, an event over the size limit, even a bug of ours in handling
+        what it carried) is logged and counts as a drop: it never ends the session.  (A notification
+        callback that raises on it does, as documented: that is the application's own decision, routed
+        by the session.)"""
+        decoder = SSEDecoder(max_event_size=self.max_message_size)
         task_status.started()
         failures = 0
         while failures <= self.max_reconnects:
@@ -263,10 +357,15 @@ class HTTPTransport:
             except OAuthError as exc:  # no authorization for the stream: never ask again from here
                 logger.info("GET stream given up: %s", exc)
                 return
+            except SSEProtocolError as exc:  # the decoder is unusable now: a new one, same position
+                peer_log(logging.INFO, "get-dropped", "GET stream dropped: %s", _reason(exc))
+                decoder = _fresh(decoder)
             except (httpx.HTTPError, MCPTrioError) as exc:
-                logger.info("GET stream dropped: %r", exc)
+                peer_log(logging.INFO, "get-dropped", "GET stream dropped: %s", _reason(exc))
+            except Exception:  # our own bug met on this stream: logged with its traceback, the session lives
+                logger.exception("GET stream failed")
             failures += 1
-            await trio.sleep((decoder.retry or 1000) / 1000)
+            await trio.sleep(_retry_delay(decoder))
 
     async def delete(self) -> None:
         if self.session_id is None:
@@ -284,11 +383,12 @@ class HTTPTransport:
 class MessageStream:
     """The messages of one streamed answer, read by whoever iterates it."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
         self.response = response
         self.pending: list[dict[str, Any]] = []
         self._chunks = response.aiter_bytes()
-        self._decoder = SSEDecoder()
+        self._max = max_message_size
+        self._decoder = SSEDecoder(max_event_size=max_message_size)
         self._ended = False
 
     async def next_message(self) -> dict[str, Any] | None:
@@ -304,8 +404,13 @@ class MessageStream:
             except httpx.HTTPError as exc:
                 self._ended = True
                 raise TransportError(f"the stream broke off: {exc}") from exc
-            for event in self._decoder.feed(chunk):
-                message = _message_of(event)
+            try:
+                events = self._decoder.feed(chunk)
+            except SSEProtocolError as exc:
+                self._ended = True
+                raise TransportError(f"the stream broke a limit: {exc}") from exc
+            for event in events:
+                message = _message_of(event, self._max)
                 if message is not None:
                     self.pending.append(message)
         return self.pending.pop(0)
@@ -325,15 +430,50 @@ class _ErrorAnswer(Exception):
         self.body = body
 
 
-def _message_of(event: ServerSentEvent) -> dict[str, Any] | None:
+def _message_of(event: ServerSentEvent, max_size: int) -> dict[str, Any] | None:
+    """The JSON-RPC message an event carries; None for a priming event, and for anything else (not JSON,
+    JSON the safe decoder refuses, not a message), which is logged and skipped."""
     if not event.data.strip():
         return None  # a priming event
     try:
-        message = json.loads(event.data)
-    except ValueError:
-        logger.info("malformed SSE data ignored: %.100r", event.data)
+        value = safejson.loads(event.data, max_size=max_size)
+    except safejson.JSONRejected as exc:
+        peer_log(logging.INFO, "sse-data", "malformed SSE data ignored (%s): %.100r", exc, event.data)
         return None
-    return message if isinstance(message, dict) else None
+    return envelope(value)
+
+
+def _retry_delay(decoder: SSEDecoder) -> float:
+    """Seconds to wait before reconnecting: the server's ``retry`` (1 s without one, or for 0), at most
+    :data:`MAX_RETRY_DELAY` (a server cannot make a call wait for days)."""
+    return min((decoder.retry or 1000) / 1000, MAX_RETRY_DELAY)
+
+
+def _fresh(decoder: SSEDecoder) -> SSEDecoder:
+    """A new decoder in place of one a limit broke, resuming where it was (last event id, retry)."""
+    fresh = SSEDecoder(max_event_size=decoder._max_size)
+    fresh._last_event_id = decoder.last_event_id
+    fresh._retry = decoder.retry
+    return fresh
+
+
+async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """A response's body, at most ``limit`` bytes of it; the bool says whether that is the whole body
+    (False: there was more, not read; a ``Content-Length`` over the limit is believed without reading)."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return b"", False
+    body = bytearray()
+    chunks = response.aiter_bytes()
+    while True:
+        try:
+            chunk = await chunks.__anext__()
+        except StopAsyncIteration:
+            return bytes(body), True
+        body += chunk
+        if len(body) > limit:
+            await _unwind(chunks)
+            return bytes(body[:limit]), False
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> bool:

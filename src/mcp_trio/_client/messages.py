@@ -15,7 +15,8 @@ from typing import Any
 
 import trio
 
-from .http import OnMessage, TransportError
+from .._protocol import safejson
+from .http import OnMessage, TransportError, envelope, peer_log
 
 __all__ = ["MessageTransport"]
 
@@ -79,15 +80,20 @@ class MessageTransport:
         if not data.strip():
             return
         try:
-            message = json.loads(data)
-        except ValueError:
-            logger.info("the server sent a message that is not JSON: %.100r", data)
+            message = envelope(safejson.loads(data))
+        except safejson.JSONRejected as exc:
+            peer_log(logging.INFO, "message-json", "the server sent a message the client refuses (%s)", exc)
             return
-        if not isinstance(message, dict):
+        if message is None:
+            peer_log(logging.INFO, "message-shape", "the server sent JSON that is not a message: %.99r", data)
             return
         waiter = self._waiting.get(message.get("id")) if "method" not in message else None
         if waiter is not None:
-            waiter.send_nowait(message)
+            try:
+                waiter.send_nowait(message)
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                # a second response to the same request (the first one won)
+                peer_log(logging.INFO, "message-dup", "the server answered request %r twice", message["id"])
         else:
             await on_message(message)
 

@@ -20,7 +20,17 @@ from .._exceptions import MCPTrioError, RPCError
 from .._protocol import modern as modern_rules
 from .._protocol import versions
 from . import skills as skills_ext
-from .http import HTTPTransport, MessageStream, SessionExpired, TransportError, _ErrorAnswer, modern_headers
+from .http import (
+    MAX_MESSAGE_SIZE,
+    HTTPTransport,
+    MessageStream,
+    SessionExpired,
+    TransportError,
+    _ErrorAnswer,
+    modern_headers,
+    peer_log,
+    valid_id,
+)
 from .messages import MessageTransport
 from .stdio import StdioTransport, start_process
 from .tasks import CANCEL_GRACE, TASKS_EXTENSION, TaskCancelled, TaskError, TaskInfo, TaskStatusHandler
@@ -93,6 +103,55 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 R = TypeVar("R")
 MAX_INPUT_ROUNDS = 10
 Transport = HTTPTransport | MessageTransport
+
+
+def _rpc_error(error: Any) -> RPCError:
+    """The :class:`RPCError` of a JSON-RPC error object from a server (a code that is not an integer is
+    taken as -32603, a message that is not a string as empty: what a server sends is not trusted)."""
+    if not isinstance(error, dict):
+        return RPCError(mt.INTERNAL_ERROR, f"the server's error is not an error object: {error!r:.200}")
+    code = error.get("code")
+    message = error.get("message")
+    return RPCError(
+        code if valid_id(code) and isinstance(code, int) else mt.INTERNAL_ERROR,
+        message if isinstance(message, str) else "",
+        error.get("data"),
+    )
+
+
+def _validated(model: type[M], value: Any, what: str) -> M:
+    """``value`` as ``model``; a server's answer that is not one is a :class:`TransportError`."""
+    try:
+        return model.model_validate(value)
+    except pydantic.ValidationError as exc:
+        raise TransportError(f"the answer to {what} is not a valid {model.__name__}: {exc}") from None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if a server sent an object there, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_ELICIT_PARAMS: pydantic.TypeAdapter[mt.ElicitRequestParams] = pydantic.TypeAdapter(mt.ElicitRequestParams)
+
+
+def _params(model: Any, method: str, params: dict[str, Any]) -> Any:
+    """A server's request params validated (``model`` a model class or a TypeAdapter); params of the
+    wrong shape are an :class:`RPCError` -32602 (the error answer to the server's request; raised out
+    of the call whose input it was, in the 2026 era)."""
+    try:
+        if isinstance(model, pydantic.TypeAdapter):
+            return model.validate_python(params)
+        return model.model_validate(params)
+    except pydantic.ValidationError as exc:
+        peer_log(logging.INFO, "bad-params", "the server's %.100s had invalid params", method)
+        raise RPCError(
+            mt.INVALID_PARAMS, f"invalid params for {method}: {exc.error_count()} errors"
+        ) from None
 
 
 def _check_callback(name: str, value: object) -> None:
@@ -233,9 +292,9 @@ class ClientSession:
         if found is None or found.modern:
             raise TransportError(f"the server answered initialize with unsupported version {negotiated!r}")
         self.protocol_version = self._transport.protocol_version = found.name
-        self.server_info = result.get("serverInfo") or {}
-        self.server_capabilities = result.get("capabilities") or {}
-        self.instructions = result.get("instructions")
+        self.server_info = _object(result.get("serverInfo"))
+        self.server_capabilities = _object(result.get("capabilities"))
+        self.instructions = _text(result.get("instructions"))
         await self.notify("notifications/initialized")
         if self.log_level is not None and "logging" in self.server_capabilities:
             try:  # log_level= means the same in both eras: the server's logs from this level up
@@ -253,18 +312,23 @@ class ClientSession:
                 result = await self.request("server/discover")
                 break
             except RPCError as exc:
-                supported = (exc.data or {}).get("supported") if isinstance(exc.data, dict) else None
+                supported = _object(exc.data).get("supported")
                 if exc.code != mt.UNSUPPORTED_PROTOCOL_VERSION or versions.LATEST_MODERN.name not in (
-                    supported or ()
+                    supported if isinstance(supported, list) else ()
                 ):
                     return self._fall_back(exc)
             except TransportError as exc:
                 return self._fall_back(exc)
-        if result is None or versions.LATEST_MODERN.name not in (result.get("supportedVersions") or ()):
-            return self._fall_back(f"server/discover did not offer {versions.LATEST_MODERN.name}: {result!r}")
-        self.server_info = (result.get("_meta") or {}).get(mt.SERVER_INFO_META_KEY) or {}
-        self.server_capabilities = result.get("capabilities") or {}
-        self.instructions = result.get("instructions")
+        offered = result.get("supportedVersions") if result is not None else None
+        if result is None or versions.LATEST_MODERN.name not in (
+            offered if isinstance(offered, list) else ()
+        ):
+            return self._fall_back(
+                f"server/discover did not offer {versions.LATEST_MODERN.name}: {result!r:.300}"
+            )
+        self.server_info = _object(_object(result.get("_meta")).get(mt.SERVER_INFO_META_KEY))
+        self.server_capabilities = _object(result.get("capabilities"))
+        self.instructions = _text(result.get("instructions"))
         return True
 
     def _fall_back(self, why: object) -> bool:
@@ -346,9 +410,12 @@ class ClientSession:
         if answer is None:
             raise TransportError(f"{method}: the session ended before the answer arrived")
         if "error" in answer:
-            error = answer["error"]
-            raise RPCError(error.get("code", mt.INTERNAL_ERROR), error.get("message", ""), error.get("data"))
-        result: dict[str, Any] = answer.get("result") or {}
+            raise _rpc_error(answer["error"])
+        result = answer.get("result")
+        if result is None:
+            return {}
+        if not isinstance(result, dict):
+            raise TransportError(f"{method}: the server's result is not an object: {result!r:.200}")
         return result
 
     async def _abandon(self, method: str, request_id: int) -> None:
@@ -364,7 +431,10 @@ class ClientSession:
 
     async def _answer_inputs(self, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Answer the input requests of an input-required result, for the retry."""
-        answers = await self._gather_inputs(result.get("inputRequests") or {})
+        requests = result.get("inputRequests")
+        if requests is not None and not isinstance(requests, dict):
+            raise TransportError(f"the server's inputRequests is not an object: {requests!r:.200}")
+        answers = await self._gather_inputs(requests or {})
         retry = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
         retry["inputResponses"] = answers
         if "requestState" in result:
@@ -379,7 +449,10 @@ class ClientSession:
 
         async def answer(key: str, request: dict[str, Any]) -> None:
             await trio.lowlevel.checkpoint_if_cancelled()  # a sibling failed already
-            answers[key] = await self._serve(request.get("method", ""), request.get("params") or {})
+            params = request.get("params")
+            answers[key] = await self._serve(
+                str(request.get("method", "")), params if isinstance(params, dict) else {}
+            )
 
         try:
             async with trio.open_nursery() as nursery:
@@ -412,7 +485,8 @@ class ClientSession:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         if method == "notifications/progress":
-            owner = self._progress.get(params.get("progressToken"))
+            token = params.get("progressToken")
+            owner = self._progress.get(token) if valid_id(token) else None
             if owner is not None and owner.progress is not None and owner.failure is None:
                 try:
                     progress = params.get("progress", 0)
@@ -448,8 +522,11 @@ class ClientSession:
         return True
 
     async def _answer_server_request(self, message: dict[str, Any]) -> None:
+        params = message.get("params")
         try:
-            result = await self._serve(message["method"], message.get("params") or {})
+            if params is not None and not isinstance(params, dict):
+                raise RPCError(mt.INVALID_PARAMS, "params must be an object")
+            result = await self._serve(message["method"], params or {})
             reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"], "result": result}
         except RPCError as exc:
             error = {"code": exc.code, "message": exc.message}
@@ -473,12 +550,11 @@ class ClientSession:
             return {}
         if method == "sampling/createMessage" and self._sampling is not None:
             name, expected = "sampling", "CreateMessageResult"
-            result = await _call(self._sampling, mt.CreateMessageRequestParams.model_validate(params))
+            sampling_params = _params(mt.CreateMessageRequestParams, method, params)
+            result = await _call(self._sampling, sampling_params)
         elif method == "elicitation/create" and self._elicitation is not None:
             name, expected = "elicitation", "ElicitResult"
-            elicit_params: mt.ElicitRequestParams = pydantic.TypeAdapter(
-                mt.ElicitRequestParams
-            ).validate_python(params)
+            elicit_params: mt.ElicitRequestParams = _params(_ELICIT_PARAMS, method, params)
             result = await _call(self._elicitation, elicit_params)
         elif method == "roots/list" and self._roots is not None:
             name, expected = "roots", "ListRootsResult"
@@ -493,7 +569,7 @@ class ClientSession:
     # -- the API ------------------------------------------------------------------------------
 
     async def _typed(self, model: type[M], method: str, params: dict[str, Any] | None = None, **kw: Any) -> M:
-        return model.model_validate(await self.request(method, params, **kw))
+        return _validated(model, await self.request(method, params, **kw), method)
 
     async def ping(self) -> None:
         await self.request("ping")
@@ -566,7 +642,7 @@ class ClientSession:
             raise TypeError("on_task_status= goes with waiting for the task (wait_for_task=True)")
         result = await self._call_tool(name, arguments, progress)
         if result.get("resultType") != "task":
-            return mt.CallToolResult.model_validate(result)
+            return _validated(mt.CallToolResult, result, f"tools/call {name}")
         if not (self.modern and self._tasks):
             raise TransportError(f"tools/call {name}: the server answered with a task, which was not offered")
         task = TaskInfo.from_wire(result)
@@ -762,17 +838,12 @@ class ClientSession:
                 ack = await stream.next_message()
                 if ack is None or ack.get("method") != "notifications/subscriptions/acknowledged":
                     if ack is not None and "error" in ack:
-                        error = ack["error"]
-                        raise RPCError(
-                            error.get("code", mt.INTERNAL_ERROR), error.get("message", ""), error.get("data")
-                        )
+                        raise _rpc_error(ack["error"])
                     raise TransportError(f"subscriptions/listen was not acknowledged: {ack!r}")
-                yield Subscription(request_id, (ack.get("params") or {}).get("notifications") or {}, stream)
+                notifications = _object(_object(ack.get("params")).get("notifications"))
+                yield Subscription(request_id, notifications, stream)
         except _ErrorAnswer as exc:
-            error = exc.body["error"]
-            raise RPCError(
-                error.get("code", mt.INTERNAL_ERROR), error.get("message", ""), error.get("data")
-            ) from None
+            raise _rpc_error(exc.body["error"]) from None
 
     # -- the Skills extension (SEP-2640) --------------------------------------------------------
 
@@ -783,7 +854,8 @@ class ClientSession:
         cursor = None
         for _page in range(100):
             result = await self.request("skills/list", {"cursor": cursor} if cursor else None)
-            skills.extend(s for s in result.get("skills") or () if isinstance(s, dict))
+            listed = result.get("skills")
+            skills.extend(s for s in (listed if isinstance(listed, list) else ()) if isinstance(s, dict))
             cursor = result.get("nextCursor")
             if not cursor:
                 break
@@ -853,6 +925,7 @@ async def open_client_session(
     get_stream: bool = True,
     delete_grace: float = 2.0,
     tasks: bool = True,
+    max_message_size: int = MAX_MESSAGE_SIZE,
 ) -> AsyncIterator[ClientSession]:
     """Open a session with the MCP server at ``url``; it ends when the block does.
 
@@ -879,13 +952,19 @@ async def open_client_session(
     every request, so a server may answer ``tools/call`` with a task, which
     :meth:`ClientSession.call_tool` then waits for; ``tasks=False`` declares nothing (a tool that
     requires a task is then refused with :class:`RPCError` -32021).
+
+    The server is not trusted: a JSON answer or an SSE event longer than ``max_message_size`` bytes
+    (default 4 MiB), or one that is not JSON the client accepts (nested deeper than 128 levels, a
+    number over 1000 characters or out of range, a lone surrogate, bytes that are not UTF-8), fails its
+    call with :class:`TransportError` (an event of the kind is skipped and logged); an HTTP error
+    answer's body is read up to 64 KiB.
     """
     handlers = _Handlers(client_info, sampling, elicitation, roots, on_notification, on_log, log_level, tasks)
     if auth is not None and not isinstance(auth, httpx.Auth):
         raise TypeError(f"auth= takes an httpx.Auth (e.g. mcp_trio.auth.OAuth(...)), not {auth!r:.200}")
     own_http = http is None
     client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
-    transport = HTTPTransport(client, url, auth=auth)
+    transport = HTTPTransport(client, url, auth=auth, max_message_size=max_message_size)
 
     async def finish(session: ClientSession) -> None:
         if not session.modern:

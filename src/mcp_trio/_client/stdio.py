@@ -37,7 +37,8 @@ class StdioTransport(MessageTransport):
             raise TransportError("the server process closed its stdin") from exc
 
     async def read_loop(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
-        """Read the child's stdout until EOF; then every waiting request fails promptly."""
+        """Read the child's stdout until EOF (or a line over 4 MiB); then every waiting request fails
+        promptly."""
         task_status.started()
         buffer = b""
         try:
@@ -47,7 +48,10 @@ class StdioTransport(MessageTransport):
                     return
                 buffer += chunk
                 if len(buffer) > MAX_LINE and b"\n" not in buffer:
-                    raise TransportError("the server sent a line over 4 MiB")
+                    # as over WebSocket: the connection ends (waiting requests fail), not the session block
+                    logger.warning("the server sent a line over %d bytes: the connection is closed", MAX_LINE)
+                    self.gone_message = "the server process sent a line over 4 MiB; its output is closed"
+                    return
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     await self.route(line, on_message)

@@ -4,9 +4,10 @@ Connect Discovery), in the order the MCP specification gives, with the 2025-03-2
 
 from __future__ import annotations
 
-import json
+import ipaddress
 import logging
 import re
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,14 +15,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from .._protocol import safejson
 from ._client_errors import OAuthError
 
 __all__ = [
+    "MAX_REDIRECTS",
     "BearerChallenge",
     "Challenge",
     "Discovery",
     "ResourceMetadata",
     "ServerMetadata",
+    "URLPolicy",
     "bearer_challenge",
     "canonical_url",
     "discover",
@@ -33,6 +37,7 @@ logger = logging.getLogger("mcp_trio.auth")
 
 MAX_HEADER = 16 * 1024  # of one WWW-Authenticate value: anything longer is cut there
 MAX_DOCUMENT = 1024 * 1024  # of a metadata document
+MAX_REDIRECTS = 3  # followed by one metadata GET, each checked against the URL policy
 
 # -- WWW-Authenticate (RFC 9110 section 11.6.1) -------------------------------------------------
 
@@ -231,32 +236,149 @@ def server_metadata_urls(issuer: str) -> list[str]:
     return urls
 
 
+# -- which URLs the client may be sent to ---------------------------------------------------------
+
+_NUMERIC_HOST = re.compile(r"[0-9a-fA-FxX.]+")
+
+
+def host_kind(host: str) -> str:
+    """What a URL's host names, as far as can be told without resolving it: ``"loopback"`` (a loopback
+    or unspecified address, ``localhost`` and ``*.localhost``), ``"link-local"``, ``"private"`` (private,
+    shared and other non-global unicast ranges), ``"forbidden"`` (multicast and reserved addresses) or
+    ``"public"`` (a global address, or any other host name: names are not resolved).
+
+    Literal addresses are read the way the socket layer reads them: IPv4 in its legacy forms too
+    (``2130706433``, ``0x7f.1``, ``127.1``), IPv6 with a zone, IPv4-mapped IPv6 as its IPv4 address."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return "loopback"
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address
+    try:
+        address = ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        if not _NUMERIC_HOST.fullmatch(name):
+            return "public"
+        try:  # inet_aton reads what getaddrinfo would connect to: 127.1, 0x7f000001, 2130706433
+            address = ipaddress.IPv4Address(socket.inet_aton(name))
+        except OSError:
+            return "public"
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback or address.is_unspecified:
+        return "loopback"
+    if address.is_multicast or address.is_reserved:
+        return "forbidden"
+    if address.is_link_local:
+        return "link-local"
+    if address.is_private or not address.is_global:
+        return "private"
+    return "public"
+
+
+class URLPolicy:
+    """Where the OAuth client agrees to go for one MCP server: every URL it fetches during discovery
+    (metadata documents, each redirect) and every endpoint the authorization server's metadata names
+    (authorization, token, registration) is checked first, before any connection:
+
+    - ``http`` or ``https`` only; and ``https`` when the MCP server is ``https``, except on loopback;
+    - not a multicast or reserved address; not a loopback, link-local or private address (by literal
+      address, or a ``localhost`` name) unless the MCP server itself is on an address of the same kind.
+
+    Host names are not resolved: a public name that resolves to a private address is not caught here.
+    """
+
+    def __init__(self, server_url: str) -> None:
+        parts = urlsplit(server_url)
+        self.server_url = server_url
+        self.secure = parts.scheme.lower() == "https"
+        self.server_kind = host_kind(parts.hostname or "")
+
+    def refusal(self, url: str) -> str | None:
+        """Why ``url`` is refused, or None when the client may use it."""
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname
+        except ValueError:
+            return "it is not a URL"
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not host:
+            return "it is not an http(s) URL"
+        kind = host_kind(host)
+        if self.secure and scheme != "https" and kind != "loopback":
+            return "the MCP server uses https, so every authorization URL must too"
+        if kind == "forbidden":
+            return "it names a multicast or reserved address"
+        if kind != "public" and kind != self.server_kind:
+            return f"it names a {kind} address and the MCP server is not on one"
+        return None
+
+    def check(self, url: str, what: str) -> None:
+        """Raise :class:`OAuthError` if ``url`` (``what`` says which URL it is) is refused."""
+        why = self.refusal(url)
+        if why is not None:
+            raise OAuthError(f"refusing {what} {_shown(url)}: {why} (the client's URL policy)")
+
+
+def _shown(url: str) -> str:
+    """A URL for a message: without its query and fragment (which could carry a secret), and cut."""
+    try:
+        parts = urlsplit(url)
+        text = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    except ValueError:
+        text = url.split("?", 1)[0].split("#", 1)[0]
+    return text[:200]
+
+
 # -- documents ----------------------------------------------------------------------------------
 
 
-async def get_json(client: httpx.AsyncClient, url: str) -> tuple[int, dict[str, Any] | None]:
-    """GET a JSON document: its status and the object (None when it is not a JSON object, is larger
-    than 1 MiB, or the status is not 200).  A failed connection raises :class:`OAuthError`."""
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+async def get_json(
+    client: httpx.AsyncClient, url: str, policy: URLPolicy
+) -> tuple[int, dict[str, Any] | None]:
+    """GET a JSON document: its status and the object (None when it is not a JSON object the safe
+    decoder accepts, is larger than 1 MiB, or the status is not 200).  ``url`` and each redirect (at
+    most :data:`MAX_REDIRECTS`) are checked against ``policy`` before they are fetched; a refused URL,
+    too many redirects or a failed connection raise :class:`OAuthError`."""
+    policy.check(url, "the metadata URL")
+    for _hop in range(MAX_REDIRECTS + 1):
+        try:
+            async with client.stream(
+                "GET", url, headers={"accept": "application/json"}, follow_redirects=False
+            ) as response:
+                status = response.status_code
+                location = response.headers.get("location")
+                if status in _REDIRECTS and location:
+                    try:
+                        target = str(response.url.join(location))
+                    except (httpx.InvalidURL, ValueError) as exc:
+                        raise OAuthError(f"GET {_shown(url)}: a redirect to something not a URL") from exc
+                elif status != 200:
+                    return status, None
+                else:
+                    target = None
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_DOCUMENT:
+                            logger.info("%s: the document is over %d bytes; ignored", url, MAX_DOCUMENT)
+                            return status, None
+        except httpx.HTTPError as exc:
+            raise OAuthError(f"GET {_shown(url)} failed: {exc!r}") from exc
+        if target is None:
+            break
+        policy.check(target, f"the redirect from {_shown(url)} to")
+        url = target
+    else:
+        raise OAuthError(f"GET {_shown(url)}: more than {MAX_REDIRECTS} redirects")
     try:
-        async with client.stream(
-            "GET", url, headers={"accept": "application/json"}, follow_redirects=True
-        ) as response:
-            if response.status_code != 200:
-                return response.status_code, None
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_DOCUMENT:
-                    logger.info("%s: the document is larger than %d bytes; ignored", url, MAX_DOCUMENT)
-                    return response.status_code, None
-    except httpx.HTTPError as exc:
-        raise OAuthError(f"GET {url} failed: {exc!r}") from exc
-    try:
-        document = json.loads(bytes(body))
-    except ValueError:
-        logger.info("%s: not JSON; ignored", url)
-        return response.status_code, None
-    return response.status_code, document if isinstance(document, dict) else None
+        document = safejson.loads(body, max_size=MAX_DOCUMENT)
+    except safejson.JSONRejected as exc:
+        logger.info("%s: not JSON the client accepts (%s); ignored", url, exc)
+        return status, None
+    return status, document if isinstance(document, dict) else None
 
 
 def _strings(value: Any) -> tuple[str, ...] | None:
@@ -332,15 +454,16 @@ class ServerMetadata:
 
 
 async def fetch_resource_metadata(
-    client: httpx.AsyncClient, server_url: str, from_header: str | None
+    client: httpx.AsyncClient, server_url: str, from_header: str | None, policy: URLPolicy | None = None
 ) -> ResourceMetadata | None:
     """The protected resource metadata of ``server_url`` (None when there is none anywhere).
 
     Raises :class:`OAuthError` when the document's ``resource`` does not cover ``server_url`` (a
     server must not send the client to authorize for another resource) or names no authorization
     server."""
+    policy = policy or URLPolicy(server_url)
     for url in resource_metadata_urls(server_url, from_header):
-        status, document = await get_json(client, url)
+        status, document = await get_json(client, url, policy)
         if document is None:
             logger.debug("no protected resource metadata at %s (HTTP %s)", url, status)
             continue
@@ -358,7 +481,7 @@ async def fetch_resource_metadata(
 
 
 async def fetch_server_metadata(
-    client: httpx.AsyncClient, issuer: str, *, legacy: bool = False
+    client: httpx.AsyncClient, issuer: str, policy: URLPolicy, *, legacy: bool = False
 ) -> ServerMetadata | None:
     """The metadata of the authorization server ``issuer`` (None when no well-known URL has it).
 
@@ -367,7 +490,7 @@ async def fetch_server_metadata(
     is only the MCP server's origin, not an issuer identifier anyone published) accepts a document from
     that origin naming an issuer of the same origin; that issuer is then the one recorded."""
     for url in server_metadata_urls(issuer):
-        status, document = await get_json(client, url)
+        status, document = await get_json(client, url, policy)
         if document is None:
             logger.debug("no authorization server metadata at %s (HTTP %s)", url, status)
             continue
@@ -405,20 +528,41 @@ async def discover(client: httpx.AsyncClient, server_url: str, challenge: Bearer
     """Protected resource metadata, then the metadata of its (first usable) authorization server.
 
     Without protected resource metadata anywhere (a 2025-03-26 server), the authorization server is the
-    endpoint's origin: its metadata at the root, else the default endpoints."""
-    prm = await fetch_resource_metadata(client, server_url, challenge.resource_metadata)
+    endpoint's origin: its metadata at the root, else the default endpoints.
+
+    Every URL fetched, and every endpoint of the metadata found, follows :class:`URLPolicy`: an
+    authorization server it refuses is skipped (:class:`OAuthError` when none is left), and metadata
+    naming an endpoint it refuses is refused with :class:`OAuthError`."""
+    policy = URLPolicy(server_url)
+    prm = await fetch_resource_metadata(client, server_url, challenge.resource_metadata, policy)
     if prm is None:
         base = origin(server_url)
         logger.info("%s has no protected resource metadata: 2025-03-26 discovery at %s", server_url, base)
-        legacy = await fetch_server_metadata(client, base, legacy=True) or ServerMetadata.defaults(base)
+        legacy = await fetch_server_metadata(client, base, policy, legacy=True)
+        legacy = legacy or ServerMetadata.defaults(base)
+        _check_endpoints(policy, legacy)
         return Discovery(server_url, server_url, legacy.issuer, legacy, None)
     tried: list[str] = []
     for issuer in prm.authorization_servers:
-        metadata = await fetch_server_metadata(client, issuer)
+        why = policy.refusal(issuer)
+        if why is not None:
+            logger.info("authorization server %s skipped: %s", _shown(issuer), why)
+            tried.append(f"{_shown(issuer)} refused: {why}")
+            continue
+        metadata = await fetch_server_metadata(client, issuer, policy)
         if metadata is not None:
+            _check_endpoints(policy, metadata)
             return Discovery(server_url, prm.resource, issuer, metadata, prm)
         tried.extend(server_metadata_urls(issuer))
     raise OAuthError(
         f"no authorization server metadata for {server_url} (its resource metadata at {prm.url} names"
         f" {', '.join(prm.authorization_servers)}; tried {', '.join(tried)})"
     )
+
+
+def _check_endpoints(policy: URLPolicy, metadata: ServerMetadata) -> None:
+    """Refuse metadata naming an endpoint the URL policy refuses (before anything is sent there)."""
+    for name in ("authorization_endpoint", "token_endpoint", "registration_endpoint"):
+        url = getattr(metadata, name)
+        if url is not None:
+            policy.check(url, f"the {name} of {metadata.issuer!r},")

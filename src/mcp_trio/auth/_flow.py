@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import logging
 import secrets
 import time
@@ -18,6 +17,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
 
+from .._protocol import safejson
 from ._client_dpop import DPoPKey
 from ._client_errors import OAuthError
 from ._discovery import ServerMetadata
@@ -69,7 +69,8 @@ def read_callback(callback_url: str, *, state: str, issuer: str, iss_supported: 
     try:
         parts = urlsplit(callback_url)
     except ValueError as exc:
-        raise OAuthError(f"the redirected URL is not a URL: {callback_url[:200]!r}") from exc
+        # not quoted: the text may hold the authorization code
+        raise OAuthError("the redirected URL is not a URL") from exc
     query = parse_qs(parts.query, keep_blank_values=True)
 
     def one(name: str) -> str | None:
@@ -168,7 +169,8 @@ class ClientAuth:
 async def _post(
     client: httpx.AsyncClient, url: str, *, headers: dict[str, str], **kwargs: Any
 ) -> tuple[int, Any, httpx.Headers]:
-    """POST; return the status, the JSON body (None when not JSON) and the headers.  Bounded in size."""
+    """POST; return the status, the JSON body (None when it is not JSON the safe decoder accepts) and
+    the headers.  Bounded in size; redirects are not followed."""
     try:
         async with client.stream("POST", url, headers=headers, follow_redirects=False, **kwargs) as response:
             body = bytearray()
@@ -180,8 +182,9 @@ async def _post(
     except httpx.HTTPError as exc:
         raise OAuthError(f"POST {url} failed: {exc!r}") from exc
     try:
-        return status, json.loads(bytes(body)), response.headers
-    except ValueError:
+        return status, safejson.loads(body, max_size=MAX_RESPONSE), response.headers
+    except safejson.JSONRejected as exc:
+        logger.info("POST %s: the answer is not JSON the client accepts (%s)", url, exc)
         return status, None, response.headers
 
 
