@@ -326,7 +326,10 @@ async def test_malformed_lines_get_errors_and_the_loop_goes_on() -> None:
         await client.send_raw(b"this is not json\n")
         assert await client.receive() == {
             "jsonrpc": "2.0",
-            "error": {"code": -32700, "message": "Parse error: body is not valid JSON"},
+            "error": {
+                "code": -32700,
+                "message": "Parse error: body is not valid JSON (Expecting value at character 0)",
+            },
         }
         await client.send_raw(b"\xff\xfe{}\n")
         assert (await client.receive())["error"]["code"] == -32700

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,7 @@ import mcp_types as mt
 import pydantic
 
 from .._exceptions import RemoteProtocolError
+from . import safejson
 
 __all__ = [
     "Incoming",
@@ -64,62 +64,18 @@ def parse_body(body: bytes, *, allow_batch: bool) -> Incoming:
     return Incoming((parse_message(data),), batch=False)
 
 
-class _Unrepresentable(ValueError):
-    """JSON text that is well-formed but holds a value we refuse (its message says which)."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _Unrepresentable(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise _Unrepresentable(f"number {text[:20]!r} is out of range")
-    return number
-
-
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD]")
+MAX_DEPTH = 512
+"""Nesting deeper than this is a parse error (below the interpreter's recursion limit, so decoding never
+depends on it); values nested less deeply but too deeply for a tool's schema get that tool's error."""
 
 
 def _decode(body: bytes) -> Any:
-    """The JSON value of a body, or a -32700 :class:`RemoteProtocolError`."""
+    """The JSON value of a body (by the one decoder of peers' JSON, :mod:`.safejson`: bounded nesting
+    and numbers, strict UTF-8, no lone surrogates), or a -32700 :class:`RemoteProtocolError`."""
     try:
-        # Strict decoding: ``json.loads(bytes)`` lets UTF-8-encoded surrogates through.
-        text = body.decode(json.detect_encoding(body))
-        data = _DECODER.decode(text)
-    except _Unrepresentable as exc:
+        return safejson.loads(body, max_depth=MAX_DEPTH)
+    except safejson.JSONRejected as exc:
         raise RemoteProtocolError(f"Parse error: {exc}", code=mt.PARSE_ERROR) from exc
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise RemoteProtocolError("Parse error: body is not valid JSON", code=mt.PARSE_ERROR) from exc
-    except ValueError as exc:  # the only other one: an integer longer than int() accepts (4300 digits)
-        raise RemoteProtocolError("Parse error: a number has too many digits", code=mt.PARSE_ERROR) from exc
-    # Only a \uDxxx escape makes a surrogate (strict decoding refused encoded ones): look for one cheaply
-    # (most bodies hold no backslash at all), then for a lone one in the decoded strings.
-    if "\\" in text and _SURROGATE_ESCAPE.search(text) and _has_surrogate(data):
-        raise RemoteProtocolError(
-            "Parse error: a string holds a lone UTF-16 surrogate (not Unicode text)", code=mt.PARSE_ERROR
-        )
-    return data
-
-
-def _has_surrogate(value: Any) -> bool:
-    """Whether a decoded JSON value holds a string (key or value) with a lone surrogate (iterative: the
-    walk visits each node once, however deep)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if _SURROGATE.search(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 def parse_message(data: Any) -> Message:

@@ -40,13 +40,13 @@ def _refuse_constant(name: str) -> Any:
 
 def _int(text: str) -> int:
     if len(text) > MAX_NUMBER_LENGTH:
-        raise JSONRejected(f"a number has more than {MAX_NUMBER_LENGTH} digits")
+        raise JSONRejected(f"a number has too many digits (more than {MAX_NUMBER_LENGTH})")
     return int(text)
 
 
 def _float(text: str) -> float:
     if len(text) > MAX_NUMBER_LENGTH:
-        raise JSONRejected(f"a number has more than {MAX_NUMBER_LENGTH} characters")
+        raise JSONRejected(f"a number has too many characters (more than {MAX_NUMBER_LENGTH})")
     number = float(text)
     if not math.isfinite(number):
         raise JSONRejected("a number is out of range")
@@ -104,7 +104,7 @@ def loads(
     except JSONRejected:
         raise
     except json.JSONDecodeError as exc:
-        raise JSONRejected(f"not JSON ({exc.msg} at character {exc.pos})") from None
+        raise JSONRejected(f"body is not valid JSON ({exc.msg} at character {exc.pos})") from None
     except (ValueError, RecursionError) as exc:  # not expected after the checks above; refused all the same
         raise JSONRejected(f"not JSON this decoder accepts ({type(exc).__name__})") from None
     # Only a \uD8xx-\uDFxx escape makes a surrogate now: look for one cheaply, then for a lone one.
