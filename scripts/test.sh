@@ -67,6 +67,9 @@ echo "== ruff"; python3 -m ruff check src tests benchmarks docs
 echo "== mypy"; python3 -m mypy
 echo "== docs"; bash scripts/docs.sh -q
 echo "== pytest"
+# Everything the tests need was installed above: a test that finds a component missing fails instead of
+# skipping, and so does any skip whose reason is not "not applicable here" (tests/required.py).
+export MCP_TRIO_REQUIRE_ALL=1
 python3 -m coverage erase
 # Two workers (pytest-xdist), each taking whole test files: most tests wait on sockets and subprocesses,
 # so two share the machine's cores well (add -n 0 to run in one process).  pytest-benchmark, where it

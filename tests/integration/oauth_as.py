@@ -17,8 +17,8 @@ that opens the user's browser and catches the redirect on a loopback port.
 
 The Node packages come from ``bash scripts/install-node-deps.sh`` (``tests/oauth_as/node_modules``),
 which :func:`require_installed` runs first when npm is available (it does nothing when everything is in
-place).  Without them the tests skip, except under CI (``CI`` set to a true value), where they fail.
-Every wait here is bounded in time.
+place).  Without them the tests skip when run by hand, and fail under the test command
+(``tests/required.py``).  Every wait here is bounded in time.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ __all__ = [
     "BrowserRedirect",
     "Protected",
     "browser_command",
-    "in_ci",
     "obtain_tokens",
     "pkce_pair",
     "require_installed",
@@ -81,16 +80,13 @@ MAX_BROWSER_STEPS = 20
 """Redirects and form posts a login may take (login, consent, and the redirects between them)."""
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
 _install_problem: list[str | None] = []
 
 
 def require_installed() -> None:
     """Install (idempotently, when npm is there) and check Node 22 and ``oidc-provider``; skip the test
-    (locally) or fail it (under CI) without them.  Sync: call it from a plain fixture, outside Trio."""
+    (by hand) or fail it (under the test command) without them.  Sync: call it from a plain fixture,
+    outside Trio."""
     if not _install_problem:
         problem = None
         if shutil.which("npm") is not None:
@@ -110,10 +106,9 @@ def require_installed() -> None:
     problem = _install_problem[0]
     if problem is None:
         return
-    message = f"{problem} (run `bash scripts/install-node-deps.sh`)"
-    if in_ci():
-        pytest.fail(f"{message}; CI is set, so this is an error, not a skip")
-    pytest.skip(message)
+    from tests.required import missing  # here: this file also runs as a script (browser_command)
+
+    missing(f"{problem} (run `bash scripts/install-node-deps.sh`)")
 
 
 @dataclass

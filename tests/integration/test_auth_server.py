@@ -27,13 +27,13 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from joserfc import jwk
 from mcp_http import HTTP_SERVER, INIT, POST_HEADERS, VERSION, serve_demo, serve_in_process
+from tests.server.test_auth_verifiers import Issuer
+from tests.server.test_auth_verifiers import running as running_issuer
 
 from mcp_trio import Context, MCPApp, MCPServer, ServerConfig
 from mcp_trio.auth import AccessToken, JWTVerifier, ProtectedResource
-
-verifiers = pytest.importorskip("tests.server.test_auth_verifiers")
-Issuer, running_issuer = verifiers.Issuer, verifiers.running
 
 SERVERS = ["hypercorn", "h11"]
 MODERN = "2026-07-28"
@@ -195,7 +195,7 @@ async def test_metadata_and_the_challenges(kind: str) -> None:
         assert refusal(call, 401) == params
         # an invalid token: the signature of another key
         forged = p.issuer.mint(
-            {"aud": p.resource}, key=verifiers.jwk.RSAKey.generate_key(2048, parameters={"kid": "k1"})
+            {"aud": p.resource}, key=jwk.RSAKey.generate_key(2048, parameters={"kid": "k1"})
         )
         params = refusal(await p.post(INIT, forged), 401)
         assert params["error"] == "invalid_token" and "signature" in params["error_description"]
@@ -306,7 +306,7 @@ async def test_the_issuer_going_away(kind: str) -> None:
     oauth = ProtectedResource(resource=resource, authorization_servers=[issuer.issuer], verifier=verifier)
     app = MCPApp(build(), ServerConfig(oauth=oauth, shutdown_grace=1.0))
     unknown = issuer.mint(
-        {"aud": resource}, key=verifiers.jwk.RSAKey.generate_key(2048, parameters={"kid": "k9"})
+        {"aud": resource}, key=jwk.RSAKey.generate_key(2048, parameters={"kid": "k9"})
     )
     async with (
         serve_in_process(app, kind, stop_within=10, port=port) as (url, _port, _stop),

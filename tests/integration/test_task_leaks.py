@@ -36,12 +36,14 @@ from mcp_http import (
     fetch_stats,
     wait_for,
 )
+from tests.required import not_applicable
 
 from mcp_trio import MCPApp, ServerConfig
 from mcp_trio.demo import build_demo_server
 
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="inspects the server's sockets through /proc (Linux only)"
+    not sys.platform.startswith("linux"),
+    reason=not_applicable("inspects the server's sockets through /proc (Linux only)"),
 )
 
 ROUNDS = 2

@@ -1,7 +1,7 @@
 """TLS and HTTP/2 through mcp_trio's hypercorn server.
 
-1. ``mcp-trio demo --certfile --keyfile`` as users run it (a real process on 127.0.0.1:0, a self-signed
-   certificate for 127.0.0.1 from a test CA made in Python with ``trustme``, clients that verify it): it prints an
+1. ``mcp-trio demo --certfile --keyfile`` as users run it (a real process on 127.0.0.1:0, a certificate
+   for 127.0.0.1 from a test CA made in Python with ``trustme``, clients that verify it): it prints an
    https:// URL; HTTP/2 by ALPN and HTTP/1.1 for clients without it each carry a whole 2025 session
    (initialize, initialized, the GET stream's priming event, tools/call answered on SSE, DELETE) and a
    2026-07-28 stateless call; concurrent calls and the GET stream share one HTTP/2 connection; mcp_trio's
@@ -53,6 +53,7 @@ from mcp_http import (
     tcp_states,
     wait_until,
 )
+from tests.required import not_applicable
 
 from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, open_websocket_client, serve
 from mcp_trio._cli import main
@@ -62,9 +63,11 @@ from mcp_trio._server.serve import hypercorn_config
 pytestmark = [
     pytest.mark.skipif(
         os.environ.get("MCP_TRIO_TEST_HTTP", "hypercorn") != "hypercorn",
-        reason="TLS and HTTP/2 are served by hypercorn; this module runs in the main pass",
+        reason=not_applicable("TLS and HTTP/2 are served by hypercorn; this module runs in the main pass"),
     ),
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inspects sockets through /proc"),
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason=not_applicable("inspects sockets through /proc")
+    ),
     # httpx's chain of async generators (encode/httpx#3686), as in tests/docs/test_samples.py
     pytest.mark.filterwarnings(
         r"ignore:Async generator '(httpx|httpcore)\.[A-Za-z0-9_.]+' was garbage collected:ResourceWarning"
