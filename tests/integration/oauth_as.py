@@ -35,12 +35,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import httpx
@@ -48,7 +48,7 @@ import pytest
 import trio
 
 from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve
-from mcp_trio.auth import AccessToken, JWTVerifier, ProtectedResource
+from mcp_trio.auth import AccessToken, JWTVerifier, ProtectedResource, TokenVerifier
 
 __all__ = [
     "AS_DIR",
@@ -178,10 +178,12 @@ async def run_authorization_server(
     *,
     scopes: Iterable[str] = DEFAULT_SCOPES,
     access_token_ttl: int = 3600,
+    access_token_format: Literal["jwt", "opaque"] = "jwt",
     resources: Iterable[str] = (),
 ) -> AsyncIterator[AuthorizationServer]:
     """Run ``server.mjs`` on 127.0.0.1:0 with these ``scopes`` for every resource, access tokens that
-    live ``access_token_ttl`` seconds, and only ``resources`` accepted (default: any loopback URL)."""
+    live ``access_token_ttl`` seconds (JWTs, or opaque ones that only introspection explains), and only
+    ``resources`` accepted (default: any loopback URL)."""
     command = [
         str(NODE),
         str(SERVER_JS),
@@ -191,6 +193,8 @@ async def run_authorization_server(
         " ".join(scopes),
         "--access-token-ttl",
         str(access_token_ttl),
+        "--access-token-format",
+        access_token_format,
     ]
     for resource in resources:
         command += ["--resource", resource]
@@ -253,9 +257,12 @@ class Protected:
 
 
 @asynccontextmanager
-async def serve_protected(issuer: str) -> AsyncIterator[Protected]:
-    """Serve a :class:`Protected` server (JWT access tokens of ``issuer``, no leeway on their times) on
-    hypercorn at 127.0.0.1 in this process; stop it on exit (it must stop within 5 s)."""
+async def serve_protected(
+    issuer: str, verifier: Callable[[str], TokenVerifier] | None = None
+) -> AsyncIterator[Protected]:
+    """Serve a :class:`Protected` server on hypercorn at 127.0.0.1 in this process; stop it on exit (it
+    must stop within 5 s).  Its tokens are checked by ``verifier(resource URL)``, by default JWT access
+    tokens of ``issuer`` with no leeway on their times."""
     # The resource URL names the port, so the socket is bound first and handed to hypercorn.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
         listener.bind(("127.0.0.1", 0))
@@ -282,7 +289,7 @@ async def serve_protected(issuer: str) -> AsyncIterator[Protected]:
     oauth = ProtectedResource(
         resource=protected.url,
         authorization_servers=[issuer],
-        verifier=JWTVerifier(issuer, protected.url, leeway=0),
+        verifier=verifier(protected.url) if verifier else JWTVerifier(issuer, protected.url, leeway=0),
         scopes_supported=["mcp:tools", "mcp:admin"],
         required_scopes=["mcp:tools"],
         tool_scopes={"admin_task": ["mcp:admin"]},
