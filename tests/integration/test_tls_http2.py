@@ -226,7 +226,7 @@ async def test_whole_sessions_over_tls(cert: Cert, http2: bool) -> None:
 
 @pytest.mark.deadline(60)
 async def test_concurrent_calls_and_the_get_stream_share_one_http2_connection(cert: Cert) -> None:
-    calls, seconds = 12, 0.5
+    calls, seconds = 12, 1.0
     async with (
         demo(*cert.flags) as server,
         recording_client(http2=True, verify=cert.context()) as (http, seen),
@@ -253,7 +253,9 @@ async def test_concurrent_calls_and_the_get_stream_share_one_http2_connection(ce
                 async with trio.open_nursery() as nursery:
                     for n in range(calls):
                         nursery.start_soon(call, n)
-                    await trio.sleep(seconds / 2)  # all of them under way now
+                    # the sleeps all under way at once (the server's statistics, over the same connection)
+                    while (await http.get(server.stats_url)).json()["inflight"] < calls // 2:
+                        await trio.sleep(0.01)
                     assert len(server_connections(server.pid, server.port)) == 1, tcp_states(server.pid)
             took = trio.current_time() - start
             assert len(results) == calls
