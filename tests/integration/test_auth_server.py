@@ -300,7 +300,7 @@ async def test_the_issuer_going_away(kind: str) -> None:
     resource = f"http://127.0.0.1:{port}/mcp"
     async with running_issuer(Issuer()) as issuer:
         verifier = JWTVerifier(
-            issuer.issuer, resource, timeout=0.5, min_refresh_interval=0, keys_max_age=0.05
+            issuer.issuer, resource, timeout=3.0, min_refresh_interval=0, keys_max_age=0.05
         )
         token = issuer.mint({"aud": resource, "scope": "mcp"})
         assert (await verifier.verify(token)).subject == "alice"  # the keys are fetched
@@ -318,7 +318,7 @@ async def test_the_issuer_going_away(kind: str) -> None:
         assert (await p.post(INIT, token)).status_code == 200  # cached key, stale set: still fine
         response = await p.post(INIT, unknown)
         assert response.status_code == 503 and response.headers["retry-after"] == "5"
-        assert time.monotonic() - start < 4.0
+        assert time.monotonic() - start < 3.0 + 2 * STEP  # bounded by the verifier's timeout: no hang
 
 
 async def test_the_demo_with_the_oauth_flags() -> None:
