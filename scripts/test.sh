@@ -5,8 +5,8 @@
 # Needs: Python >= 3.11 with pip (a virtual environment is best), npm (any version: it only downloads),
 # and nginx, caddy, haproxy, redis-server and chromium, or root / passwordless sudo to install them
 # from Debian's packages.  It installs:
-#   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, the python-sdk as an
-#     interop peer; about 60 MB);
+#   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, trustme, the python-sdk
+#     as an interop peer; about 60 MB);
 #   - from Debian's packages, if missing: nginx, caddy and haproxy (real reverse proxies), redis-server
 #     (the shared store of several workers) and chromium (a real browser, headless), about 150 MB;
 #   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
