@@ -5,8 +5,8 @@
 # Needs: Python >= 3.11 with pip (a virtual environment is best), npm (any version: it only downloads),
 # and nginx, caddy, haproxy, redis-server and chromium, or root / passwordless sudo to install them
 # from Debian's packages.  It installs:
-#   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, the python-sdk as an
-#     interop peer; about 60 MB);
+#   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, trustme, the python-sdk
+#     as an interop peer; about 60 MB);
 #   - from Debian's packages, if missing: nginx, caddy and haproxy (real reverse proxies), redis-server
 #     (the shared store of several workers) and chromium (a real browser, headless), about 150 MB;
 #   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
@@ -67,6 +67,9 @@ echo "== ruff"; python3 -m ruff check src tests benchmarks docs
 echo "== mypy"; python3 -m mypy
 echo "== docs"; bash scripts/docs.sh -q
 echo "== pytest"
+# Everything the tests need was installed above: a test that finds a component missing fails instead of
+# skipping, and so does any skip whose reason is not "not applicable here" (tests/required.py).
+export MCP_TRIO_REQUIRE_ALL=1
 python3 -m coverage erase
 # Two workers (pytest-xdist), each taking whole test files: most tests wait on sockets and subprocesses,
 # so two share the machine's cores well (add -n 0 to run in one process).  pytest-benchmark, where it

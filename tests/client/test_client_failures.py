@@ -31,6 +31,7 @@ from .conftest import (
     checked_out,
     client_tasks,
     event,
+    eventually,
     reply,
     start_response,
     tool_result,
@@ -38,6 +39,9 @@ from .conftest import (
 )
 
 MODES = ["legacy", "modern"]
+STEP = 10.0
+"""Seconds one exchange may take on a loaded machine (two test workers, coverage): a bound against a hang,
+not a measure of speed.  What a test says about time it checks with lower bounds and counts."""
 
 
 def note(text: str) -> dict[str, Any]:
@@ -80,14 +84,13 @@ async def test_stream_closed_before_response_raises_promptly(
 
     fake.server.call = call
     async with open_client_session(fake.url, mode=mode, http=http, on_notification=notes) as s:  # type: ignore[arg-type]
-        start = trio.current_time()
-        with trio.fail_after(2), pytest.raises(TransportError, match="closed the stream"):
+        with trio.fail_after(STEP), pytest.raises(TransportError, match="closed the stream"):
             await s.call_tool("work")
-        assert trio.current_time() - start < 0.5
         assert notes.logs() == ["working"]
         assert checked_out(http) == []
         fake.server.call = answer_call  # the session is still usable
         assert text_of(await s.call_tool("work")) == "ok"
+    # it did not wait to resume: nothing to resume from
     assert [r for r in fake.server.requests("GET") if "last-event-id" in r.headers] == []
     assert_clean(http)
 
@@ -103,7 +106,7 @@ async def test_stream_broken_mid_body_raises_transport_error(fake: Fake, http: h
 
     fake.server.call = call
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
-        with trio.fail_after(2), pytest.raises(TransportError):
+        with trio.fail_after(STEP), pytest.raises(TransportError):
             await s.call_tool("work")
     assert_clean(http)
 
@@ -112,14 +115,14 @@ async def test_stream_broken_mid_body_raises_transport_error(fake: Fake, http: h
 
 
 async def test_stream_closed_with_event_ids_resumes_after_retry(fake: Fake, http: httpx.AsyncClient) -> None:
-    """The POST stream carries event ids and ``retry: 300`` and ends before the response; the client
-    waits ~300 ms (not its 1 s default), GETs with ``Last-Event-ID`` and gets the response there."""
+    """The POST stream carries event ids and ``retry: 2500`` and ends before the response; the client
+    waits 2.5 s (not its 1 s default), GETs with ``Last-Event-ID`` and gets the response there."""
     notes = Notes()
     closed_at: list[float] = []
 
     async def call(request: Request, send: Send) -> None:
         await start_response(send)
-        await body(send, event(id="e1", retry=300))  # the priming event
+        await body(send, event(id="e1", retry=2500))  # the priming event
         await body(send, event(note("before the drop"), id="e2"))
         await body(send, b"", more=False)
         closed_at.append(trio.current_time())
@@ -138,7 +141,7 @@ async def test_stream_closed_with_event_ids_resumes_after_retry(fake: Fake, http
     fake.server.call = call
     fake.server.get = get
     async with open_client_session(fake.url, mode="legacy", http=http, on_notification=notes) as s:  # type: ignore[arg-type]
-        with trio.fail_after(3):
+        with trio.fail_after(STEP):
             result = await s.call_tool("work")
         assert text_of(result) == "resumed"
         assert notes.logs() == ["before the drop", "after the drop"]
@@ -150,7 +153,7 @@ async def test_stream_closed_with_event_ids_resumes_after_retry(fake: Fake, http
     assert resume.headers["mcp-protocol-version"] == VERSION
     assert "text/event-stream" in resume.headers["accept"]
     gap = resume.at - closed_at[0]
-    assert 0.28 <= gap < 0.8, gap  # the server's retry (300 ms), not the default (1000 ms)
+    assert 2.45 <= gap < 2.5 + STEP, gap  # the server's retry (2500 ms), not the default (1000 ms)
     assert_clean(http)
 
 
@@ -180,7 +183,7 @@ async def test_resumption_over_several_drops(fake: Fake, http: httpx.AsyncClient
     fake.server.call = call
     fake.server.get = get
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
-        with trio.fail_after(3):
+        with trio.fail_after(STEP):
             assert text_of(await s.call_tool("work")) == "third"
     resumes = [
         r.headers["last-event-id"] for r in fake.server.requests("GET") if "last-event-id" in r.headers
@@ -209,10 +212,8 @@ async def test_resumption_gives_up_after_bounded_attempts(fake: Fake, http: http
     fake.server.call = call
     fake.server.get = get
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
-        start = trio.current_time()
-        with trio.fail_after(3), pytest.raises(TransportError):
+        with trio.fail_after(STEP), pytest.raises(TransportError):
             await s.call_tool("work")
-        assert trio.current_time() - start < 1.0
     resumes = [
         r.headers["last-event-id"] for r in fake.server.requests("GET") if "last-event-id" in r.headers
     ]
@@ -234,7 +235,7 @@ async def test_resumption_refused_with_404_is_session_expired(fake: Fake, http: 
     fake.server.call = call
     fake.server.get = get
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
-        with trio.fail_after(2), pytest.raises(SessionExpired):
+        with trio.fail_after(STEP), pytest.raises(SessionExpired):
             await s.call_tool("work")
     assert_clean(http)
 
@@ -260,7 +261,7 @@ async def test_malformed_sse_data_is_ignored(fake: Fake, http: httpx.AsyncClient
 
     fake.server.call = call
     async with open_client_session(fake.url, mode="legacy", http=http, on_notification=notes) as s:  # type: ignore[arg-type]
-        with trio.fail_after(2):
+        with trio.fail_after(STEP):
             assert text_of(await s.call_tool("work")) == "fine"
     assert notes.logs() == ["split"]
     assert_clean(http)
@@ -280,7 +281,7 @@ async def test_malformed_json_answer_is_transport_error(
 
     fake.server.call = call
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
-        with trio.fail_after(2), pytest.raises(TransportError):
+        with trio.fail_after(STEP), pytest.raises(TransportError):
             await s.call_tool("work")
     assert_clean(http)
 
@@ -289,16 +290,18 @@ async def test_malformed_json_answer_is_transport_error(
 
 
 async def test_black_holed_delete_costs_delete_grace(fake: Fake, http: httpx.AsyncClient) -> None:
+    """DELETE is given ``delete_grace`` (3 s here, more than the 2 s default: the lower bound shows the
+    one given is used), then dropped: the block ends (well within STEP)."""
     fake.server.delete = wait_disconnect
-    async with open_client_session(fake.url, mode="legacy", http=http, delete_grace=0.5) as s:
+    async with open_client_session(fake.url, mode="legacy", http=http, delete_grace=3.0) as s:
         assert text_of(await s.call_tool("work")) == "ok"
         start = trio.current_time()
     elapsed = trio.current_time() - start
-    assert 0.45 <= elapsed < 0.9, elapsed
+    assert 2.95 <= elapsed < 3.0 + STEP, elapsed
     deletes = fake.server.requests("DELETE")
     assert len(deletes) == 1
     assert deletes[0].headers["mcp-session-id"] == SESSION_ID
-    with trio.fail_after(1):
+    with trio.fail_after(STEP):
         await deletes[0].disconnected.wait()  # the client dropped the connection
     assert_clean(http)
 
@@ -307,11 +310,11 @@ async def test_black_holed_delete_under_cancellation(fake: Fake, http: httpx.Asy
     """Leaving the block because of a cancellation: DELETE is still tried (shielded), still bounded."""
     fake.server.delete = wait_disconnect
     with trio.CancelScope() as cancelled:
-        async with open_client_session(fake.url, mode="legacy", http=http, delete_grace=0.5):
+        async with open_client_session(fake.url, mode="legacy", http=http, delete_grace=3.0):
             start = trio.current_time()  # once the session is open (a loaded machine may take a while)
             cancelled.cancel()
             await trio.sleep_forever()
-    assert 0.45 <= trio.current_time() - start < 1.1
+    assert 2.95 <= trio.current_time() - start < 3.0 + STEP
     assert len(fake.server.requests("DELETE")) == 1
     assert_clean(http)
 
@@ -324,8 +327,7 @@ async def test_get_stream_405_leaves_posts_working(fake: Fake, http: httpx.Async
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
         for n in range(3):
             assert text_of(await s.call_tool("work", {"n": n})) == "ok"
-        await trio.sleep(0.3)
-        assert client_tasks() == []  # the GET task ended
+        await eventually(lambda: client_tasks() == [], within=STEP)  # the GET task ended
         assert text_of(await s.call_tool("work")) == "ok"
     assert len(fake.server.requests("GET")) == 1
     assert_clean(http)
@@ -338,7 +340,7 @@ async def test_get_stream_refused_500_leaves_posts_working(fake: Fake, http: htt
     fake.server.get = get
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
         assert text_of(await s.call_tool("work")) == "ok"
-        await trio.sleep(0.2)
+        await eventually(lambda: client_tasks() == [], within=STEP)  # the GET task gave up, for good
         assert text_of(await s.call_tool("work")) == "ok"
     assert len(fake.server.requests("GET")) == 1
     assert_clean(http)
@@ -407,7 +409,7 @@ async def test_404_for_the_session_is_session_expired(fake: Fake, http: httpx.As
 
     fake.server.call = call
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
-        with trio.fail_after(2), pytest.raises(SessionExpired) as caught:
+        with trio.fail_after(STEP), pytest.raises(SessionExpired) as caught:
             await s.call_tool("work")
         assert caught.value.status == 404
     assert_clean(http)
@@ -422,7 +424,7 @@ async def test_404_answering_our_request_is_rpc_error(fake: Fake, http: httpx.As
 
     fake.server.call = call
     async with open_client_session(fake.url, mode="legacy", http=http) as s:
-        with trio.fail_after(2), pytest.raises(RPCError) as caught:
+        with trio.fail_after(STEP), pytest.raises(RPCError) as caught:
             await s.call_tool("work")
         assert not isinstance(caught.value, SessionExpired)
         assert caught.value.code == -32601
@@ -441,9 +443,9 @@ async def test_cancelled_block_cancels_the_running_request(fake: Fake, http: htt
         async with open_client_session(fake.url, mode="legacy", http=http) as s:
             await s.call_tool("work")
     assert scope.cancelled_caught
-    assert trio.current_time() - start < 0.8
+    assert trio.current_time() - start < 0.3 + STEP  # the never-answered call did not hold the block
     call = fake.server.requests("POST", "tools/call")[0]
-    with trio.fail_after(1):
+    with trio.fail_after(STEP):
         await call.disconnected.wait()
     cancelled = fake.server.requests("POST", "notifications/cancelled")
     assert [c.message["params"]["requestId"] for c in cancelled] == [call.message["id"]]
@@ -469,19 +471,16 @@ async def test_request_in_another_task_is_cancelled_when_the_block_exits(
             outcome.append(exc)
         ended_call.set()
 
-    with trio.fail_after(5):
+    with trio.fail_after(2 * STEP):
         async with trio.open_nursery() as nursery:
             async with open_client_session(fake.url, mode=mode, http=http) as s:  # type: ignore[arg-type]
                 nursery.start_soon(call, s)
                 await fake.server.wait_for(lambda: bool(fake.server.requests("POST", "tools/call")))
-                exited = trio.current_time()
-            with trio.move_on_after(1.5):
+            with trio.move_on_after(STEP):
                 await ended_call.wait()
-            ended = trio.current_time() - exited
             nursery.cancel_scope.cancel()  # so that a failure here does not hang the test
-    assert outcome, "the request was still running 1.5 s after the session block exited"
+    assert outcome, f"the request was still running {STEP} s after the session block exited"
     assert isinstance(outcome[0], MCPTrioError), outcome
-    assert ended < 1.0
-    with trio.fail_after(1):
+    with trio.fail_after(STEP):
         await fake.server.requests("POST", "tools/call")[0].disconnected.wait()
     assert_clean(http)

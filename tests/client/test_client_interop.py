@@ -23,8 +23,8 @@ never opened a session, no GET stream and no DELETE; and no client task or poole
 (``assert_no_leaks``).
 
 Node 22 and the npm packages of ``ts_server/`` come from ``scripts/install-node-deps.sh`` (``.node22/``
-and ``tests/client/ts_server/node_modules/``).  When they are missing the TypeScript tests skip, except
-under CI (``CI`` set to a true value), where they fail.
+and ``tests/client/ts_server/node_modules/``).  When they are missing the TypeScript tests skip when
+run by hand, and fail under the test command (``tests/required.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import trio
 from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve, Sample
 
 from mcp_trio import ClientSession, TransportError, open_client_session
+from tests.required import missing
 
 from .conftest import assert_no_leaks, eventually
 
@@ -63,10 +64,6 @@ pytestmark = pytest.mark.filterwarnings(
 ROOT = Path(__file__).resolve().parents[2]
 LEGACY_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def text_of(result: mt.CallToolResult) -> str:
@@ -419,7 +416,7 @@ def pinned_ts_sdk_version() -> str:
 
 @pytest.fixture
 def node_server() -> None:
-    """Skip (locally) or fail (under CI) unless Node 22 and the pinned SDK are installed.
+    """Skip (by hand) or fail (under the test command) unless Node 22 and the pinned SDK are installed.
 
     A plain (sync) fixture, so the skip or failure is reported as such, outside the Trio run."""
     problem = None
@@ -433,10 +430,7 @@ def node_server() -> None:
             problem = f"@modelcontextprotocol/sdk {installed} is installed, package.json pins {pinned}"
     if problem is None:
         return
-    message = f"{problem}: run `bash scripts/install-node-deps.sh`"
-    if in_ci():
-        pytest.fail(f"{message} (CI is set, so this is an error, not a skip)")
-    pytest.skip(message)
+    missing(f"{problem}: run `bash scripts/install-node-deps.sh`")
 
 
 @dataclass

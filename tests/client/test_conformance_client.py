@@ -36,7 +36,7 @@ step with the installed suites.
 
 The suites come from ``bash scripts/conformance.sh install`` (``.conformance/``, or ``$CONFORMANCE_DIR``),
 run here first when npm is available (it does nothing when everything is in place).  Without them the
-tests skip, except under CI (``CI`` set to a true value), where they fail.
+tests skip when run by hand, and fail under the test command (``tests/required.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.required import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(os.environ.get("CONFORMANCE_DIR") or ROOT / ".conformance")
@@ -165,10 +167,6 @@ OLD_AUTH_SCENARIOS: dict[str, tuple[str, ...]] = {
 }
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
 def cases() -> list[Any]:
     found = []
     for name, versions in SCENARIOS.items():
@@ -191,7 +189,8 @@ _install_problem: list[str | None] = []
 
 @pytest.fixture
 def suite() -> None:
-    """Install (idempotently) and check the suite; skip (locally) or fail (under CI) without it.
+    """Install (idempotently) and check the suite; skip (by hand) or fail (under the
+    test command) without it.
 
     A plain (sync) fixture: the install runs once per test session, outside any Trio run."""
     if not _install_problem:
@@ -207,19 +206,16 @@ def suite() -> None:
             )
             if done.returncode != 0:
                 problem = f"`bash scripts/conformance.sh install` failed:\n{done.stderr[-2000:]}"
-        missing = [v for v in (SUITE_VERSION, OLD_SUITE) if not suite_js(v).is_file()]
+        absent = [v for v in (SUITE_VERSION, OLD_SUITE) if not suite_js(v).is_file()]
         if problem is None and not NODE.is_file():
             problem = "Node 22 is not installed under .node22"
-        if problem is None and missing:
-            problem = f"the conformance suite {', '.join(missing)} is not installed under {CONF_DIR}"
+        if problem is None and absent:
+            problem = f"the conformance suite {', '.join(absent)} is not installed under {CONF_DIR}"
         _install_problem.append(problem)
     problem = _install_problem[0]
     if problem is None:
         return
-    message = f"{problem} (run `bash scripts/conformance.sh install`)"
-    if in_ci():
-        pytest.fail(f"{message}; CI is set, so this is an error, not a skip")
-    pytest.skip(message)
+    missing(f"{problem} (run `bash scripts/conformance.sh install`)")
 
 
 def node_env(**extra: str) -> dict[str, str]:

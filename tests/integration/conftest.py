@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from mcp_http import HTTP_SERVER, Baseline, DemoServer, serve_demo, shared_demo
+from tests.required import not_applicable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,14 +57,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def linux() -> None:
     if not sys.platform.startswith("linux"):
-        pytest.skip("inspects the server's sockets through /proc (Linux only)")
+        pytest.skip(not_applicable("inspects the server's sockets through /proc (Linux only)"))
 
 
 @pytest.fixture(scope="module")
 def module_demo_server() -> Iterator[DemoServer]:
     """One demo for the tests of a module marked ``shared_demo_server``."""
     if not sys.platform.startswith("linux"):
-        pytest.skip("inspects the server's sockets through /proc (Linux only)")
+        pytest.skip(not_applicable("inspects the server's sockets through /proc (Linux only)"))
     with shared_demo() as server:
         yield server
 

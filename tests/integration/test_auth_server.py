@@ -27,13 +27,13 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from joserfc import jwk
 from mcp_http import HTTP_SERVER, INIT, POST_HEADERS, VERSION, serve_demo, serve_in_process
+from tests.server.test_auth_verifiers import Issuer
+from tests.server.test_auth_verifiers import running as running_issuer
 
 from mcp_trio import Context, MCPApp, MCPServer, ServerConfig
 from mcp_trio.auth import AccessToken, JWTVerifier, ProtectedResource
-
-verifiers = pytest.importorskip("tests.server.test_auth_verifiers")
-Issuer, running_issuer = verifiers.Issuer, verifiers.running
 
 SERVERS = ["hypercorn", "h11"]
 MODERN = "2026-07-28"
@@ -195,7 +195,7 @@ async def test_metadata_and_the_challenges(kind: str) -> None:
         assert refusal(call, 401) == params
         # an invalid token: the signature of another key
         forged = p.issuer.mint(
-            {"aud": p.resource}, key=verifiers.jwk.RSAKey.generate_key(2048, parameters={"kid": "k1"})
+            {"aud": p.resource}, key=jwk.RSAKey.generate_key(2048, parameters={"kid": "k1"})
         )
         params = refusal(await p.post(INIT, forged), 401)
         assert params["error"] == "invalid_token" and "signature" in params["error_description"]
@@ -228,9 +228,10 @@ async def test_malformed_headers_and_tokens_elsewhere(kind: str) -> None:
         assert "error" not in refusal(in_query, 401)
         in_body = await p.post({**INIT, "access_token": token})
         assert "error" not in refusal(in_body, 401)
-        # a header larger than the server takes, or garbage: refused, never a 5xx
+        # a 15 kB token (within both servers' 16 KiB head) is read and refused as a token; garbage is
+        # malformed: never a 5xx
         huge = await p.post(INIT, **{"authorization": "Bearer " + "a" * 15_000})
-        assert huge.status_code in (401, 431)
+        assert refusal(huge, 401)["error"] == "invalid_token"
         non_ascii = [*POST_HEADERS.items(), ("authorization", b"Bearer tok\xe9n\xff")]
         garbage = await p.http.post(p.url, content=json.dumps(INIT).encode(), headers=non_ascii)
         assert refusal(garbage, 400)["error"] == "invalid_request"
@@ -299,14 +300,14 @@ async def test_the_issuer_going_away(kind: str) -> None:
     resource = f"http://127.0.0.1:{port}/mcp"
     async with running_issuer(Issuer()) as issuer:
         verifier = JWTVerifier(
-            issuer.issuer, resource, timeout=0.5, min_refresh_interval=0, keys_max_age=0.05
+            issuer.issuer, resource, timeout=3.0, min_refresh_interval=0, keys_max_age=0.05
         )
         token = issuer.mint({"aud": resource, "scope": "mcp"})
         assert (await verifier.verify(token)).subject == "alice"  # the keys are fetched
     oauth = ProtectedResource(resource=resource, authorization_servers=[issuer.issuer], verifier=verifier)
     app = MCPApp(build(), ServerConfig(oauth=oauth, shutdown_grace=1.0))
     unknown = issuer.mint(
-        {"aud": resource}, key=verifiers.jwk.RSAKey.generate_key(2048, parameters={"kid": "k9"})
+        {"aud": resource}, key=jwk.RSAKey.generate_key(2048, parameters={"kid": "k9"})
     )
     async with (
         serve_in_process(app, kind, stop_within=10, port=port) as (url, _port, _stop),
@@ -317,7 +318,7 @@ async def test_the_issuer_going_away(kind: str) -> None:
         assert (await p.post(INIT, token)).status_code == 200  # cached key, stale set: still fine
         response = await p.post(INIT, unknown)
         assert response.status_code == 503 and response.headers["retry-after"] == "5"
-        assert time.monotonic() - start < 4.0
+        assert time.monotonic() - start < 3.0 + 2 * STEP  # bounded by the verifier's timeout: no hang
 
 
 async def test_the_demo_with_the_oauth_flags() -> None:

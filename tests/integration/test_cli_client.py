@@ -16,6 +16,7 @@ from typing import Any
 import mcp_types as mt
 import pytest
 import trio
+from tests.required import not_applicable
 
 from mcp_trio import MCPApp, ServerConfig, hypercorn_config, serve
 from mcp_trio._cli_client import parse_arguments
@@ -280,7 +281,7 @@ def _read_all(fd: int) -> bytes:
         data += chunk
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pty for stderr")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason=not_applicable("a pty for stderr"))
 async def test_progress_bar_on_a_terminal(demo: Demo) -> None:
     controller, terminal = os.openpty()
     args = ["call", demo.url, "count", "--arg", "steps=2", "--mcp-log-level", "info"]

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
+from tests.required import not_applicable
 
 from mcp_trio import MCPApp, ServerConfig, hypercorn_config, open_client_session, serve
 from mcp_trio.demo import build_demo_server
@@ -101,7 +102,7 @@ def _read_all(fd: int) -> bytes:
         data += chunk
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pty for stderr")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason=not_applicable("a pty for stderr"))
 async def test_task_status_line_on_a_terminal(url: str) -> None:
     controller, terminal = os.openpty()
     args = ["call", url, "slow_compute", "--arg", "seconds=0.3"]

@@ -26,7 +26,7 @@ what makes it work).  With the proxy stopped, the server is back at its baseline
 connection, its sockets and tasks as before).
 
 The proxies come from Debian's packages (``nginx-light`` or ``nginx``, ``caddy``, ``haproxy``).  A
-missing one skips its test, unless ``CI`` is set: then it fails.
+missing one skips its test when run by hand, and fails it under the test command (``tests/required.py``).
 """
 
 from __future__ import annotations
@@ -60,9 +60,11 @@ from mcp_http import (
     serve_demo,
     tcp_states,
 )
+from tests.required import missing, not_applicable
 
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="inspects the server's sockets through /proc (Linux only)"
+    not sys.platform.startswith("linux"),
+    reason=not_applicable("inspects the server's sockets through /proc (Linux only)"),
 )
 
 DEPLOY = Path(__file__).resolve().parents[2] / "docs" / "deploy"
@@ -85,10 +87,6 @@ HAProxy without ``option http-no-delay`` held each some 200 ms; through a proxy 
 each is (nearly) on time."""
 MAX_BODY = 4 * 1024 * 1024
 """``ServerConfig.max_body_size``'s default, which each shipped file repeats."""
-
-
-def under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def free_port() -> int:
@@ -196,9 +194,7 @@ class Proxy:
             None,
         )
         if found is None:
-            if under_ci():
-                pytest.fail(f"{self.binary} is not installed, and CI is set (Debian package {self.package})")
-            pytest.skip(f"{self.binary} is not installed (Debian package {self.package})")
+            missing(f"{self.binary} is not installed (Debian package {self.package})")
         return found
 
 
@@ -428,7 +424,8 @@ async def refused_without_allowed_hosts(proxy: Proxy, tmp: Path) -> None:
 
 @pytest.fixture
 def installed(proxy: Proxy) -> Proxy:
-    """The test's proxy, if it is installed: skips (or fails under CI) before the server starts."""
+    """The test's proxy, if it is installed: skips (or fails under the test command) before the server
+    starts."""
     proxy.find()
     return proxy
 
@@ -458,11 +455,3 @@ async def test_shipped_proxy_configuration(
         f"\n{proxy.name}: server sockets back to {sockets} ({tcp_states(demo_server.pid)}), "
         f"process_tasks {stats['process_tasks']}"
     )
-
-
-def test_proxies_are_there_under_ci() -> None:
-    """Under CI no proxy test may be skipped for want of its proxy."""
-    if not under_ci():
-        pytest.skip("only checked under CI")
-    for proxy in PROXIES:
-        proxy.find()

@@ -24,6 +24,7 @@ from mcp_http import (
     assert_back_to_baseline,
     fetch_stats,
     http_client,
+    wait_for,
 )
 
 from mcp_trio._protocol import versions
@@ -140,7 +141,10 @@ async def test_odd_last_event_id_and_request_state(demo_server: DemoServer, base
                 headers = [*client.headers(accept="text/event-stream").items()]
                 headers.append(("last-event-id", event_id.encode()))  # type: ignore[arg-type]
                 async with http.stream("GET", demo_server.url, headers=headers) as response:
-                    assert response.status_code in (200, 400), response.status_code
+                    # not STREAM-SEQ in ASCII digits (Unicode digits, or too long): refused, not resumed
+                    assert response.status_code == 400, response.status_code
+                    body = json.loads(await response.aread())
+                    assert body["error"]["code"] == mt.INVALID_REQUEST, body
             body, headers = modern_call(
                 "test_input_required_result_request_state", {}, requestState="caf\u00e9.sig"
             )
@@ -221,7 +225,7 @@ async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, bas
                 "jsonrpc": "2.0",
                 "id": 5,
                 "method": "tools/call",
-                "params": {"name": "sleep", "arguments": {"seconds": 0.5}},
+                "params": {"name": "sleep", "arguments": {"seconds": 2.0}},
             }
             async with trio.open_nursery() as nursery:
                 answers: list[httpx.Response] = []
@@ -232,7 +236,8 @@ async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, bas
                     )
 
                 nursery.start_soon(post)
-                await trio.sleep(0.1)
+                # the POST's stream exists (its request is in flight) before anyone tries to replay it
+                await wait_for(demo_server, lambda stats: stats["inflight"] == 1, within=5, what="the POST")
                 for stream_id in range(1, 4):  # the POST's stream is one of the first few
                     headers = client.headers(
                         accept="text/event-stream", **{"last-event-id": f"{stream_id}-0"}
@@ -241,6 +246,8 @@ async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, bas
                         assert response.status_code == 200
                         body = await response.aread()
                         assert b'"id":5' not in body, body
+                # ...and these GETs came while it was still under way (its answer not sent yet)
+                assert (await fetch_stats(demo_server))["inflight"] == 1 and not answers
             assert answers[0].status_code == 200 and answers[0].json()["id"] == 5, answers[0].text
             assert "result" in answers[0].json(), answers[0].text
             await client.delete()

@@ -23,11 +23,13 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio.tcp_server import TCPServer
 from mcp_http import count_tasks, read_until, tasks_named, wait_until
+from tests.required import not_applicable
 
 from mcp_trio._server.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
 
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="inspects sockets through /proc (Linux only)"
+    not sys.platform.startswith("linux"),
+    reason=not_applicable("inspects sockets through /proc (Linux only)"),
 )
 
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -6,8 +6,8 @@ pinned in ``ts_client/package.json``) runs against it in a Node 22 subprocess an
 summary of everything it saw, which is asserted on here.
 
 Node 22 and the npm packages come from ``scripts/install-node-deps.sh`` (``.node22/`` and
-``ts_client/node_modules/``).  When they are missing the test skips, except under CI (``CI`` set to a
-true value), where it fails.
+``ts_client/node_modules/``).  When they are missing the test skips when run by hand and fails under
+the test command (``tests/required.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import trio
 from interop_server import SERVER_NAME, SERVER_VERSION, build_server, serving, wait_until
+from tests.required import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = ROOT / ".node22" / "node_modules" / "node" / "bin" / "node"
@@ -32,10 +33,6 @@ DEADLINE = 45.0  # Node's start-up and module loading included
 CLIENT_DEADLINE = 30.0
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
 def pinned_sdk_version() -> str:
     package = json.loads((CLIENT_DIR / "package.json").read_text())
     version: str = package["dependencies"]["@modelcontextprotocol/sdk"]
@@ -44,7 +41,8 @@ def pinned_sdk_version() -> str:
 
 @pytest.fixture
 def node_client() -> None:
-    """Skip (locally) or fail (under CI) unless Node 22 and the pinned SDK are installed.
+    """Skip (by hand) or fail (under the test command: ``tests/required.py``) unless Node 22 and the
+    pinned SDK are installed.
 
     A plain (sync) fixture, so the skip or failure is reported as such, outside the Trio run."""
     problem = None
@@ -58,10 +56,7 @@ def node_client() -> None:
             problem = f"@modelcontextprotocol/sdk {installed} is installed, package.json pins {pinned}"
     if problem is None:
         return
-    message = f"{problem}: run `{INSTALL}`"
-    if in_ci():
-        pytest.fail(f"{message} (CI is set, so this is an error, not a skip)")
-    pytest.skip(message)
+    missing(f"{problem}: run `{INSTALL}`")
 
 
 def text_of(result: dict[str, Any]) -> str:

@@ -17,8 +17,9 @@ The peers:
   ``@modelcontextprotocol/sdk``, the version pinned in ``ts_client/package.json``) on Node 22's global
   ``WebSocket`` (``bash scripts/install-node-deps.sh``).
 
-When a peer's runtime is missing its test skips, except under CI (``CI`` set to a true value), where
-it fails.  ``test_our_websocket_client`` does the same steps with mcp_trio's own client, in both eras.
+When a peer's runtime is missing its test skips when run by hand, and fails under the test command
+(``tests/required.py``).  ``test_our_websocket_client`` does the same steps with mcp_trio's own
+client, in both eras.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import mcp_types as mt
 import pytest
 import trio
 from mcp_http import Baseline, DemoServer, assert_back_to_baseline
+from tests.required import missing
 
 from mcp_trio import open_websocket_client
 
@@ -58,15 +60,8 @@ VERSION = "2025-11-25"
 DEMO_TOOLS = {"echo", "add", "count", "test_tool_with_progress", "test_sampling", "test_elicitation"}
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
 def skip_or_fail(problem: str, install: str) -> NoReturn:
-    message = f"{problem}: run `{install}`"
-    if in_ci():
-        pytest.fail(f"{message} (CI is set, so this is an error, not a skip)")
-    pytest.skip(message)
+    missing(f"{problem}: run `{install}`")
 
 
 @dataclass(frozen=True)
@@ -112,7 +107,8 @@ def ts_sdk_peer() -> Peer:
 
 @pytest.fixture(params=["python-sdk", "ts-sdk"])
 def peer(request: pytest.FixtureRequest) -> Peer:
-    """The peer's command, or a skip (locally) / failure (under CI) when its runtime is missing.
+    """The peer's command, or a skip (by hand) / failure (under the test command) when its runtime is
+    missing.
 
     A plain (sync) fixture, so the skip or failure is reported as such, outside the Trio run; and
     requested before ``demo_server``, so a skipped peer starts no demo."""

@@ -34,9 +34,11 @@ from mcp_http import (
     http_client,
     wait_for,
 )
+from tests.required import not_applicable
 
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="inspects the server's sockets through /proc (Linux only)"
+    not sys.platform.startswith("linux"),
+    reason=not_applicable("inspects the server's sockets through /proc (Linux only)"),
 )
 
 SEQUENTIAL_SESSIONS = 200

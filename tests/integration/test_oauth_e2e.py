@@ -27,6 +27,7 @@ import oauth_as
 from mcp_trio import open_client_session
 from mcp_trio.auth import (
     FileTokenStore,
+    IntrospectionVerifier,
     MemoryTokenStore,
     OAuth,
 )
@@ -424,3 +425,88 @@ async def test_a_restarted_client_uses_the_stored_token(
     assert [(e["event"], e.get("grant_type")) for e in new] == [("grant.success", "refresh_token")], new
     refreshed = await FileTokenStore(path).load_tokens(server.issuer, protected.url)
     assert refreshed is not None and refreshed.access_token == protected.principals[-1].token
+
+
+# -- IntrospectionVerifier against the authorization server ---------------------------------------------
+
+
+@pytest.mark.deadline(90)
+async def test_introspection_verifier_against_the_authorization_server(
+    oauth_as_installed: None, browser: Browser
+) -> None:
+    """Opaque access tokens (no JWT: only the authorization server can say what they are), checked by
+    ``IntrospectionVerifier`` at its RFC 7662 endpoint, with the resource server's own credentials (a
+    confidential client, HTTP Basic): mcp_trio's client gets a token and calls the tool, whose principal
+    has the subject, client, audience and scopes of the introspection answer; an unknown token, and the
+    same token once revoked (RFC 7009; no cache, so the revocation is seen at once), get 401
+    ``invalid_token``."""
+    async with (
+        run_authorization_server(access_token_format="opaque") as server,
+        httpx.AsyncClient(timeout=STEP) as http,
+    ):
+        with trio.fail_after(STEP):
+            meta = await metadata(http, server)
+            registered = await http.post(
+                meta["registration_endpoint"],
+                json={
+                    "client_name": "the MCP server (a resource server)",
+                    "redirect_uris": ["http://127.0.0.1:9/unused"],
+                    "token_endpoint_auth_method": "client_secret_basic",
+                },
+            )
+        assert registered.status_code == 201, registered.text
+        resource_server = registered.json()
+        verifiers: list[IntrospectionVerifier] = []
+
+        def introspection(resource: str) -> IntrospectionVerifier:
+            verifier = IntrospectionVerifier(
+                meta["introspection_endpoint"],
+                client_id=resource_server["client_id"],
+                client_secret=resource_server["client_secret"],
+                audience=resource,
+                issuer=server.issuer,
+                cache_size=0,
+            )
+            verifiers.append(verifier)
+            return verifier
+
+        async with serve_protected(server.issuer, verifier=introspection) as protected:
+            oauth = OAuth(redirect=BrowserRedirect(browser), client_name="e2e", store=MemoryTokenStore())
+            with trio.fail_after(STEP * 2):
+                async with open_client_session(protected.url, mode="modern", auth=oauth) as session:
+                    assert text_of(await session.call_tool("whoami", {})) == "alice mcp:tools"
+            [principal] = protected.principals
+            assert principal.token.count(".") != 2, "a JWT: the verifier need not have asked anyone"
+            assert principal.subject == "alice" and principal.scopes == frozenset({"mcp:tools"})
+            assert principal.audience == (protected.url,)
+            [verifier] = verifiers
+            asked = verifier.requests
+            assert asked >= 1  # the introspection endpoint answered for the token
+
+            async def initialize(token: str) -> httpx.Response:
+                headers = {**POST_HEADERS, "authorization": f"Bearer {token}"}
+                with trio.fail_after(STEP):
+                    return await http.post(protected.url, json=INIT, headers=headers)
+
+            def refused_as_invalid(response: httpx.Response) -> None:
+                assert response.status_code == 401, response.text
+                assert 'error="invalid_token"' in response.headers["www-authenticate"], response.headers
+
+            accepted = await initialize(principal.token)
+            assert accepted.status_code == 200, accepted.text
+            refused_as_invalid(await initialize(secrets.token_urlsafe(32)))  # a token nobody issued
+            with trio.fail_after(STEP):
+                revoked = await http.post(
+                    meta["revocation_endpoint"],
+                    data={
+                        "token": principal.token,
+                        "token_type_hint": "access_token",
+                        "client_id": principal.client_id,  # the public client it was issued to
+                    },
+                )
+            assert revoked.status_code == 200, revoked.text
+            refused_as_invalid(await initialize(principal.token))
+            assert verifier.requests == asked + 3  # each of the three asked the authorization server
+        with trio.fail_after(STEP):
+            events = await server.events()
+    assert [e["event"] for e in events if e["event"].endswith(".error")] == [], events

@@ -4,8 +4,8 @@ used up, new sessions hang.  Here 100 sessions (initialize, initialized, GET, to
 through a real nginx (``keepalive 16``) one after another; every one must complete in time, and the
 server must be back at its baseline afterwards.
 
-nginx comes from the distribution (``scripts/test.sh`` installs it).  Without nginx the test is skipped,
-unless ``CI`` is set: then a missing nginx fails.
+nginx comes from the distribution (``scripts/test.sh`` installs it).  Without nginx the test is skipped
+when run by hand, and fails under the test command (``tests/required.py``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ from mcp_http import (
     http_client,
     tcp_states,
 )
+from tests.required import missing, not_applicable
 
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="inspects the server's sockets through /proc (Linux only)"
+    not sys.platform.startswith("linux"),
+    reason=not_applicable("inspects the server's sockets through /proc (Linux only)"),
 )
 
 SESSIONS = 100
@@ -88,18 +90,12 @@ http {{
 """
 
 
-def under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 def nginx_binary() -> str:
     found = shutil.which("nginx") or next(
         (path for path in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(path, os.X_OK)), None
     )
     if found is None:
-        if under_ci():
-            pytest.fail("nginx is not installed, and CI is set: scripts/test.sh should have installed it")
-        pytest.skip("nginx is not installed (scripts/test.sh installs it)")
+        missing("nginx is not installed (scripts/test.sh installs it)")
     return found
 
 
@@ -190,9 +186,7 @@ async def test_sessions_through_nginx_keepalive_pool(
     )
 
 
-def test_nginx_is_there_under_ci() -> None:
-    """Under CI the proxy test must not be skipped for want of nginx."""
-    if not under_ci():
-        pytest.skip("only checked under CI")
+def test_nginx_runs() -> None:
+    """The nginx found runs (under the test command a missing one is a failure: ``tests/required.py``)."""
     binary = nginx_binary()
     assert subprocess.run([binary, "-v"], capture_output=True, check=False).returncode == 0

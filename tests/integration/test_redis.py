@@ -12,7 +12,7 @@ the key ring are not delivered; a real forwarded answer is delivered and then go
 deployment with OAuth forwards an answer from the session's owner (and 404 from anyone else).
 
 redis-server comes from Debian (the ``redis-server`` package; scripts/test.sh installs it).  Without
-it the tests are skipped, unless ``CI`` is set: then a missing redis-server fails.
+it the tests are skipped when run by hand, and fail under the test command (``tests/required.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from mcp_http import (
     serve_demo,
     wait_for,
 )
+from tests.required import missing
 
 from mcp_trio import MCPApp, MCPServer, ServerConfig
 from mcp_trio._protocol.cluster import ClusterKeys, encode_inbox_entry, seal_bus_message
@@ -51,15 +52,8 @@ from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisNotificationBus  # imports coredis only once a bus is made
 from mcp_trio.testing import open_asgi_client
 
-
-def under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-if importlib.util.find_spec("coredis") is None:
-    if under_ci():
-        raise ImportError("coredis is not installed, and CI is set: the dev extra should have installed it")
-    pytest.skip("the redis extra (pip install 'mcp_trio[redis]') is not installed", allow_module_level=True)
+if importlib.util.find_spec("coredis") is None:  # a dev dependency: a broken install, whoever runs this
+    raise ImportError("coredis is not installed: pip install -e '.[dev]' (or the redis extra)")
 
 STARTUP = 10.0
 RESUME = 8.0
@@ -88,9 +82,7 @@ def redis_binary() -> str:
     places = ("/usr/bin/redis-server", "/usr/local/bin/redis-server")
     found = shutil.which("redis-server") or next((p for p in places if os.access(p, os.X_OK)), None)
     if found is None:
-        if under_ci():
-            pytest.fail("redis-server is not installed and CI is set: scripts/test.sh should install it")
-        pytest.skip("redis-server is not installed (scripts/test.sh installs Debian's redis-server)")
+        missing("redis-server is not installed (scripts/test.sh installs Debian's redis-server)")
     return found
 
 

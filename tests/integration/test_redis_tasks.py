@@ -7,7 +7,7 @@ created on one worker is read, cancelled and answered (``tasks/update``) through
 its owner's only, on either worker; with Redis down a request is answered -32603 in bounded time.
 
 redis-server comes from Debian (the fixtures of test_redis.py start it on a free port and kill it
-after the test).  Without it the tests are skipped, unless ``CI`` is set: then they fail.
+after the test).  Without it the tests are skipped when run by hand, and fail under the test command.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ look at the store forgets the record.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -36,12 +37,14 @@ from mcp_http import (
     fetch_stats,
     wait_for,
 )
+from tests.required import not_applicable
 
 from mcp_trio import MCPApp, ServerConfig
 from mcp_trio.demo import build_demo_server
 
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="inspects the server's sockets through /proc (Linux only)"
+    not sys.platform.startswith("linux"),
+    reason=not_applicable("inspects the server's sockets through /proc (Linux only)"),
 )
 
 ROUNDS = 2
@@ -88,9 +91,11 @@ async def serve_tasks_app() -> AsyncIterator[DemoServer]:
         "127.0.0.1:0",
     ]
     here = Path(__file__).parent
+    env = _env_without_coverage()  # this module imports tests.required: the checkout's root on the path
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(here.parents[1])]))
     with tempfile.TemporaryFile() as stderr:
         process = await trio.lowlevel.open_process(
-            command, stdout=subprocess.PIPE, stderr=stderr, env=_env_without_coverage(), cwd=here
+            command, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=here
         )
         try:
             url = await _read_url(process, stderr)

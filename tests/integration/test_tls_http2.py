@@ -1,7 +1,7 @@
 """TLS and HTTP/2 through mcp_trio's hypercorn server.
 
-1. ``mcp-trio demo --certfile --keyfile`` as users run it (a real process on 127.0.0.1:0, a self-signed
-   certificate for 127.0.0.1 made with the ``openssl`` command, clients that verify it): it prints an
+1. ``mcp-trio demo --certfile --keyfile`` as users run it (a real process on 127.0.0.1:0, a certificate
+   for 127.0.0.1 from a test CA made in Python with ``trustme``, clients that verify it): it prints an
    https:// URL; HTTP/2 by ALPN and HTTP/1.1 for clients without it each carry a whole 2025 session
    (initialize, initialized, the GET stream's priming event, tools/call answered on SSE, DELETE) and a
    2026-07-28 stateless call; concurrent calls and the GET stream share one HTTP/2 connection; mcp_trio's
@@ -26,9 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import ssl
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -43,7 +41,19 @@ import h2.settings
 import httpx
 import pytest
 import trio
-from mcp_http import INIT, POST_HEADERS, STEP, VERSION, DemoServer, MCPClient, serve_demo, tcp_states
+import trustme
+from mcp_http import (
+    INIT,
+    POST_HEADERS,
+    STEP,
+    VERSION,
+    DemoServer,
+    MCPClient,
+    serve_demo,
+    tcp_states,
+    wait_until,
+)
+from tests.required import not_applicable
 
 from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, open_websocket_client, serve
 from mcp_trio._cli import main
@@ -53,9 +63,11 @@ from mcp_trio._server.serve import hypercorn_config
 pytestmark = [
     pytest.mark.skipif(
         os.environ.get("MCP_TRIO_TEST_HTTP", "hypercorn") != "hypercorn",
-        reason="TLS and HTTP/2 are served by hypercorn; this module runs in the main pass",
+        reason=not_applicable("TLS and HTTP/2 are served by hypercorn; this module runs in the main pass"),
     ),
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inspects sockets through /proc"),
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason=not_applicable("inspects sockets through /proc")
+    ),
     # httpx's chain of async generators (encode/httpx#3686), as in tests/docs/test_samples.py
     pytest.mark.filterwarnings(
         r"ignore:Async generator '(httpx|httpcore)\.[A-Za-z0-9_.]+' was garbage collected:ResourceWarning"
@@ -77,14 +89,15 @@ ERR_CANCEL = 8  # RST_STREAM error code CANCEL
 class Cert:
     certfile: Path
     keyfile: Path
+    cafile: Path
 
     @property
     def flags(self) -> list[str]:
         return ["--certfile", str(self.certfile), "--keyfile", str(self.keyfile)]
 
     def context(self, alpn: list[str] | None = None) -> ssl.SSLContext:
-        """A client context that trusts only this certificate (a fresh one: httpx sets ALPN on it)."""
-        context = ssl.create_default_context(cafile=str(self.certfile))
+        """A client context that trusts only this test CA (a fresh one: httpx sets ALPN on it)."""
+        context = ssl.create_default_context(cafile=str(self.cafile))
         if alpn:
             context.set_alpn_protocols(alpn)
         return context
@@ -92,22 +105,17 @@ class Cert:
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> Cert:
-    """A self-signed P-256 certificate for IP 127.0.0.1, valid for a day, made with ``openssl``."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("needs the openssl command")
+    """A certificate for IP 127.0.0.1 issued by a throwaway test CA, made in Python with ``trustme``
+    (no ``openssl`` command needed, so nothing here can skip for want of one)."""
     where = tmp_path_factory.mktemp("tls")
-    made = Cert(where / "cert.pem", where / "key.pem")
-    subprocess.run(
-        [
-            *(openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
-            *("-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
-            *("-keyout", str(made.keyfile), "-out", str(made.certfile)),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
+    authority = trustme.CA()
+    issued = authority.issue_cert("127.0.0.1")
+    made = Cert(where / "cert.pem", where / "key.pem", where / "ca.pem")
+    issued.cert_chain_pems[0].write_to_path(str(made.certfile))
+    for blob in issued.cert_chain_pems[1:]:
+        blob.write_to_path(str(made.certfile), append=True)
+    issued.private_key_pem.write_to_path(str(made.keyfile))
+    authority.cert_pem.write_to_path(str(made.cafile))
     return made
 
 
@@ -218,7 +226,7 @@ async def test_whole_sessions_over_tls(cert: Cert, http2: bool) -> None:
 
 @pytest.mark.deadline(60)
 async def test_concurrent_calls_and_the_get_stream_share_one_http2_connection(cert: Cert) -> None:
-    calls, seconds = 12, 0.5
+    calls, seconds = 12, 1.0
     async with (
         demo(*cert.flags) as server,
         recording_client(http2=True, verify=cert.context()) as (http, seen),
@@ -245,7 +253,11 @@ async def test_concurrent_calls_and_the_get_stream_share_one_http2_connection(ce
                 async with trio.open_nursery() as nursery:
                     for n in range(calls):
                         nursery.start_soon(call, n)
-                    await trio.sleep(seconds / 2)  # all of them under way now
+                    # the sleeps all under way at once (the server's statistics, over the same connection)
+                    for _ in range(1000):  # bounded in count, and in time by fail_after
+                        if (await http.get(server.stats_url)).json()["inflight"] == calls // 2:
+                            break
+                        await trio.sleep(0.01)
                     assert len(server_connections(server.pid, server.port)) == 1, tcp_states(server.pid)
             took = trio.current_time() - start
             assert len(results) == calls
@@ -633,14 +645,15 @@ async def test_h2_a_session_that_ends_cuts_a_send_stuck_on_an_unread_stream() ->
                 "/mcp", body=json.dumps(message).encode(), headers={**POST_HEADERS, **session}, read=False
             )
             await h2c.pump(lambda: h2c.streams[call].data >= 65535, within=STEP)
-            await trio.sleep(0.3)  # its writer now waits for a window the client never opens
+            # its writer now waits for a window the client never opens: the app counts that send
+            await wait_until(lambda: app.statistics()["writes_in_progress"] == 1, within=STEP)
             start = trio.current_time()
             delete = await h2c.request("/mcp", method="DELETE", headers=session)
             await h2c.pump(
                 lambda: h2c.streams[delete].ended and h2c.streams[call].reset is not None, within=STEP
             )
             assert h2c.streams[delete].headers[":status"] == "200"
-            assert h2c.streams[delete].when - start < 1.0
+            assert h2c.streams[delete].when - start < 10.0  # not held until write_timeout (30 s)
             assert h2c.streams[call].reset == ERR_CANCEL
         stop.set()
     assert app.statistics()["sessions"] == 0

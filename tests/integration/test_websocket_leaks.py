@@ -51,6 +51,7 @@ from mcp_http import (
     fetch_stats,
     wait_for,
 )
+from tests.required import not_applicable
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
     AcceptConnection,
@@ -64,7 +65,8 @@ from wsproto.events import (
 from mcp_trio import open_websocket_client
 
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="inspects the server's sockets through /proc (Linux only)"
+    not sys.platform.startswith("linux"),
+    reason=not_applicable("inspects the server's sockets through /proc (Linux only)"),
 )
 
 CONNECTIONS = 1000

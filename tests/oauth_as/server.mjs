@@ -2,7 +2,7 @@
 // (the certified OpenID Provider for Node.js) on 127.0.0.1, configured the way an MCP deployment needs it.
 //
 //   node server.mjs [--port N] [--scopes "mcp:tools mcp:admin"] [--access-token-ttl SECONDS]
-//                   [--resource URL]...
+//                   [--access-token-format jwt|opaque] [--resource URL]...
 //
 // - Listens on 127.0.0.1 only, on --port (default 0: a free port).  Once listening it prints one JSON
 //   line on stdout, {"issuer": "http://127.0.0.1:PORT", "ready": true}; everything else goes to stderr.
@@ -17,7 +17,11 @@
 // - Resource indicators (RFC 8707): the `resource` of the authorization and token requests becomes the
 //   `aud` of a JWT access token (RFC 9068, signed RS256 with a key made at startup, published at
 //   /jwks).  Any http(s) loopback URL is a resource unless --resource lists the accepted ones; every
-//   resource has the scopes of --scopes.
+//   resource has the scopes of --scopes.  With --access-token-format opaque the access tokens are
+//   opaque strings instead (kept by the server, with the same `aud`), which only introspection explains.
+// - Token introspection (RFC 7662) at /token/introspection for authenticated clients (a resource server
+//   registers as a confidential client); JWT access tokens are not introspectable, opaque ones are.
+//   Revocation (RFC 7009) at /token/revocation.
 // - The authorization response carries `iss` (RFC 9207).
 // - Refresh tokens: issued with every authorization code grant to a client that registered the
 //   refresh_token grant type (an MCP client does not ask for offline_access); rotated on each use by
@@ -43,7 +47,10 @@ const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]']);
 
 function usage(message) {
   console.error(`server.mjs: ${message}`);
-  console.error('usage: node server.mjs [--port N] [--scopes "A B"] [--access-token-ttl SECONDS] [--resource URL]...');
+  console.error(
+    'usage: node server.mjs [--port N] [--scopes "A B"] [--access-token-ttl SECONDS]'
+    + ' [--access-token-format jwt|opaque] [--resource URL]...',
+  );
   process.exit(2);
 }
 
@@ -54,6 +61,7 @@ try {
       port: { type: 'string', default: '0' },
       scopes: { type: 'string', default: 'mcp:tools mcp:admin' },
       'access-token-ttl': { type: 'string', default: '3600' },
+      'access-token-format': { type: 'string', default: 'jwt' },
       resource: { type: 'string', multiple: true, default: [] },
     },
     strict: true,
@@ -68,6 +76,10 @@ if (!Number.isInteger(port) || port < 0 || port > 65535) usage(`--port: not a po
 const accessTokenTTL = Number(options['access-token-ttl']);
 if (!Number.isInteger(accessTokenTTL) || accessTokenTTL < 1) {
   usage(`--access-token-ttl: not a whole number of seconds >= 1: ${options['access-token-ttl']}`);
+}
+const accessTokenFormat = options['access-token-format'];
+if (!['jwt', 'opaque'].includes(accessTokenFormat)) {
+  usage(`--access-token-format: jwt or opaque, not ${accessTokenFormat}`);
 }
 const resourceScopes = options.scopes.split(' ').filter(Boolean);
 if (resourceScopes.length === 0) usage('--scopes: no scope given');
@@ -128,6 +140,7 @@ server.listen(port, HOST, () => {
       devInteractions: { enabled: true },
       registration: { enabled: true, initialAccessToken: false },
       revocation: { enabled: true },
+      introspection: { enabled: true },
       resourceIndicators: {
         enabled: true,
         getResourceServerInfo: (_ctx, resourceIndicator) => {
@@ -139,8 +152,8 @@ server.listen(port, HOST, () => {
             scope: resourceScopes.join(' '),
             audience: resourceIndicator,
             accessTokenTTL,
-            accessTokenFormat: 'jwt',
-            jwt: { sign: { alg: 'RS256' } },
+            accessTokenFormat,
+            ...(accessTokenFormat === 'jwt' ? { jwt: { sign: { alg: 'RS256' } } } : {}),
           };
         },
       },

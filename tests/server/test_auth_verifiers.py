@@ -27,12 +27,10 @@ import pytest
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
+from joserfc import jwk, jwt  # a dev dependency (the auth extra): no skip without it
+from joserfc.errors import SecurityWarning
 
 from mcp_trio.auth import AccessToken, IntrospectionVerifier, InvalidToken, JWTVerifier, VerifierUnavailable
-
-jwk = pytest.importorskip("joserfc.jwk")
-jwt = pytest.importorskip("joserfc.jwt")
-SecurityWarning = pytest.importorskip("joserfc.errors").SecurityWarning
 
 RESOURCE = "http://127.0.0.1:8000/mcp"
 BOUND = 3.0

@@ -458,7 +458,10 @@ def blocking_server(cancelled: trio.Event) -> MCPServer:
 
 
 @pytest.mark.parametrize("json_response", [True, False])
-async def test_disconnect_cancels_the_handler_within_100ms(json_response: bool) -> None:
+async def test_disconnect_cancels_the_handler_within_100ms(
+    json_response: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    """In virtual time (the in-memory ASGI client, autojump): the 100 ms are the app's, not the machine's."""
     cancelled = trio.Event()
     app = MCPApp(blocking_server(cancelled), ServerConfig(json_response=json_response))
     async with open_asgi_client(app) as asgi:

@@ -76,11 +76,22 @@ async def test_event_ids_never_replay_another_sessions_events(client: Client) ->
     assert b"secret" not in body
 
 
-async def test_garbage_last_event_id_is_a_plain_get(client: Client) -> None:
+@pytest.mark.parametrize(
+    "event_id", ["garbage", "0-\u00b2", "\u00b2-0", "1-\u0661", "1-\uff11", "-1-0", "0-1" + "9" * 60]
+)
+async def test_a_last_event_id_we_did_not_make_is_400(client: Client, app: MCPApp, event_id: str) -> None:
+    """Not ``STREAM-SEQ`` in ASCII digits (Unicode digits pass str.isdigit() and int(), not this check):
+    400 -32600, and the session is unharmed."""
     await client.initialize()
-    get = await client.get_stream(**{"last-event-id": "garbage"})
+    get = await client.get_stream(**{"last-event-id": event_id})
+    assert get.status == 400
+    body = await get.json()
+    assert body["error"]["code"] == -32600 and "Last-Event-ID" in body["error"]["message"], body
+    assert app.statistics()["sessions"] == 1
+    get = await client.get_stream()
     assert get.status == 200
     assert (await get.next_event()).id == "0-0"
+    await get.aclose()
 
 
 async def test_only_later_events_of_that_stream(client: Client, app: MCPApp) -> None:

@@ -17,6 +17,7 @@ import mcp_types as mt
 
 from .._exceptions import RemoteProtocolError
 from . import versions
+from .session import parse_event_id
 
 __all__ = [
     "ALLOWED_METHODS",
@@ -514,8 +515,12 @@ def body_too_large(max_body_size: int) -> None:
 
 
 def check_get(facts: RequestFacts) -> None:
+    """406 without ``text/event-stream`` in ``Accept``; 400 for a ``Last-Event-ID`` that is not an event id
+    this server makes (``STREAM-SEQ`` in ASCII digits: superscript or Arabic-Indic digits are not)."""
     if not accepts(facts.accept, "text/event-stream"):
         raise RemoteProtocolError("Not Acceptable: the client must accept text/event-stream", http_status=406)
+    if facts.last_event_id and parse_event_id(facts.last_event_id) is None:
+        raise RemoteProtocolError("Bad Request: Last-Event-ID is not an event id of this server")
 
 
 def check_delete(facts: RequestFacts) -> None:
