@@ -37,10 +37,13 @@ from .config import ServerConfig
 from .containment import contained
 from .modern import Listener, ModernEndpoint, Responder
 from .peer import SessionPeer
+from .peerlog import RateLimitedLog
 
 __all__ = ["MessageConnection"]
 
 logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
+"""What peers do wrong (or too slowly): one line each, at most ten a minute."""
 
 
 class _Call:
@@ -189,7 +192,7 @@ class MessageConnection(SessionPeer):
 
     async def refuse_oversized(self) -> None:
         """A message longer than ``max_message`` was dropped unread: tell the client (-32600)."""
-        logger.warning("dropped a message longer than %d bytes", self.max_message)
+        peer_log.log(logging.WARNING, "dropped a message longer than %d bytes", self.max_message)
         message = f"Invalid Request: message longer than {self.max_message} bytes"
         await self.write(jsonrpc.error_envelope(None, mt.INVALID_REQUEST, message))
 
@@ -211,7 +214,7 @@ class MessageConnection(SessionPeer):
                 if isinstance(message, mt.JSONRPCRequest):
                     await self._error(message.id, exc.code, exc.message, exc.data)
                 else:
-                    logger.info("dropped %s: %s", message.method, exc.message)
+                    peer_log.log(logging.INFO, "dropped %s: %s", message.method, exc.message)
                 return
         if isinstance(message, mt.JSONRPCRequest):
             await self._receive_request(message)
@@ -366,7 +369,9 @@ class MessageConnection(SessionPeer):
         try:
             self._queue_send.send_nowait((None, jsonrpc.encode(message)))
         except trio.WouldBlock:
-            logger.warning("the client is behind; dropped %s", message.get("method", "a message"))
+            peer_log.log(
+                logging.WARNING, "the client is behind; dropped %s", message.get("method", "a message")
+            )
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
 

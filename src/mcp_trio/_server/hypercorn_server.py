@@ -423,7 +423,8 @@ class _H2Protocol(H2Protocol):
                         await buffer.drain()
                 sent = True
             if not sent:
-                logger.info(
+                peer_log.log(
+                    logging.INFO,
                     "a response on an HTTP/2 stream did not get out within %s s; resetting the stream",
                     self.write_timeout,
                 )
@@ -588,7 +589,9 @@ class _TCPServer(TCPServer):
                     await self.stream.send_all(data)
                 written = True
         except trio.TooSlowError:
-            logger.info("a write took longer than %s s; closing the connection", self.write_timeout)
+            peer_log.log(
+                logging.INFO, "a write took longer than %s s; closing the connection", self.write_timeout
+            )
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
             pass
         finally:

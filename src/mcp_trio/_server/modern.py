@@ -36,11 +36,14 @@ from .._protocol.modern import RequestState
 from .config import ServerConfig
 from .containment import split_fatal
 from .hypercorn_server import DisconnectHook
+from .peerlog import RateLimitedLog
 from .streams import GuardedSend, content_length
 
 __all__ = ["ModernEndpoint"]
 
 logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
+"""What peers do wrong (or too slowly): one line each, at most ten a minute."""
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -209,7 +212,7 @@ class Listener:
         try:
             self._send.send_nowait(item)
         except trio.WouldBlock:  # a reader this far behind is cut; it re-subscribes
-            logger.warning("subscription %r fell behind; closing it", self.request_id)
+            peer_log.log(logging.WARNING, "subscription %r fell behind; closing it", self.request_id)
             self._send.close()
         except trio.ClosedResourceError:
             pass

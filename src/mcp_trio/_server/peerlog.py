@@ -39,9 +39,7 @@ class RateLimitedLog:
         self._sent = 0
         self._suppressed = 0
 
-    def log(
-        self, level: int, message: str, *args: object, exc_info: bool | BaseException = False
-    ) -> bool:
+    def log(self, level: int, message: str, *args: object, exc_info: bool | BaseException = False) -> bool:
         """Log ``message % args`` at ``level`` if this interval has room (True), else count it (False)."""
         if not self._logger.isEnabledFor(level):
             return False

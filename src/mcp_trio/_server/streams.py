@@ -18,10 +18,13 @@ import mcp_types as mt
 import trio
 
 from .._protocol.exchange import ExchangeEvent, ExchangeState, transition
+from .peerlog import RateLimitedLog
 
 __all__ = ["CUT", "END", "Exchange", "GuardedSend", "Outgoing", "Stream", "content_length"]
 
 logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
+"""What peers do wrong (or too slowly): one line each, at most ten a minute."""
 
 ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -351,7 +354,7 @@ class Stream:
         try:
             self._send.send_nowait(item)
         except trio.WouldBlock:
-            logger.warning("stream %s fell behind; closing its connection", self.id)
+            peer_log.log(logging.WARNING, "stream %s fell behind; closing its connection", self.id)
             self.detach_current()
         except trio.ClosedResourceError:  # pragma: no cover - detach clears _send first
             self._send = None

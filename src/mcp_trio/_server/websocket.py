@@ -27,10 +27,13 @@ from .._app.server import MCPServer
 from .config import ServerConfig
 from .connection import MessageConnection
 from .modern import ModernEndpoint
+from .peerlog import RateLimitedLog
 
 __all__ = ["SUBPROTOCOL", "WebSocketConnection", "http_response_send"]
 
 logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
+"""What peers do wrong (or too slowly): one line each, at most ten a minute."""
 
 SUBPROTOCOL = "mcp"
 """The subprotocol every MCP WebSocket client asks for (``Sec-WebSocket-Protocol: mcp``)."""
@@ -85,7 +88,7 @@ class WebSocketConnection(MessageConnection):
             elif self.initialized or self._running:
                 self._last_heard = trio.current_time()  # busy: look again one period later
             else:
-                logger.info("closing a WebSocket connection quiet for %s s", limit)
+                peer_log.log(logging.INFO, "closing a WebSocket connection quiet for %s s", limit)
                 self.stop(NORMAL, "idle")
                 return
 
@@ -109,7 +112,11 @@ class WebSocketConnection(MessageConnection):
                     return
                 data = text.encode()
                 if len(data) > self.max_message:
-                    logger.warning("closing a WebSocket that sent a message over %d bytes", self.max_message)
+                    peer_log.log(
+                        logging.WARNING,
+                        "closing a WebSocket that sent a message over %d bytes",
+                        self.max_message,
+                    )
                     self._close(MESSAGE_TOO_BIG, f"message longer than {self.max_message} bytes")
                     return
                 await self.receive_message(data)
