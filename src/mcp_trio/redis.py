@@ -26,6 +26,7 @@ import trio
 from ._app.bus import LocalNotificationBus
 from ._app.tasks import TERMINAL, TaskManager, TaskRecord
 from ._exceptions import RPCError, TaskStoreFull, TaskStoreUnavailable
+from ._protocol import safejson
 from ._protocol.cluster import (
     INBOX_MESSAGE_LIMIT,
     PRINCIPAL_TAG,
@@ -832,8 +833,8 @@ def _decode_record(raw: object, task_id: str) -> TaskRecord:
     if not isinstance(raw, bytes | str):
         raise ValueError("the key does not hold a string")
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+        data = safejson.loads(raw)
+    except ValueError as exc:
         raise ValueError("not JSON") from exc
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
@@ -1171,8 +1172,8 @@ class RedisTaskStore:
         if len(data) > self.signal_limit:
             raise ValueError(f"{len(data)} bytes, over the limit of {self.signal_limit}")
         try:
-            message = json.loads(data)
-        except (ValueError, RecursionError) as exc:
+            message = safejson.loads(data)
+        except ValueError as exc:
             raise ValueError("not JSON") from exc
         if not isinstance(message, dict):
             raise ValueError("not a JSON object")

@@ -13,7 +13,6 @@ import base64
 import binascii
 import functools
 import hashlib
-import json
 import logging
 import re
 import time
@@ -27,6 +26,7 @@ from urllib.parse import quote_plus, urlsplit
 import httpx
 import trio
 
+from .._protocol import safejson
 from ._resource import MAX_TOKEN_SIZE, check_url
 from ._token import AccessToken, InvalidToken, VerifierUnavailable
 
@@ -90,8 +90,8 @@ def _registry_class() -> type[JWSRegistry]:
 def _b64_json(segment: str) -> Any:
     try:
         raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
-        return json.loads(raw)
-    except (binascii.Error, ValueError, RecursionError):
+        return safejson.loads(raw)
+    except (binascii.Error, ValueError):
         return None
 
 
@@ -161,8 +161,8 @@ async def _read_json(response: httpx.Response, what: str) -> Any:
         if len(body) > MAX_DOCUMENT_SIZE:
             raise VerifierUnavailable(f"{what} is larger than {MAX_DOCUMENT_SIZE} bytes")
     try:
-        return json.loads(bytes(body))
-    except (ValueError, RecursionError):
+        return safejson.loads(bytes(body))
+    except ValueError:
         raise VerifierUnavailable(f"{what} is not JSON") from None
 
 
@@ -463,8 +463,8 @@ class JWTVerifier:
 
 def _b64_json_bytes(payload: bytes) -> Any:
     try:
-        return json.loads(payload)
-    except (ValueError, RecursionError):
+        return safejson.loads(payload)
+    except ValueError:
         return None
 
 
