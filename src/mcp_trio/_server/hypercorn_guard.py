@@ -106,15 +106,18 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
 
 
+def _add_item(items: dict[str, str], name: str, value: Any) -> None:
+    """Record ``value``'s digest as item ``name`` (``name#2``, ``#3``... for a name defined again)."""
+    key, n = name, 1
+    while key in items:
+        n += 1
+        key = f"{name}#{n}"
+    items[key] = _digest(value)
+
+
 def _ast_items(source: str) -> dict[str, str]:
     items: dict[str, str] = {}
-
-    def add(name: str, value: Any) -> None:
-        key, n = name, 1
-        while key in items:
-            n += 1
-            key = f"{name}#{n}"
-        items[key] = _digest(value)
+    add = functools.partial(_add_item, items)
 
     def scope(body: list[ast.stmt], prefix: str) -> list[Any]:
         """The items of a module or class body; returns what stays in the scope's own item."""
@@ -179,13 +182,7 @@ def _constant(value: Any) -> Any:
 
 def _code_items(module_code: types.CodeType) -> dict[str, str]:
     items: dict[str, str] = {}
-
-    def add(name: str, value: Any) -> None:
-        key, n = name, 1
-        while key in items:
-            n += 1
-            key = f"{name}#{n}"
-        items[key] = _digest(value)
+    add = functools.partial(_add_item, items)
 
     def describe(code: types.CodeType, is_item: bool) -> Any:
         """``code`` as a comparable value; in a module or class body, the functions and classes it
