@@ -29,7 +29,7 @@ from test_redis import RedisServer, command
 
 from mcp_trio import MCPApp, ServerConfig, TaskRecord, TaskStoreFull, TaskStoreUnavailable
 from mcp_trio._app.tasks import TASKS_EXTENSION, TaskManager
-from mcp_trio._protocol.cluster import ClusterKeys, seal_bus_message
+from mcp_trio._protocol.cluster import ClusterKeys, seal_bus_message, seal_task_record
 from mcp_trio.auth import AccessToken
 from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisTaskStore
@@ -178,7 +178,10 @@ async def test_size_cap_under_concurrent_creators(redis: RedisServer) -> None:
 
 
 async def test_a_garbage_value_reads_as_no_task(redis: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Values signed by the key ring for their key (so only a worker of the cluster could have written
+    them) that are not valid records: read as no task, counted as malformed, logged once."""
     store = RedisTaskStore(redis.url, timeout=TIMEOUT)
+    keys = ClusterKeys.of(None)
     wrong_id = json.dumps(record("someone-else").to_json())
     bad_status = json.dumps({**record("bad-status").to_json(), "status": "exploded"})
     missing = json.dumps({k: v for k, v in record("missing").to_json().items() if k != "owner"})
@@ -192,7 +195,8 @@ async def test_a_garbage_value_reads_as_no_task(redis: RedisServer, caplog: pyte
         "bool-time": json.dumps({**record("bool-time").to_json(), "created_at": True}).encode(),
     }
     for task_id, value in values.items():
-        assert await raw(redis, "SET", f"mcp_trio:task:{task_id}", value) == b"+OK"
+        key = f"mcp_trio:task:{task_id}"
+        assert await raw(redis, "SET", key, seal_task_record(keys, key, value)) == b"+OK"
     assert await raw(redis, "HSET", "mcp_trio:task:a-hash", "f", "v") == b":1"
     values["a-hash"] = b""
     with caplog.at_level(logging.DEBUG, logger="mcp_trio.redis"):
@@ -201,7 +205,8 @@ async def test_a_garbage_value_reads_as_no_task(redis: RedisServer, caplog: pyte
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]  # logged once
     assert "is not a task record" in warnings[0].getMessage()
-    assert store.statistics()["task_store"]["malformed_records"] == len(values)
+    stats = store.statistics()["task_store"]
+    assert stats["malformed_records"] == len(values) and stats["records_forged"] == 0
     await store.create(record("fine"))  # the store goes on
     assert await store.get("fine") is not None
 
