@@ -45,10 +45,13 @@ from ._protocol.cluster import (
     inbox_bytes_key,
     inbox_key,
     open_bus_message,
+    open_task_record,
     seal_bus_message,
+    seal_task_record,
     sessions_key,
 )
 from ._server.containment import split_fatal
+from ._server.peerlog import RateLimitedLog
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -860,23 +863,27 @@ class RedisTaskStore:
 
         ServerConfig(task_store_factory=lambda: RedisTaskStore(url), worker_id="w1")
 
-    Each task is the key ``<prefix>:task:<taskId>`` (its record as JSON), which Redis expires after the
-    task's TTL; the sorted set ``<prefix>:tasks:index`` counts the live tasks (by expiry) so that no
-    more than ``max_tasks`` are stored: :meth:`create` then raises :class:`~mcp_trio.TaskStoreFull`
-    (tasks without a TTL count until they are deleted).  A stored value that is not a valid record
-    reads as no task (it is logged).  Every command is bounded by ``timeout`` seconds: a Redis that is
-    down or too slow raises :class:`~mcp_trio.TaskStoreUnavailable` (answered -32603), never hangs.
+    Each task is the key ``<prefix>:task:<taskId>`` (its record as JSON, signed with the cluster's key
+    ring for that key), which Redis expires after the task's TTL; the sorted set
+    ``<prefix>:tasks:index`` counts the live tasks (by expiry) so that no more than ``max_tasks`` are
+    stored: :meth:`create` then raises :class:`~mcp_trio.TaskStoreFull` (tasks without a TTL count
+    until they are deleted).  A stored value that the ring does not verify for its key (unsigned,
+    altered, signed by another ring, or copied from another task's key) reads as no task and is counted
+    (``records_forged``), as is a signed value that is not a valid record (``malformed_records``); both
+    are logged, rate-limited.  Every command is bounded by ``timeout`` seconds: a Redis that is down or
+    too slow raises :class:`~mcp_trio.TaskStoreUnavailable` (answered -32603), never hangs.
 
     Signals between workers go through Redis pub/sub: :meth:`signal` publishes on the channel
     ``<prefix>:tasks:worker:<worker>`` of the worker that runs a task, and :meth:`run` (which
     :meth:`MCPApp.run <mcp_trio.MCPApp.run>` starts) subscribes to this worker's own channel and hands
-    what arrives to the app's task manager.  Each signal is signed with the cluster's key ring
+    what arrives to the app's task manager.  Records and signals are signed with the cluster's key ring
     (``secret``, a key or a sequence of keys, else ``MCP_TRIO_REQUEST_STATE_SECRET``: without either
-    the store refuses to be made), as the notification bus's messages are: one that the ring does not
-    verify is dropped and counted (``signals_forged``).  :meth:`run` also keeps the connections the
-    commands use; while it is not connected (Redis down, or not running), each command opens a
-    connection of its own.  It reconnects with exponential backoff (``retry_initial`` doubling up to
-    ``retry_max`` seconds, with jitter), and logs an outage once.
+    the store refuses to be made), as the notification bus's messages are: a signal that the ring does
+    not verify is dropped and counted (``signals_forged``).  The ring's first key signs, any key of it
+    verifies, so records outlive a key rotation as long as their key stays in the ring.  :meth:`run`
+    also keeps the connections the commands use; while it is not connected (Redis down, or not
+    running), each command opens a connection of its own.  It reconnects with exponential backoff
+    (``retry_initial`` doubling up to ``retry_max`` seconds, with jitter), and logs an outage once.
 
     ``url``: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``.
     """
@@ -909,7 +916,8 @@ class RedisTaskStore:
         self.retry_max = retry_max
         self.signal_limit = signal_limit
         self._keys = ClusterKeys.of(secret)
-        """The cluster's key ring: signs the signals sent, verifies those received."""
+        """The cluster's key ring: signs the signals sent and the records written, verifies what is
+        read."""
         self.instance_id = secrets.token_hex(8)
         self.worker_id: str | None = None
         """The worker whose signals :meth:`run` receives (the app's ``worker_id``), once it runs."""
@@ -923,12 +931,14 @@ class RedisTaskStore:
         self._outage_since: float | None = None
         self._malformed_logged = False
         self._forged_logged_at: float | None = None
+        self._forged_records_log = RateLimitedLog(logger, burst=1, interval=MALFORMED_LOG_INTERVAL)
         self._last_error: str | None = None
         self._counts = dict.fromkeys(
             (
                 "created",
                 "full",
                 "malformed_records",
+                "records_forged",
                 "unavailable",
                 "signals_sent",
                 "signals_unheard",
@@ -956,7 +966,8 @@ class RedisTaskStore:
 
     def statistics(self) -> dict[str, Any]:
         """Under ``task_store``: the state, tasks ``created`` here, creations refused as ``full``,
-        ``malformed_records`` read as no task, commands that failed (``unavailable``), signals sent
+        ``malformed_records`` and ``records_forged`` (not signed by the key ring for their key) read as
+        no task, commands that failed (``unavailable``), signals sent
         (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received,
         malformed and forged (not signed by the key ring), ``connects`` and ``failures`` of
         :meth:`run`, and the ``last_error``."""
@@ -977,7 +988,7 @@ class RedisTaskStore:
     async def create(self, record: TaskRecord) -> None:
         """Store a new record (SET NX, expiring with its TTL) unless ``max_tasks`` live tasks are
         stored (:class:`~mcp_trio.TaskStoreFull`).  Atomic across workers."""
-        value = self._encode(record)
+        value = self._encode(record, self.task_key(record.task_id))
         now = time.time()
         if record.ttl_ms is None:
             px, score = "", "+inf"
@@ -985,7 +996,8 @@ class RedisTaskStore:
             expires = record.expires_at
             px, score = str(max(1, math.ceil((expires - now) * 1000))), str(math.ceil(expires * 1000))
         keys = [self.task_key(record.task_id), self.index_key]
-        args = [value, px, score, str(math.floor(now * 1000)), str(self.max_tasks), record.task_id]
+        millis, cap = str(math.floor(now * 1000)), str(self.max_tasks)
+        args: list[str | bytes] = [value, px, score, millis, cap, record.task_id]
         created = await self._command("create", lambda c: c.eval(_CREATE, keys=keys, args=args))
         if created == -1:
             self._counts["full"] += 1
@@ -1000,35 +1012,58 @@ class RedisTaskStore:
         if raw is None:
             return None
         try:
-            return _decode_record(raw, task_id)
-        except ValueError as exc:
-            self._counts["malformed_records"] += 1
-            level = logging.DEBUG if self._malformed_logged else logging.WARNING
-            self._malformed_logged = True
-            logger.log(
-                level,
-                "Redis task store: the value of %s is not a task record (%s); read as no task "
-                "(%d so far, logged once)",
-                self.task_key(task_id)[:300],
+            data = open_task_record(self._keys, key, raw)
+        except ForgedMessage as exc:
+            self._counts["records_forged"] += 1
+            self._forged_records_log.log(
+                logging.WARNING,
+                "Redis task store: the value of %s is not signed by the key ring for it (%s); read as no "
+                "task (%d so far)",
+                key[:300],
                 exc,
-                self._counts["malformed_records"],
+                self._counts["records_forged"],
             )
             return None
+        except ValueError as exc:  # not a string: a key of another type
+            self._malformed(key, exc)
+            return None
+        try:
+            return _decode_record(data, task_id)
+        except ValueError as exc:
+            self._malformed(key, exc)
+            return None
+
+    def _malformed(self, key: str, exc: ValueError) -> None:
+        """Count and log (once at WARNING, then DEBUG) a value under ``key`` that is no record."""
+        self._counts["malformed_records"] += 1
+        level = logging.DEBUG if self._malformed_logged else logging.WARNING
+        self._malformed_logged = True
+        logger.log(
+            level,
+            "Redis task store: the value of %s is not a task record (%s); read as no task "
+            "(%d so far, logged once)",
+            key[:300],
+            exc,
+            self._counts["malformed_records"],
+        )
 
     async def put(self, record: TaskRecord) -> None:
         """Replace the record of a task still stored (SET XX, its expiry kept): a task already
         forgotten stays forgotten."""
-        value = self._encode(record)
         key = self.task_key(record.task_id)
+        value = self._encode(record, key)
         await self._command("put", lambda c: c.set(key, value, condition=_token("XX"), keepttl=True))
 
     async def delete(self, task_id: str) -> None:
         keys = [self.task_key(task_id), self.index_key]
         await self._command("delete", lambda c: c.eval(_DELETE, keys=keys, args=[task_id]))
 
-    @staticmethod
-    def _encode(record: TaskRecord) -> str:
-        return json.dumps(record.to_json(), separators=(",", ":"), allow_nan=False)
+    def _encode(self, record: TaskRecord, key: str) -> bytes:
+        """The value stored under ``key`` for ``record``: its JSON, signed for that key.  Every write
+        (create's script, put's SET XX) stores a whole value made here; nothing edits a record inside
+        Redis, so every stored record carries a signature over all of it."""
+        data = json.dumps(record.to_json(), separators=(",", ":"), allow_nan=False).encode()
+        return seal_task_record(self._keys, key, data)
 
     # -- signals between workers ------------------------------------------------------------------
 

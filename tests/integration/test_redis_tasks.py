@@ -29,7 +29,7 @@ from test_redis import RedisServer, command
 
 from mcp_trio import MCPApp, ServerConfig, TaskRecord, TaskStoreFull, TaskStoreUnavailable
 from mcp_trio._app.tasks import TASKS_EXTENSION, TaskManager
-from mcp_trio._protocol.cluster import ClusterKeys, seal_bus_message
+from mcp_trio._protocol.cluster import ClusterKeys, seal_bus_message, seal_task_record
 from mcp_trio.auth import AccessToken
 from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisTaskStore
@@ -75,6 +75,21 @@ async def running(store: RedisTaskStore, worker: str | None = "a") -> AsyncItera
 
 async def raw(server: RedisServer, *args: str | bytes) -> bytes:
     return await command(server.port, *(a.encode() if isinstance(a, str) else a for a in args))
+
+
+async def stored(server: RedisServer, key: str) -> bytes:
+    """The string value of ``key``, as Redis holds it."""
+    reply = await raw(server, "GET", key)
+    header, _, rest = reply.partition(b"\r\n")
+    assert header.startswith(b"$") and header != b"$-1", reply
+    return rest[: int(header[1:])]
+
+
+def record_json(value: TaskRecord) -> bytes:
+    return json.dumps(value.to_json(), separators=(",", ":")).encode()
+
+
+OTHER_RING = ClusterKeys([b"a key that is not the cluster's!"])
 
 
 async def pttl(server: RedisServer, key: str) -> int:
@@ -178,7 +193,10 @@ async def test_size_cap_under_concurrent_creators(redis: RedisServer) -> None:
 
 
 async def test_a_garbage_value_reads_as_no_task(redis: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Values signed by the key ring for their key (so only a worker of the cluster could have written
+    them) that are not valid records: read as no task, counted as malformed, logged once."""
     store = RedisTaskStore(redis.url, timeout=TIMEOUT)
+    keys = ClusterKeys.of(None)
     wrong_id = json.dumps(record("someone-else").to_json())
     bad_status = json.dumps({**record("bad-status").to_json(), "status": "exploded"})
     missing = json.dumps({k: v for k, v in record("missing").to_json().items() if k != "owner"})
@@ -192,7 +210,8 @@ async def test_a_garbage_value_reads_as_no_task(redis: RedisServer, caplog: pyte
         "bool-time": json.dumps({**record("bool-time").to_json(), "created_at": True}).encode(),
     }
     for task_id, value in values.items():
-        assert await raw(redis, "SET", f"mcp_trio:task:{task_id}", value) == b"+OK"
+        key = f"mcp_trio:task:{task_id}"
+        assert await raw(redis, "SET", key, seal_task_record(keys, key, value)) == b"+OK"
     assert await raw(redis, "HSET", "mcp_trio:task:a-hash", "f", "v") == b":1"
     values["a-hash"] = b""
     with caplog.at_level(logging.DEBUG, logger="mcp_trio.redis"):
@@ -201,9 +220,71 @@ async def test_a_garbage_value_reads_as_no_task(redis: RedisServer, caplog: pyte
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]  # logged once
     assert "is not a task record" in warnings[0].getMessage()
-    assert store.statistics()["task_store"]["malformed_records"] == len(values)
+    stats = store.statistics()["task_store"]
+    assert stats["malformed_records"] == len(values) and stats["records_forged"] == 0
     await store.create(record("fine"))  # the store goes on
     assert await store.get("fine") is not None
+
+
+async def test_a_record_not_signed_for_its_key_reads_as_no_task(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What something without the key ring writes into Redis: an unsigned record, one signed by another
+    ring, a stored record altered (another owner), a valid record copied under another task's key.
+    Each reads as no task, is counted as forged (not malformed), and the log gets one line."""
+    store = RedisTaskStore(redis.url, timeout=TIMEOUT)
+    await store.create(record("t1"))
+    sealed = await stored(redis, "mcp_trio:task:t1")
+    assert sealed.startswith(b"mtr1 ") and sealed.endswith(record_json(record_of(await store.get("t1"))))
+    assert b'"owner":""' in sealed
+    values = {
+        "unsigned": record_json(record("unsigned")),
+        "wrong-ring": seal_task_record(
+            OTHER_RING, "mcp_trio:task:wrong-ring", record_json(record("wrong-ring"))
+        ),
+        "t1": sealed.replace(b'"owner":""', b'"owner":"someone else"'),  # tampered, its signature kept
+        "copied": sealed,  # t1's valid value under another task's key
+    }
+    for task_id, value in values.items():
+        assert await raw(redis, "SET", f"mcp_trio:task:{task_id}", value) == b"+OK"
+    with caplog.at_level(logging.DEBUG, logger="mcp_trio.redis"):
+        for task_id in values:
+            assert await store.get(task_id) is None, task_id
+    stats = store.statistics()["task_store"]
+    assert stats["records_forged"] == len(values) and stats["malformed_records"] == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings  # rate-limited: the others are only counted
+    assert "mcp_trio:task:unsigned is not signed by the key ring" in warnings[0]
+    await store.put(record("t1"))  # a worker's write replaces the forgery with a signed record
+    assert record_of(await store.get("t1")).owner == ""
+
+
+def record_of(value: TaskRecord | None) -> TaskRecord:
+    assert value is not None
+    return value
+
+
+async def test_records_outlive_a_key_rotation(redis: RedisServer) -> None:
+    """Keys rotate as for the other signed messages: a record signed with the old key is read by a ring
+    that still holds it; a write reseals it with the ring's first key; a ring without the key that
+    signed a record reads it as no task."""
+    old, new = b"the old key of the ring, 32 bytes", b"the new key of the ring, 32 bytes"
+    before = RedisTaskStore(redis.url, timeout=TIMEOUT, secret=old)
+    rotated = RedisTaskStore(redis.url, timeout=TIMEOUT, secret=[new, old])
+    after = RedisTaskStore(redis.url, timeout=TIMEOUT, secret=new)
+    await before.create(record("t1"))
+    await before.create(record("t2"))
+    assert (await stored(redis, "mcp_trio:task:t1")).split(b" ")[1] == ClusterKeys([old]).key_id.encode()
+    got = record_of(await rotated.get("t1"))  # signed with the old key, still in the ring
+    got.status, got.result = "completed", {"content": []}
+    await rotated.put(got)
+    assert (await stored(redis, "mcp_trio:task:t1")).split(b" ")[1] == ClusterKeys([new]).key_id.encode()
+    assert record_of(await after.get("t1")).status == "completed"
+    assert await after.get("t2") is None  # the old key is gone from this ring
+    assert await before.get("t1") is None  # and the new key was never in that one
+    for store in (before, after):
+        assert store.statistics()["task_store"]["records_forged"] == 1
+    assert rotated.statistics()["task_store"]["records_forged"] == 0
 
 
 @pytest.mark.parametrize("connected", [False, True], ids=["without-run", "with-run"])
@@ -489,6 +570,61 @@ async def test_a_task_is_its_owners_only_on_either_worker(redis: RedisServer) ->
         status, answer = await b.rpc("tasks/cancel", {"taskId": task_id}, name=task_id, user="x")
         assert empty(answer), answer
         await a.wait_status(task_id, "cancelled")
+
+
+async def test_a_forged_record_is_no_task_for_anyone(redis: RedisServer) -> None:
+    """Through tasks/get on either worker: a record written into Redis by something without the key
+    ring, one altered to name another owner (to read someone's result), or copied under another task
+    id, is answered as an unknown task, to the owner it names as to anyone; the same record signed by
+    the ring (what a worker writes) is found, so the answer is the seal's doing."""
+    not_found = "Failed to retrieve task: Task not found"
+    async with two_workers(redis) as (a, b):
+        mine = await a.start_task("slow_compute", {"seconds": 0.1, "label": "x's secret"}, user="x")
+        theirs = await a.start_task("slow_compute", {"seconds": 0.1}, user="y")
+        for task_id, user in ((mine, "x"), (theirs, "y")):
+            await b.wait_status_as(task_id, "completed", user)
+        sealed = await stored(redis, f"mcp_trio:task:{mine}")
+        y_record = json.loads((await stored(redis, f"mcp_trio:task:{theirs}")).split(b" ", 3)[3])
+        x_record = json.loads(sealed.split(b" ", 3)[3])
+        assert x_record["owner"] != y_record["owner"]
+        ring = ClusterKeys.of(None)
+
+        def made(task_id: str, owner: str) -> bytes:
+            return json.dumps({**x_record, "task_id": task_id, "owner": owner}).encode()
+
+        ids = [f"{n:032x}" for n in range(1, 4)]
+        forged = {
+            mine: sealed.replace(
+                json.dumps(x_record["owner"]).encode(), json.dumps(y_record["owner"]).encode()
+            ),
+            ids[0]: made(ids[0], y_record["owner"]),  # unsigned
+            ids[1]: seal_task_record(OTHER_RING, f"mcp_trio:task:{ids[1]}", made(ids[1], y_record["owner"])),
+            ids[2]: await stored(redis, f"mcp_trio:task:{theirs}"),  # y's valid record, copied
+        }
+        assert forged[mine] != sealed
+        for task_id, value in forged.items():
+            assert await raw(redis, "SET", f"mcp_trio:task:{task_id}", value) == b"+OK"
+        for worker in (a, b):
+            for task_id in forged:
+                for user in ("y", "x"):
+                    answer = await worker.task(task_id, user=user)
+                    assert answer["error"]["message"] == not_found, (task_id, user, answer)
+        unknown = await b.task("f" * 32, user="y")
+        assert unknown["error"]["message"] == not_found
+        forged_reads = sum(w.app.statistics()["task_store"]["records_forged"] for w in (a, b))
+        assert forged_reads == 2 * 2 * len(forged)
+        control = "c" * 32  # signed by the ring for its key: found, by its owner only
+        key = f"mcp_trio:task:{control}"
+        assert (
+            await raw(redis, "SET", key, seal_task_record(ring, key, made(control, y_record["owner"])))
+            == b"+OK"
+        )
+        found = await b.task(control, user="y")
+        assert found["status"] == "completed" and found["result"]["content"][0]["text"].endswith(
+            "after 0.1 s"
+        )
+        assert (await b.task(control, user="x"))["error"]["message"] == not_found
+        assert (await b.task(theirs, user="y"))["status"] == "completed"  # the original is untouched
 
 
 async def bare_token(info: Any) -> object:

@@ -1,5 +1,6 @@
 """The inbox entries workers forward through Redis, and the key ring that signs them and the bus's
-messages (``_protocol.cluster``): validated like socket input, and refused unless signed."""
+messages and a task store's records (``_protocol.cluster``): validated like socket input, and refused
+unless signed."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from mcp_trio._protocol.cluster import (
     inbox_bytes_key,
     inbox_key,
     open_bus_message,
+    open_task_record,
     seal_bus_message,
+    seal_task_record,
     sessions_key,
 )
 
@@ -127,6 +130,46 @@ def test_bus_messages_are_signed_for_their_channel() -> None:
         open_bus_message(KEYS, "p:notifications", sealed, NOW + MESSAGE_MAX_AGE + 1)
     with pytest.raises(ValueError, match="not bytes"):
         open_bus_message(KEYS, "p:notifications", "text", NOW)
+
+
+RECORD = b'{"task_id":"t1","owner":"o:alice","status":"completed","result":{"a": 1}}'
+
+
+def test_task_records_are_signed_for_their_key() -> None:
+    sealed = seal_task_record(KEYS, "p:task:t1", RECORD)
+    assert sealed.startswith(b"mtr1 ") and sealed.endswith(b" " + RECORD)
+    assert open_task_record(KEYS, "p:task:t1", sealed) == RECORD
+    assert open_task_record(KEYS, "p:task:t1", sealed.decode()) == RECORD  # a client decoding replies
+    assert open_task_record(ClusterKeys([NEW, OLD]), "p:task:t1", sealed) == RECORD  # rotated ring
+    by_new = seal_task_record(ClusterKeys([NEW, OLD]), "p:task:t1", RECORD)
+    assert by_new.split(b" ")[1] == ClusterKeys([NEW]).key_id.encode() != sealed.split(b" ")[1]
+    assert open_task_record(ClusterKeys([OLD, NEW]), "p:task:t1", by_new) == RECORD
+    channel_message = seal_bus_message(KEYS, "p:task:t1", RECORD, NOW)  # same key, bytes, ring
+    kid, signature = KEYS.sign(b"bus", b"p:task:t1", RECORD)
+    forged = [
+        RECORD,  # unsigned
+        b"",
+        seal_task_record(ClusterKeys([OTHER]), "p:task:t1", RECORD),  # another ring's
+        sealed.replace(b"o:alice", b"o:mallet"),  # tampered: another owner
+        sealed[:-2] + b"2}}",  # tampered: another result
+        seal_task_record(KEYS, "p:task:t2", RECORD),  # copied from another task's key
+        seal_task_record(KEYS, "q:task:t1", RECORD),  # from another prefix's
+        sealed.replace(b"mtr1", b"mt1", 1),
+        b"mtr1 " + sealed.split(b" ", 2)[2],  # no key id
+        b" ".join((b"mtr1", b"0" * 16, sealed.split(b" ")[2], RECORD)),  # an unknown key id
+        sealed.replace(sealed.split(b" ")[2], sealed.split(b" ")[2].upper()),
+        channel_message,  # a bus message is no record, nor any signature under another label
+        b" ".join((b"mtr1", kid.encode(), signature.encode(), RECORD)),
+    ]
+    for value in forged:
+        with pytest.raises(ForgedMessage):
+            open_task_record(KEYS, "p:task:t1", value)
+    with pytest.raises(ForgedMessage):
+        open_bus_message(KEYS, "p:task:t1", sealed, NOW)  # nor is a record a bus message
+    for not_a_string in (None, 7, {b"f": b"v"}):
+        with pytest.raises(ValueError, match="does not hold a string") as raised:
+            open_task_record(KEYS, "p:task:t1", not_a_string)
+        assert not isinstance(raised.value, ForgedMessage)
 
 
 def test_the_ring_comes_from_the_argument_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """Rules of a server run as several workers, that need no I/O: worker ids, session ids that name their
 owner, the ``requestState`` key ring given in the environment, the messages of the notification bus
-and of the workers' inboxes that workers share through Redis, and their signatures by that key ring.
+and of the workers' inboxes that workers share through Redis, the task records a task store keeps
+there, and their signatures by that key ring.
 
 Everything read here comes from outside (a client's ``Mcp-Session-Id``, an environment variable, a
 message on a Redis channel) and is checked as strictly as a message from a socket: what does not
@@ -47,8 +48,10 @@ __all__ = [
     "inbox_bytes_key",
     "inbox_key",
     "open_bus_message",
+    "open_task_record",
     "parse_secret_ring",
     "seal_bus_message",
+    "seal_task_record",
     "session_owner",
     "sessions_key",
 ]
@@ -290,6 +293,39 @@ def open_bus_message(
         raise ForgedMessage("a signature the key ring does not verify")
     _fresh(ts, now)
     return inner
+
+
+_RECORD_MAGIC = b"mtr1"
+_RECORD_LABEL = b"task record"
+
+
+def seal_task_record(keys: ClusterKeys, key: str, data: bytes) -> bytes:
+    """``data`` (a task record's JSON) as stored under the Redis key ``key``:
+    ``mtr1 <key id> <signature> <data>``, signed for that key (so a valid record copied under another
+    key, another task's id or another prefix, does not verify).  Its own label: no bus message, inbox
+    entry or ``requestState`` passes as a record, nor the reverse.  No timestamp: a record lives as long
+    as its task, and is checked again at each read."""
+    kid, signature = keys.sign(_RECORD_LABEL, key.encode(), data)
+    return b" ".join((_RECORD_MAGIC, kid.encode(), signature.encode(), data))
+
+
+def open_task_record(keys: ClusterKeys, key: str, value: object) -> bytes:
+    """The record's JSON inside ``value`` read from the Redis key ``key``, once its signature is
+    checked: :class:`ForgedMessage` if it is not signed by the ring for this key (unsigned, another
+    ring's, altered, or copied from another key), ValueError if ``value`` is not a string at all."""
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, bytes):
+        raise ValueError("the key does not hold a string")
+    fields = value.split(b" ", 3)
+    if len(fields) != 4 or fields[0] != _RECORD_MAGIC:
+        raise ForgedMessage("not a signed record")
+    _, kid, signature, data = fields
+    if not _HEX.fullmatch(kid) or not _HEX.fullmatch(signature):
+        raise ForgedMessage("not a signed record")
+    if not keys.verify(kid.decode(), signature.decode(), _RECORD_LABEL, key.encode(), data):
+        raise ForgedMessage("a signature the key ring does not verify for this key")
+    return data
 
 
 # -- the notification bus's messages -----------------------------------------------------------
