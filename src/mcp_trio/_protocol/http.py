@@ -561,6 +561,19 @@ def session_not_found() -> RemoteProtocolError:
     return RemoteProtocolError("Not Found: unknown or terminated session", http_status=404)
 
 
+def app_not_running(request_id: mt.RequestId | None = None) -> RemoteProtocolError:
+    """503 from an app whose sessions' nursery was never started (its ASGI server does not run the
+    lifespan protocol, as many routers' mounts do not forward it)."""
+    return RemoteProtocolError(
+        "Service Unavailable: the MCP app is not running; serve it under an ASGI server that runs the "
+        "lifespan protocol, or start it yourself with `async with app.running():` (or "
+        "`await nursery.start(app.run)`)",
+        http_status=503,
+        code=mt.INTERNAL_ERROR,
+        request_id=request_id,
+    )
+
+
 def server_busy() -> RemoteProtocolError:
     return RemoteProtocolError(
         "Service Unavailable: too many sessions",

@@ -102,6 +102,7 @@ class MCPApp:
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
+        self._told_not_running = False
         self._stats_cache: tuple[float, bytes] | None = None
         """When the statistics ``stats_path`` serves were computed, and their JSON."""
         self._link: WorkerLink | None = None
@@ -292,6 +293,8 @@ class MCPApp:
                     f"Bad Request: a WebSocket client must ask for the {SUBPROTOCOL!r} subprotocol",
                     http_status=400,
                 )
+            if not self._manager.started:
+                raise self._not_running()
             if self._closing or len(self._websockets) >= self.config.max_sessions:
                 raise RemoteProtocolError(
                     "Service Unavailable: no more connections, try again later",
@@ -527,6 +530,8 @@ class MCPApp:
         except QuotaExceeded as exc:
             raise _over_quota(exc, request.id) from None
         except SessionError as exc:
+            if not self._manager.started:
+                raise self._not_running(request.id) from exc
             raise http.server_busy() from exc
         session.principal = principal
         if self._link is not None:  # other workers may forward this session's answers here
@@ -579,6 +584,18 @@ class MCPApp:
             code=mt.INTERNAL_ERROR,
             headers=(("retry-after", "1"),),
         )
+
+    def _not_running(self, request_id: mt.RequestId | None = None) -> RemoteProtocolError:
+        """The answer of an app that was never started, logged once (the operator's mistake, not the
+        client's: the log says how to mend it)."""
+        if not self._told_not_running:
+            self._told_not_running = True
+            logger.error(
+                "MCPApp is not running: its ASGI server did not run the lifespan protocol (a mount that "
+                "does not forward it?); start it with `async with app.running():` or "
+                "`await nursery.start(app.run)`. Sessions are refused with 503 until then."
+            )
+        return http.app_not_running(request_id)
 
     def _deliver_forwarded(self, session_id: str, body: bytes, principal_tag: str) -> bool:
         """A POST body another worker forwarded to this one (responses and notifications of one of

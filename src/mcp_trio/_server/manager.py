@@ -43,6 +43,8 @@ class SessionManager:
         self._sessions: SessionRegistry = config.session_registry_factory()
         self._nursery: trio.Nursery | None = None
         self._closing = False
+        self.started = False
+        """Whether :meth:`run` has ever started (an app never started is not one shutting down)."""
         self.sessions_created = 0
         self._deferred: dict[Stream, tuple[float, Session]] = {}
         self._starter_parked: trio.Event | None = None
@@ -52,6 +54,7 @@ class SessionManager:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; sessions live inside.  On the way out every session is closed."""
         self._closing = False
+        self.started = True
         try:
             async with trio.open_nursery() as outer:
                 outer.start_soon(self._start_deferred_writers, name="mcp deferred SSE starts")
