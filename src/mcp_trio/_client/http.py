@@ -171,9 +171,7 @@ class HTTPTransport:
         server requests met on the way go to ``on_message``); for anything else, None."""
         expect = message.get("id") if "method" in message else None
         body = json.dumps(message, separators=(",", ":")).encode()
-        request = self.http.build_request(
-            "POST", self.url, content=body, headers=self._headers(extra_headers)
-        )
+        request = self._post(body, extra_headers)
         try:
             response = await self.http.send(request, stream=True, auth=self.auth)
         except httpx.HTTPError as exc:
@@ -297,15 +295,20 @@ class HTTPTransport:
             if not exhausted:
                 await _unwind(chunks)
 
+    def _post(self, body: bytes, extra_headers: Mapping[str, str] | None) -> httpx.Request:
+        """A POST of ``body`` whose body stream is a plain iterator (:class:`_WholeBody`)."""
+        headers = self._headers(extra_headers)
+        request = self.http.build_request("POST", self.url, content=body, headers=headers)
+        request.stream = _WholeBody(body)  # the request keeps its content (and Content-Length) as built
+        return request
+
     @asynccontextmanager
     async def open_stream(
         self, message: dict[str, Any], *, extra_headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[MessageStream]:
         """POST a long-lived request (``subscriptions/listen``) and read its SSE answer message by message."""
         body = json.dumps(message, separators=(",", ":")).encode()
-        request = self.http.build_request(
-            "POST", self.url, content=body, headers=self._headers(extra_headers)
-        )
+        request = self._post(body, extra_headers)
         try:
             response = await self.http.send(request, stream=True, auth=self.auth)
         except httpx.HTTPError as exc:
@@ -495,3 +498,35 @@ async def _unwind(chunks: AsyncIterator[bytes]) -> None:
             await _drain(chunks)
         except httpx.HTTPError:
             pass
+
+
+class _WholeBody(httpx.AsyncByteStream):
+    """A request body sent in one piece, iterated by a plain object instead of httpx's async generator:
+    a send cancelled halfway (a call cancelled by its caller) then leaves no generator to be finalized
+    by the garbage collector, which Trio reports as a ResourceWarning."""
+
+    __slots__ = ("_body",)
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Once(self._body)
+
+
+class _Once:
+    """An async iterator yielding one bytes object."""
+
+    __slots__ = ("_body",)
+
+    def __init__(self, body: bytes) -> None:
+        self._body: bytes | None = body
+
+    def __aiter__(self) -> _Once:
+        return self
+
+    async def __anext__(self) -> bytes:
+        body, self._body = self._body, None
+        if body is None:
+            raise StopAsyncIteration
+        return body
