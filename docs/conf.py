@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 # Document the source tree next to this file, installed or not.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mcp_types
 import sphinx.util.inspect

@@ -63,7 +63,7 @@ bash scripts/conformance.sh install
 echo "== install: the Python SDK 1.x WebSocket peer (.interop/mcp1)"
 bash scripts/install-mcp1.sh
 
-echo "== ruff"; python3 -m ruff check src tests benchmarks docs
+echo "== ruff"; python3 -m ruff check mcp_trio tests benchmarks docs
 echo "== mypy"; python3 -m mypy
 echo "== docs"; bash scripts/docs.sh -q
 echo "== pytest"

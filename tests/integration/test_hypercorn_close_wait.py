@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
     reason=not_applicable("inspects sockets through /proc (Linux only)"),
 )
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = Path(__file__).resolve().parents[2]
 RELEASE_BUDGET = 1.0  # seconds a closed idle connection may linger with the fix
 
 # Task names trio gives hypercorn's per-connection tasks.

@@ -396,10 +396,10 @@ def _module_text(tables: dict[str, dict[str, dict[str, str]]]) -> str:
     lines = [
         '"""The fingerprints of hypercorn 0.18.0\'s guarded modules (see ``hypercorn_guard``).',
         "",
-        "Made from a hypercorn 0.18.0 install by running ``python src/mcp_trio/_server/hypercorn_guard.py``",
+        "Made from a hypercorn 0.18.0 install by running ``python mcp_trio/_server/hypercorn_guard.py``",
         "on CPython 3.11, 3.12 and 3.13 (each prints the syntax-tree table, the same on each, and its own",
-        "bytecode table as JSON), then ``python src/mcp_trio/_server/hypercorn_guard.py merge A.json B.json",
-        'C.json > src/mcp_trio/_server/_hypercorn_0_18_0.py``.  Not edited by hand."""',
+        "bytecode table as JSON), then ``python mcp_trio/_server/hypercorn_guard.py merge A.json B.json",
+        'C.json > mcp_trio/_server/_hypercorn_0_18_0.py``.  Not edited by hand."""',
         "",
         "EXPECTED: dict[str, dict[str, dict[str, str]]] = {",
     ]
