@@ -18,7 +18,7 @@ import sphinx.util.inspect
 import sphinx.util.logging
 
 import mcp_trio
-import mcp_trio._server.config
+import mcp_trio._transport.config
 import mcp_trio.auth
 import mcp_trio.redis
 import mcp_trio.testing
@@ -82,7 +82,7 @@ sphinx.util.inspect.TypeAliasForwardRef.__repr__ = _alias_repr
 
 # ``SessionRegistry`` is imported for type checking only where ServerConfig is defined; autodoc
 # evaluates the annotations at run time, so give it the name (what ``typing.TYPE_CHECKING`` would).
-mcp_trio._server.config.SessionRegistry = mcp_trio.SessionRegistry
+mcp_trio._transport.config.SessionRegistry = mcp_trio.SessionRegistry
 
 
 def _readable_defaults(app, what, name, obj, options, signature, return_annotation):
@@ -129,8 +129,8 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._app.bus.Subscriber"),  # a peer a NotificationBus delivers to
     ("py:class", "mcp_trio._app.tasks.TaskManager"),  # RedisTaskStore.run(): the app's task manager
     ("py:class", "mcp_trio._app.context.Peer"),
-    ("py:class", "mcp_trio._server.session.Session"),
-    ("py:class", "mcp_trio._server.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]
+    ("py:class", "mcp_trio._transport.session.Session"),
+    ("py:class", "mcp_trio._transport.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]
     ("py:class", "mcp_trio._protocol.versions.Revision"),
     ("py:class", "mcp_trio._protocol.sse.ServerSentEvent"),  # mcp_trio.testing.Response.next_event()
     ("py:class", "mcp_trio._client.session.Subscription"),  # ClientSession.listen(); see client.md

@@ -15,44 +15,44 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "ClientSession": "._client.session",
     "Context": "._app.context",
-    "EventStore": "._server.eventstore",
-    "H11Config": "._server.h11server",
-    "HTTPRequestInfo": "._server.config",
-    "InMemoryEventStore": "._server.eventstore",
+    "EventStore": "._transport.eventstore",
+    "H11Config": "._http.h11_server",
+    "HTTPRequestInfo": "._transport.config",
+    "InMemoryEventStore": "._transport.eventstore",
     "InputRequest": "._app.inputs",
     "LocalNotificationBus": "._app.bus",
-    "LocalProtocolError": "._exceptions",
-    "LocalSessionRegistry": "._server.session",
-    "MCPApp": "._server.asgi",
+    "LocalProtocolError": ".errors",
+    "LocalSessionRegistry": "._transport.session",
+    "MCPApp": "._transport.asgi",
     "MCPServer": "._app.server",
-    "MCPTrioError": "._exceptions",
+    "MCPTrioError": ".errors",
     "MemoryTaskStore": "._app.tasks",
     "NotificationBus": "._app.bus",
-    "ProtocolError": "._exceptions",
-    "RPCError": "._exceptions",
-    "RemoteProtocolError": "._exceptions",
-    "ServerConfig": "._server.config",
-    "SessionError": "._exceptions",
-    "SessionExpired": "._exceptions",
-    "SessionRegistry": "._server.session",
-    "SkillVerificationError": "._exceptions",
-    "StoredEvent": "._server.eventstore",
-    "TaskCancelled": "._exceptions",
-    "TaskError": "._exceptions",
+    "ProtocolError": ".errors",
+    "RPCError": ".errors",
+    "RemoteProtocolError": ".errors",
+    "ServerConfig": "._transport.config",
+    "SessionError": ".errors",
+    "SessionExpired": ".errors",
+    "SessionRegistry": "._transport.session",
+    "SkillVerificationError": ".errors",
+    "StoredEvent": "._transport.eventstore",
+    "TaskCancelled": ".errors",
+    "TaskError": ".errors",
     "TaskInfo": "._client.tasks",
     "TaskRecord": "._app.tasks",
     "TaskStatus": "._app.tasks",
     "TaskStore": "._app.tasks",
-    "TaskStoreFull": "._exceptions",
-    "TaskStoreUnavailable": "._exceptions",
-    "TransportError": "._exceptions",
-    "hypercorn_config": "._server.serve",
+    "TaskStoreFull": ".errors",
+    "TaskStoreUnavailable": ".errors",
+    "TransportError": ".errors",
+    "hypercorn_config": "._http.serve",
     "open_client_session": "._client.session",
     "open_stdio_client": "._client.session",
     "open_websocket_client": "._client.session",
-    "serve": "._server.serve",
-    "serve_h11": "._server.h11server",
-    "serve_stdio": "._stdio.server",
+    "serve": "._http.serve",
+    "serve_h11": "._http.h11_server",
+    "serve_stdio": "._transport.stdio",
 }
 
 __all__ = [
@@ -113,32 +113,32 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._client.session import open_stdio_client as open_stdio_client
     from ._client.session import open_websocket_client as open_websocket_client
     from ._client.tasks import TaskInfo as TaskInfo
-    from ._exceptions import LocalProtocolError as LocalProtocolError
-    from ._exceptions import MCPTrioError as MCPTrioError
-    from ._exceptions import ProtocolError as ProtocolError
-    from ._exceptions import RemoteProtocolError as RemoteProtocolError
-    from ._exceptions import RPCError as RPCError
-    from ._exceptions import SessionError as SessionError
-    from ._exceptions import SessionExpired as SessionExpired
-    from ._exceptions import SkillVerificationError as SkillVerificationError
-    from ._exceptions import TaskCancelled as TaskCancelled
-    from ._exceptions import TaskError as TaskError
-    from ._exceptions import TaskStoreFull as TaskStoreFull
-    from ._exceptions import TaskStoreUnavailable as TaskStoreUnavailable
-    from ._exceptions import TransportError as TransportError
-    from ._server.asgi import MCPApp as MCPApp
-    from ._server.config import HTTPRequestInfo as HTTPRequestInfo
-    from ._server.config import ServerConfig as ServerConfig
-    from ._server.eventstore import EventStore as EventStore
-    from ._server.eventstore import InMemoryEventStore as InMemoryEventStore
-    from ._server.eventstore import StoredEvent as StoredEvent
-    from ._server.h11server import H11Config as H11Config
-    from ._server.h11server import serve_h11 as serve_h11
-    from ._server.serve import hypercorn_config as hypercorn_config
-    from ._server.serve import serve as serve
-    from ._server.session import LocalSessionRegistry as LocalSessionRegistry
-    from ._server.session import SessionRegistry as SessionRegistry
-    from ._stdio.server import serve_stdio as serve_stdio
+    from ._http.h11_server import H11Config as H11Config
+    from ._http.h11_server import serve_h11 as serve_h11
+    from ._http.serve import hypercorn_config as hypercorn_config
+    from ._http.serve import serve as serve
+    from ._transport.asgi import MCPApp as MCPApp
+    from ._transport.config import HTTPRequestInfo as HTTPRequestInfo
+    from ._transport.config import ServerConfig as ServerConfig
+    from ._transport.eventstore import EventStore as EventStore
+    from ._transport.eventstore import InMemoryEventStore as InMemoryEventStore
+    from ._transport.eventstore import StoredEvent as StoredEvent
+    from ._transport.session import LocalSessionRegistry as LocalSessionRegistry
+    from ._transport.session import SessionRegistry as SessionRegistry
+    from ._transport.stdio import serve_stdio as serve_stdio
+    from .errors import LocalProtocolError as LocalProtocolError
+    from .errors import MCPTrioError as MCPTrioError
+    from .errors import ProtocolError as ProtocolError
+    from .errors import RemoteProtocolError as RemoteProtocolError
+    from .errors import RPCError as RPCError
+    from .errors import SessionError as SessionError
+    from .errors import SessionExpired as SessionExpired
+    from .errors import SkillVerificationError as SkillVerificationError
+    from .errors import TaskCancelled as TaskCancelled
+    from .errors import TaskError as TaskError
+    from .errors import TaskStoreFull as TaskStoreFull
+    from .errors import TaskStoreUnavailable as TaskStoreUnavailable
+    from .errors import TransportError as TransportError
 
 
 def __getattr__(name: str) -> Any:

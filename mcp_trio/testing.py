@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from ._protocol.sse import ServerSentEvent, SSEDecoder
-from ._server.asgi import MCPApp
+from ._transport.asgi import MCPApp
 
 __all__ = ["ASGIClient", "NoResponse", "Response", "open_asgi_client"]
 

@@ -15,7 +15,7 @@ import pytest
 
 from mcp_trio import RPCError, TransportError, __version__
 from mcp_trio._cli import _parser, load_app, main
-from mcp_trio._cli_client import (
+from mcp_trio._cli.client import (
     EXIT_STATUS_HELP,
     Notices,
     UsageError,
@@ -27,7 +27,7 @@ from mcp_trio._cli_client import (
     print_result,
     type_value,
 )
-from mcp_trio._server.config import ServerConfig
+from mcp_trio._transport.config import ServerConfig
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 

@@ -14,8 +14,8 @@ from typing import Any
 import mcp_types as mt
 import pydantic
 
-from .._exceptions import RPCError
 from .._protocol import versions
+from ..errors import RPCError
 
 __all__ = ["InputRequest", "InputRequired", "missing_capability"]
 

@@ -9,8 +9,8 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-from .._exceptions import RPCError
 from .._protocol import jsonrpc
+from ..errors import RPCError
 
 __all__ = ["PendingRequests", "Reply", "ask_concurrently"]
 

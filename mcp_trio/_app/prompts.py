@@ -9,7 +9,7 @@ from typing import Any
 
 import mcp_types as mt
 
-from .._exceptions import RPCError
+from ..errors import RPCError
 from .context import Context
 
 __all__ = ["PromptSpec"]

@@ -14,8 +14,8 @@ import pydantic
 import pydantic_core
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 
-from .._exceptions import RPCError
 from .._protocol import jsonrpc, versions
+from ..errors import RPCError
 from .bus import LocalNotificationBus, NotificationBus, Subscriber
 from .context import LOG_LEVELS, Context
 from .prompts import PromptFn, PromptSpec

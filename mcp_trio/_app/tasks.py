@@ -33,7 +33,7 @@ import mcp_types as mt
 import pydantic
 import trio
 
-from .._exceptions import RPCError, TaskStoreFull, TaskStoreUnavailable
+from ..errors import RPCError, TaskStoreFull, TaskStoreUnavailable
 from .inputs import MISSING_REQUIRED_CLIENT_CAPABILITY
 from .principal import PrincipalKeys
 

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import trio
 
-from .._exceptions import MCPTrioError, SessionExpired, TransportError
 from .._protocol import modern as modern_rules
 from .._protocol import safejson
 from .._protocol.sse import ServerSentEvent, SSEDecoder, SSEProtocolError
-from ..auth._client_errors import OAuthError
+from ..auth.client._errors import OAuthError
+from ..errors import MCPTrioError, SessionExpired, TransportError
 
 __all__ = ["HTTPTransport", "MessageStream", "SessionExpired", "TransportError"]
 

@@ -16,9 +16,9 @@ import mcp_types as mt
 import pydantic
 import trio
 
-from .._exceptions import MCPTrioError, RPCError
 from .._protocol import modern as modern_rules
 from .._protocol import versions
+from ..errors import MCPTrioError, RPCError
 from . import skills as skills_ext
 from .http import (
     MAX_MESSAGE_SIZE,

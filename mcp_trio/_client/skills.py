@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from .._exceptions import SkillVerificationError
+from ..errors import SkillVerificationError
 
 __all__ = ["SKILLS_EXTENSION", "SkillVerificationError", "check_file", "parse_frontmatter"]
 

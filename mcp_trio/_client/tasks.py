@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from .._exceptions import TaskCancelled, TaskError, TransportError
+from ..errors import TaskCancelled, TaskError, TransportError
 
 __all__ = [
     "TASKS_EXTENSION",

@@ -24,7 +24,7 @@ from typing import Any
 
 import mcp_types as mt
 
-from .._exceptions import RemoteProtocolError
+from ..errors import RemoteProtocolError
 from . import jsonrpc
 
 __all__ = [

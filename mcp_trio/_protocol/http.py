@@ -15,7 +15,7 @@ from typing import Any
 
 import mcp_types as mt
 
-from .._exceptions import RemoteProtocolError
+from ..errors import RemoteProtocolError
 from . import versions
 from .session import parse_event_id
 

@@ -14,7 +14,7 @@ from typing import Any
 import mcp_types as mt
 import pydantic
 
-from .._exceptions import RemoteProtocolError
+from ..errors import RemoteProtocolError
 from . import safejson
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Any
 
 import mcp_types as mt
 
-from .._exceptions import RemoteProtocolError
+from ..errors import RemoteProtocolError
 from . import versions
 from .http import RequestFacts
 

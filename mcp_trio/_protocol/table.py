@@ -7,7 +7,7 @@ import enum
 from collections.abc import Mapping
 from typing import Generic, TypeVar
 
-from .._exceptions import LocalProtocolError
+from ..errors import LocalProtocolError
 
 __all__ = ["StateEnum", "TransitionTable"]
 

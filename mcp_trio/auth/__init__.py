@@ -13,28 +13,28 @@ from typing import TYPE_CHECKING, Any
 # name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
     # --- the protected resource (server side) ---
-    "AccessToken": "_token",
-    "InvalidToken": "_token",
-    "TokenVerifier": "_token",
-    "VerifierUnavailable": "_token",
-    "ProtectedResource": "_resource",
-    "JWTVerifier": "_verify",
-    "IntrospectionVerifier": "_verify",
+    "AccessToken": "server._token",
+    "InvalidToken": "server._token",
+    "TokenVerifier": "server._token",
+    "VerifierUnavailable": "server._token",
+    "ProtectedResource": "server._resource",
+    "JWTVerifier": "server._verify",
+    "IntrospectionVerifier": "server._verify",
     # --- end of the protected resource ---
     # --- the OAuth client ---
-    "OAuth": "_client",
-    "ClientCredentials": "_client",
-    "JWTBearer": "_client",
-    "IDJAGExchange": "_client",
-    "OAuthError": "_client_errors",
-    "RedirectHandler": "_redirect",
-    "LoopbackRedirect": "_redirect",
-    "HeadlessRedirect": "_redirect",
-    "TokenStore": "_store",
-    "MemoryTokenStore": "_store",
-    "FileTokenStore": "_store",
-    "OAuthTokens": "_store",
-    "ClientRegistration": "_store",
+    "OAuth": "client._oauth",
+    "ClientCredentials": "client._oauth",
+    "JWTBearer": "client._oauth",
+    "IDJAGExchange": "client._oauth",
+    "OAuthError": "client._errors",
+    "RedirectHandler": "client._redirect",
+    "LoopbackRedirect": "client._redirect",
+    "HeadlessRedirect": "client._redirect",
+    "TokenStore": "client._store",
+    "MemoryTokenStore": "client._store",
+    "FileTokenStore": "client._store",
+    "OAuthTokens": "client._store",
+    "ClientRegistration": "client._store",
     # --- end of the OAuth client ---
 }
 
@@ -42,30 +42,30 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     # --- the protected resource (server side) ---
-    from ._resource import ProtectedResource as ProtectedResource
-    from ._token import AccessToken as AccessToken
-    from ._token import InvalidToken as InvalidToken
-    from ._token import TokenVerifier as TokenVerifier
-    from ._token import VerifierUnavailable as VerifierUnavailable
-    from ._verify import IntrospectionVerifier as IntrospectionVerifier
-    from ._verify import JWTVerifier as JWTVerifier
+    from .server._resource import ProtectedResource as ProtectedResource
+    from .server._token import AccessToken as AccessToken
+    from .server._token import InvalidToken as InvalidToken
+    from .server._token import TokenVerifier as TokenVerifier
+    from .server._token import VerifierUnavailable as VerifierUnavailable
+    from .server._verify import IntrospectionVerifier as IntrospectionVerifier
+    from .server._verify import JWTVerifier as JWTVerifier
 
     # --- end of the protected resource ---
     # isort: split
     # --- the OAuth client ---
-    from ._client import ClientCredentials as ClientCredentials
-    from ._client import IDJAGExchange as IDJAGExchange
-    from ._client import JWTBearer as JWTBearer
-    from ._client import OAuth as OAuth
-    from ._client_errors import OAuthError as OAuthError
-    from ._redirect import HeadlessRedirect as HeadlessRedirect
-    from ._redirect import LoopbackRedirect as LoopbackRedirect
-    from ._redirect import RedirectHandler as RedirectHandler
-    from ._store import ClientRegistration as ClientRegistration
-    from ._store import FileTokenStore as FileTokenStore
-    from ._store import MemoryTokenStore as MemoryTokenStore
-    from ._store import OAuthTokens as OAuthTokens
-    from ._store import TokenStore as TokenStore
+    from .client._errors import OAuthError as OAuthError
+    from .client._oauth import ClientCredentials as ClientCredentials
+    from .client._oauth import IDJAGExchange as IDJAGExchange
+    from .client._oauth import JWTBearer as JWTBearer
+    from .client._oauth import OAuth as OAuth
+    from .client._redirect import HeadlessRedirect as HeadlessRedirect
+    from .client._redirect import LoopbackRedirect as LoopbackRedirect
+    from .client._redirect import RedirectHandler as RedirectHandler
+    from .client._store import ClientRegistration as ClientRegistration
+    from .client._store import FileTokenStore as FileTokenStore
+    from .client._store import MemoryTokenStore as MemoryTokenStore
+    from .client._store import OAuthTokens as OAuthTokens
+    from .client._store import TokenStore as TokenStore
     # --- end of the OAuth client ---
 
 

@@ -21,7 +21,7 @@ import trio
 
 import mcp_trio
 from mcp_trio import MCPApp, ServerConfig, hypercorn_config, serve
-from mcp_trio._server.hypercorn_server import serve_hypercorn
+from mcp_trio._http.hypercorn_server import serve_hypercorn
 from mcp_trio.demo import build_demo_server
 
 # httpx reads a body through a chain of async generators (Response.aiter_bytes -> aiter_raw ->

@@ -35,7 +35,7 @@ import httpx
 import trio
 
 from mcp_trio import hypercorn_config
-from mcp_trio._server.hypercorn_server import serve_hypercorn
+from mcp_trio._http.hypercorn_server import serve_hypercorn
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_trio.auth._discovery import (
+from mcp_trio.auth.client._discovery import (
     BearerChallenge,
     Challenge,
     bearer_challenge,

@@ -37,7 +37,7 @@ from mcp_http import (
 )
 
 from mcp_trio._protocol import versions
-from mcp_trio._server.peerlog import PEER_LOG_BURST
+from mcp_trio._runtime.peerlog import PEER_LOG_BURST
 
 pytestmark = pytest.mark.shared_demo_server  # the tests without server flags share one demo (conftest.py)
 

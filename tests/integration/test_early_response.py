@@ -22,7 +22,8 @@ import trio
 from mcp_http import INIT, POST_HEADERS, serve_in_process
 
 from mcp_trio import MCPApp, MCPServer, ServerConfig
-from mcp_trio._server import h11server, hypercorn_server
+from mcp_trio._http import h11_server as h11server
+from mcp_trio._http import hypercorn_server
 
 SERVERS = ["hypercorn", "hypercorn-as-shipped-path", "h11"]
 LIMIT = 4 * 1024 * 1024

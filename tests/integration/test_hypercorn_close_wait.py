@@ -1,5 +1,5 @@
 """hypercorn 0.18's trio worker left a connection that the client closed while idle in CLOSE_WAIT until
-keep_alive_timeout ran out; ``mcp_trio._server.hypercorn_patch`` fixes it (see its docstring).
+keep_alive_timeout ran out; ``mcp_trio._http.hypercorn_patch`` fixes it (see its docstring).
 
 The in-process tests run hypercorn with the fix applied (it is process-global and meant to stay
 applied). The bug itself is shown in a fresh interpreter that never imports mcp_trio, so no global
@@ -25,7 +25,7 @@ from hypercorn.trio.tcp_server import TCPServer
 from mcp_http import count_tasks, read_until, tasks_named, wait_until
 from tests.required import not_applicable
 
-from mcp_trio._server.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
+from mcp_trio._http.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"),
@@ -286,7 +286,7 @@ from hypercorn.trio.tcp_server import TCPServer
 # then stock hypercorn is measured (it must behave as shipped).  "fixed": mcp_trio's server is measured.
 MODE = sys.argv[1]
 if MODE != "stock":
-    from mcp_trio._server.hypercorn_server import serve_hypercorn
+    from mcp_trio._http.hypercorn_server import serve_hypercorn
 
 KEEP_ALIVE = float(sys.argv[2])
 
@@ -382,7 +382,7 @@ async def run_experiment(mode: str, keep_alive_timeout: float) -> dict[str, Any]
 
 async def test_unpatched_hypercorn_keeps_closed_idle_connection_until_keep_alive_timeout() -> None:
     # If this fails because the connection was released at once, upstream hypercorn fixed the bug:
-    # remove mcp_trio._server.hypercorn_patch (see its docstring).
+    # remove mcp_trio._http.hypercorn_patch (see its docstring).
     # "beside": the same holds for stock hypercorn in a process that imported and ran mcp_trio's server.
     keep_alive_timeout = 1.5
     with trio.fail_after(40):
@@ -404,7 +404,7 @@ async def test_an_unexpected_hypercorn_is_refused_or_served_as_shipped_when_allo
     # Where the code the fixes rely on is not what they were written for, mcp_trio's server refuses to
     # start (nothing is bound); allowed, it serves with hypercorn as shipped and says so.  (The real
     # thing, an edited copy of hypercorn in a fresh interpreter: test_hypercorn_guard.py.)
-    from mcp_trio._server import _hypercorn_0_18_0, hypercorn_guard, hypercorn_server
+    from mcp_trio._http import _hypercorn_0_18_0, hypercorn_guard, hypercorn_server
 
     monkeypatch.setitem(
         _hypercorn_0_18_0.EXPECTED["ast"]["hypercorn.trio.tcp_server"], "TCPServer.run", "0" * 16

@@ -1,4 +1,4 @@
-"""hypercorn 0.18's trio worker with mcp_trio's fast path (``mcp_trio._server.hypercorn_fast_path``).
+"""hypercorn 0.18's trio worker with mcp_trio's fast path (``mcp_trio._http.hypercorn_fast_path``).
 
 In-process, on real loopback sockets, on mcp_trio's hypercorn server (``serve_hypercorn``: the CLOSE_WAIT
 fix of ``hypercorn_patch`` and the fast path, in subclasses used by that server only), these tests check
@@ -35,7 +35,7 @@ from hypercorn.trio.task_group import TaskGroup
 from mcp_http import count_sockets, count_tasks, read_until, wait_until
 from tests.required import not_applicable
 
-from mcp_trio._server.hypercorn_server import DISCONNECT_CALLBACK, hypercorn_fixes_available, serve_hypercorn
+from mcp_trio._http.hypercorn_server import DISCONNECT_CALLBACK, hypercorn_fixes_available, serve_hypercorn
 
 KEEP_ALIVE = 0.5  # keep_alive_timeout of the idle-timer tests
 IDLE_CLOSE_WINDOW = (0.3, 2.5)  # seconds within which such an idle connection must be closed
@@ -708,7 +708,7 @@ from hypercorn.trio import serve
 
 REQUESTS = int(sys.argv[1])
 if sys.argv[2] == "beside":
-    import mcp_trio, mcp_trio._server.hypercorn_server
+    import mcp_trio, mcp_trio._http.hypercorn_server
 else:
     assert "mcp_trio" not in sys.modules
 BODY = b'{"ok":true}'

@@ -24,8 +24,8 @@ import pytest
 import trio
 
 from mcp_trio import MCPApp, MCPServer, hypercorn_config, serve
-from mcp_trio._server import hypercorn_fast_path, hypercorn_guard, hypercorn_patch, hypercorn_server
-from mcp_trio._server.hypercorn_guard import GUARDED_MODULES, HypercornGuardError
+from mcp_trio._http import hypercorn_fast_path, hypercorn_guard, hypercorn_patch, hypercorn_server
+from mcp_trio._http.hypercorn_guard import GUARDED_MODULES, HypercornGuardError
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
 INSTALLED = Path(hypercorn.__file__).parent
@@ -96,7 +96,7 @@ def guard_verdict(env: dict[str, str]) -> tuple[str, str | None]:
     """(where hypercorn was imported from, what the guard says) in a fresh interpreter."""
     script = (
         "import json, hypercorn\n"
-        "from mcp_trio._server.hypercorn_server import hypercorn_fixes_available\n"
+        "from mcp_trio._http.hypercorn_server import hypercorn_fixes_available\n"
         "print(json.dumps([hypercorn.__file__, hypercorn_fixes_available()]))\n"
     )
     done = subprocess.run(
@@ -245,7 +245,7 @@ def test_serve_raises_on_a_changed_hypercorn_unless_allowed(tmp_path: Path) -> N
 
 async def test_serve_refuses_before_binding_anything(monkeypatch: pytest.MonkeyPatch) -> None:
     # In process: the expected fingerprint of one item changed (as if the code had), the guard re-run.
-    from mcp_trio._server import _hypercorn_0_18_0
+    from mcp_trio._http import _hypercorn_0_18_0
 
     items = _hypercorn_0_18_0.EXPECTED["ast"]["hypercorn.protocol.h2"]
     monkeypatch.setitem(items, "H2Protocol._handle_events", "0" * 16)
@@ -280,7 +280,7 @@ async def test_a_function_replaced_in_memory_is_refused(monkeypatch: pytest.Monk
 def test_the_installed_hypercorn_is_the_guarded_code() -> None:
     assert hypercorn_guard.check() is None
     # Every table covers the same modules and the interpreters CI and users run.
-    from mcp_trio._server._hypercorn_0_18_0 import EXPECTED
+    from mcp_trio._http._hypercorn_0_18_0 import EXPECTED
 
     assert set(EXPECTED) >= {"ast", "cpython-311", "cpython-312", "cpython-313"}
     for table in EXPECTED.values():

@@ -17,9 +17,9 @@ import pytest
 import trio
 
 from mcp_trio import hypercorn_config
-from mcp_trio._server import hypercorn_server
-from mcp_trio._server.hypercorn_server import serve_hypercorn
-from mcp_trio._server.peerlog import RateLimitedLog
+from mcp_trio._http import hypercorn_server
+from mcp_trio._http.hypercorn_server import serve_hypercorn
+from mcp_trio._runtime.peerlog import RateLimitedLog
 
 CONNECTIONS = 50
 RAPID_RESETS = 5  # each costs the server its streams (and their app tasks) before it is refused

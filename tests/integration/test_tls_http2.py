@@ -57,8 +57,8 @@ from tests.required import not_applicable
 
 from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, open_websocket_client, serve
 from mcp_trio._cli import main
-from mcp_trio._server.hypercorn_server import CANCELLABLE_SEND, hypercorn_fixes_available, serve_hypercorn
-from mcp_trio._server.serve import hypercorn_config
+from mcp_trio._http.hypercorn_server import CANCELLABLE_SEND, hypercorn_fixes_available, serve_hypercorn
+from mcp_trio._http.serve import hypercorn_config
 
 pytestmark = [
     pytest.mark.skipif(
@@ -735,7 +735,7 @@ async def test_tls_a_client_that_stops_reading_is_cut_after_write_timeout(cert: 
 
 async def test_shipped_hypercorn_is_what_the_h2_subclass_was_written_against() -> None:
     """The guard covers the HTTP/2 code relied on (a changed hypercorn is refused)."""
-    from mcp_trio._server import _hypercorn_0_18_0
+    from mcp_trio._http import _hypercorn_0_18_0
 
     guarded = _hypercorn_0_18_0.EXPECTED["ast"]
     assert {"ProtocolWrapper.handle", "ProtocolWrapper.__init__"} <= set(guarded["hypercorn.protocol"])

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from mcp_trio import Context, MCPApp, MCPServer, RemoteProtocolError, ServerConfig
 from mcp_trio.auth import AccessToken, InvalidToken, ProtectedResource, VerifierUnavailable
-from mcp_trio.auth._resource import BearerGuard
+from mcp_trio.auth.server._resource import BearerGuard
 from mcp_trio.testing import open_asgi_client
 
 from .conftest import POST_HEADERS, Client, init_body

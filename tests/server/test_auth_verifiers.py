@@ -456,7 +456,7 @@ async def test_an_issuer_answering_errors_is_unavailable(issuer: Issuer) -> None
 
 
 def test_the_extra_is_named_when_joserfc_is_missing() -> None:
-    from mcp_trio.auth._verify import _joserfc_missing
+    from mcp_trio.auth.server._verify import _joserfc_missing
 
     error = _joserfc_missing(ImportError("No module named 'joserfc'"))
     assert "pip install 'mcp_trio[auth]'" in str(error)

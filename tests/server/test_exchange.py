@@ -9,7 +9,7 @@ import pytest
 
 from mcp_trio import LocalProtocolError
 from mcp_trio._protocol.exchange import ExchangeState
-from mcp_trio._server.streams import Exchange
+from mcp_trio._transport.streams import Exchange
 
 
 def recording() -> tuple[Exchange, list[dict[str, Any]]]:

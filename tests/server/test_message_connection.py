@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from mcp_trio import MCPServer, ServerConfig
-from mcp_trio._server.connection import MessageConnection
+from mcp_trio._transport.connection import MessageConnection
 
 from .test_stdio_server import modern_meta
 

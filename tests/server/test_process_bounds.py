@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from mcp_trio import HTTPRequestInfo, InMemoryEventStore, MCPApp, ServerConfig, StoredEvent
-from mcp_trio._server.quotas import Quotas, client_address
+from mcp_trio._transport.quotas import Quotas, client_address
 from mcp_trio.demo import build_demo_server
 from mcp_trio.testing import ASGIClient, Response, open_asgi_client
 

@@ -21,7 +21,7 @@ def test_every_exception_lives_in_one_module() -> None:
     errors = [obj for obj in errors if isinstance(obj, type) and issubclass(obj, BaseException)]
     assert {error.__name__ for error in errors} >= {"MCPTrioError", "TransportError", "SessionExpired"}
     for error in errors:
-        assert error.__module__ == "mcp_trio._exceptions", error
+        assert error.__module__ == "mcp_trio.errors", error
         assert issubclass(error, mcp_trio.MCPTrioError), error
 
 
@@ -51,7 +51,7 @@ def test_importing_the_package_imports_nothing_heavy() -> None:
         "assert not heavy, heavy\n"
         "from mcp_trio import MCPServer, TransportError\n"
         "assert MCPServer.__module__ == 'mcp_trio._app.server' and 'mcp_types' in sys.modules\n"
-        "assert TransportError.__module__ == 'mcp_trio._exceptions'\n"
+        "assert TransportError.__module__ == 'mcp_trio.errors'\n"
         "assert 'hypercorn' not in sys.modules, 'MCPServer alone pulled in hypercorn'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from mcp_trio import HTTPRequestInfo, MCPApp, RemoteProtocolError, ServerConfig
-from mcp_trio._server import asgi as asgi_module
+from mcp_trio._transport import asgi as asgi_module
 from mcp_trio.demo import build_demo_server
 from mcp_trio.testing import ASGIClient, open_asgi_client
 

@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from mcp_trio import Context, MCPServer, ServerConfig
-from mcp_trio._stdio import StdioConnection, serve_stdio
+from mcp_trio._transport.stdio import StdioConnection, serve_stdio
 from mcp_trio.demo import build_demo_server
 
 DEADLINE = 10
@@ -538,7 +538,7 @@ async def test_modern_subscriptions_listen() -> None:
 # -- a real process ------------------------------------------------------------------------------
 
 SERVER_SCRIPT = (
-    "import trio; from mcp_trio._stdio import serve_stdio; from mcp_trio.demo import build_demo_server; "
+    "import trio; from mcp_trio import serve_stdio; from mcp_trio.demo import build_demo_server; "
     "trio.run(serve_stdio, build_demo_server())"
 )
 

@@ -48,7 +48,7 @@ from mcp_trio import (
     serve,
     serve_h11,
 )
-from mcp_trio._server.websocket import WebSocketConnection
+from mcp_trio._transport.websocket import WebSocketConnection
 
 from .test_stdio_server import modern_meta
 

@@ -1,0 +1,430 @@
+"""The guard of mcp_trio's hypercorn server: is the installed hypercorn the code our fixes were written for?
+
+mcp_trio's hypercorn server (``hypercorn_server``) runs hypercorn 0.18.0's own ``worker_serve`` and
+``TCPServer.run`` with subclasses of its classes; the subclasses override, call and read upstream
+methods, attributes and constants.  A hypercorn whose code differs could silently undo a fix (a method
+renamed, an exception no longer raised where we catch it), so the server refuses to start unless every
+module in :data:`GUARDED_MODULES` is, in its code, hypercorn 0.18.0 (see :func:`check`).
+
+What is compared is the code, not the text, so that a cosmetic difference (comments, docstrings,
+formatting, an install that ships only ``.pyc`` files) does not count:
+
+- where the module's source is installed (the usual case): its syntax tree, docstrings and positions
+  left out, written down canonically (node types and non-empty fields only, so that the fields a newer
+  Python adds with an empty default, ``type_params`` since 3.12, change nothing).  The same on every
+  Python 3.11+: one table (:data:`EXPECTED` ``["ast"]``).
+- where only bytecode is installed: the module's code objects, instruction by instruction, with names
+  and constants resolved (not indexes), jumps and the exception table as instruction positions, no
+  ``NOP``/``RESUME``/``CACHE``, no docstring: bytecode differs between Python versions, so there is one
+  table per interpreter (``sys.implementation.cache_tag``: CPython 3.11, 3.12 and 3.13 here); on
+  another one a bytecode-only install cannot be checked and is refused.
+
+At every check, the functions and methods of the guarded modules that are in memory must also be the
+ones their files define (:func:`_replaced_in_memory`: another library's monkeypatch brings code from
+another file).
+
+Each module is compared item by item (``<module>`` for its top-level statements, each class body, each
+function or method; nested functions, lambdas and comprehensions count as part of the item they are in),
+so that a refusal names what differs.  The tables are made by ``python -m
+mcp_trio._http.hypercorn_guard`` (on each interpreter, for its bytecode table) from a hypercorn 0.18.0
+install.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import dataclasses
+import dis
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["GUARDED_MODULES", "HYPERCORN_VERSION", "HypercornGuardError", "check", "fingerprint"]
+
+HYPERCORN_VERSION = "0.18.0"
+"""The hypercorn release the fixes were written against (``pyproject.toml`` pins it)."""
+
+GUARDED_MODULES = (
+    "hypercorn.events",
+    "hypercorn.protocol",
+    "hypercorn.protocol.events",
+    "hypercorn.protocol.h11",
+    "hypercorn.protocol.h2",
+    "hypercorn.protocol.http_stream",
+    "hypercorn.protocol.ws_stream",
+    "hypercorn.trio.run",
+    "hypercorn.trio.task_group",
+    "hypercorn.trio.tcp_server",
+    "hypercorn.trio.worker_context",
+    "hypercorn.utils",
+)
+"""Every hypercorn module whose code a connection of mcp_trio's server runs, and every module whose
+names (classes, functions, constants, attributes) the subclasses and the fast path use: compared whole."""
+
+_DOC = "__doc__"
+
+
+class HypercornGuardError(RuntimeError):
+    """The installed hypercorn is not the code mcp_trio's fixes were written for (the message says what
+    differs and what to do)."""
+
+
+# -- the syntax tree --------------------------------------------------------------------------------
+
+
+def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        return body[1:] if isinstance(first.value.value, str) else body
+    return body
+
+
+def _canonical(node: Any) -> Any:
+    """A node as nested tuples: its type and its non-empty fields (no positions, no docstrings)."""
+    if isinstance(node, ast.AST):
+        fields = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            if name == "body" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                value = _strip_docstring(value)
+            fields.append((name, _canonical(value)))
+        return (type(node).__name__, tuple(fields))
+    if isinstance(node, list):
+        return tuple(_canonical(item) for item in node)
+    return repr(node)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+
+def _add_item(items: dict[str, str], name: str, value: Any) -> None:
+    """Record ``value``'s digest as item ``name`` (``name#2``, ``#3``... for a name defined again)."""
+    key, n = name, 1
+    while key in items:
+        n += 1
+        key = f"{name}#{n}"
+    items[key] = _digest(value)
+
+
+def _ast_items(source: str) -> dict[str, str]:
+    items: dict[str, str] = {}
+    add = functools.partial(_add_item, items)
+
+    def scope(body: list[ast.stmt], prefix: str) -> list[Any]:
+        """The items of a module or class body; returns what stays in the scope's own item."""
+        rest: list[Any] = []
+        for statement in body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                add(prefix + statement.name, _canonical(statement))
+                rest.append(("def", statement.name))
+            elif isinstance(statement, ast.ClassDef):
+                name = prefix + statement.name
+                inner = scope(_strip_docstring(statement.body), name + ".")
+                head = [(field, _canonical(getattr(statement, field))) for field in ("bases", "keywords")]
+                head.append(("decorators", _canonical(statement.decorator_list)))
+                add(name, (head, inner))
+                rest.append(("class", statement.name))
+            else:
+                rest.append(_canonical(statement))
+        return rest
+
+    add("<module>", scope(_strip_docstring(ast.parse(source).body), ""))
+    return items
+
+
+# -- the bytecode -----------------------------------------------------------------------------------
+
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs) | frozenset(getattr(dis, "hasjump", ()))
+_CONSTS = frozenset(dis.hasconst)
+_NAMES = frozenset(dis.hasname)
+_LOCALS = frozenset(dis.haslocal) | frozenset(dis.hasfree)
+_COMPARES = frozenset(dis.hascompare)
+_SKIPPED = frozenset({"NOP", "RESUME", "CACHE", "EXTENDED_ARG"})
+_FUNCTION = 0x0001 | 0x0002  # CO_OPTIMIZED | CO_NEWLOCALS: a function's code, not a class or module body
+
+
+def _instructions(code: types.CodeType) -> list[dis.Instruction]:
+    kept: list[dis.Instruction] = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _SKIPPED:
+            continue
+        if (
+            instruction.opname == "STORE_NAME"
+            and instruction.argval == _DOC
+            and kept
+            and kept[-1].opcode in _CONSTS
+            and isinstance(kept[-1].argval, str)
+        ):
+            kept.pop()  # a class's or module's docstring
+            continue
+        kept.append(instruction)
+    return kept
+
+
+def _constant(value: Any) -> Any:
+    """A constant as a comparable value: a frozenset's order (string hashing is randomized per
+    process) does not count."""
+    if isinstance(value, tuple):
+        return tuple(_constant(item) for item in value)
+    if isinstance(value, frozenset):
+        return ("frozenset", sorted(repr(_constant(item)) for item in value))
+    return repr(value)
+
+
+def _code_items(module_code: types.CodeType) -> dict[str, str]:
+    items: dict[str, str] = {}
+    add = functools.partial(_add_item, items)
+
+    def describe(code: types.CodeType, is_item: bool) -> Any:
+        """``code`` as a comparable value; in a module or class body, the functions and classes it
+        defines are items of their own (named by qualified name) and only referred to here."""
+        scope_body = not code.co_flags & _FUNCTION
+        instructions = _instructions(code)
+        offsets = [instruction.offset for instruction in instructions]
+
+        def position(offset: int) -> int:
+            return bisect.bisect_left(offsets, offset)
+
+        out: list[Any] = []
+        for instruction in instructions:
+            op = instruction.opcode
+            if op in _JUMPS:
+                argument: Any = ("to", position(instruction.argval))
+            elif op in _CONSTS:
+                value = instruction.argval
+                if isinstance(value, types.CodeType):
+                    if scope_body and not value.co_name.startswith("<"):
+                        qualname = value.co_qualname
+                        add(qualname, describe(value, True))
+                        argument = ("item", qualname)
+                    else:
+                        argument = ("code", describe(value, False))
+                else:
+                    argument = _constant(value)
+            elif op in _NAMES or op in _COMPARES:
+                argument = instruction.argrepr
+            elif op in _LOCALS:
+                argument = instruction.argval
+            else:
+                argument = (instruction.arg, instruction.argrepr)
+            out.append((instruction.opname, argument))
+        bytecode: Any = dis.Bytecode(code)
+        handlers = [
+            (position(entry.start), position(entry.end), position(entry.target), entry.depth, entry.lasti)
+            for entry in bytecode.exception_entries  # 3.11+, not in typeshed
+        ]
+        parameters = (
+            code.co_argcount
+            + code.co_kwonlyargcount
+            + bool(code.co_flags & 0x04)
+            + bool(code.co_flags & 0x08)
+        )
+        header = (
+            code.co_argcount,
+            code.co_posonlyargcount,
+            code.co_kwonlyargcount,
+            code.co_flags,
+            code.co_varnames[:parameters],
+            code.co_freevars,
+        )
+        return (header, out, handlers)
+
+    add("<module>", describe(module_code, True))
+    return items
+
+
+# -- the check --------------------------------------------------------------------------------------
+
+
+def _spec(module: str) -> Any:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no module {module}")
+    return spec
+
+
+def fingerprint(module: str, kind: str) -> dict[str, str] | None:
+    """The items of ``module`` as ``kind`` says (``"ast"``, or a ``cache_tag`` for bytecode: only this
+    interpreter's); None where that cannot be computed (no source; another interpreter's bytecode)."""
+    loader = _spec(module).loader
+    if kind == "ast":
+        source = loader.get_source(module)
+        return None if source is None else _ast_items(source)
+    if kind != sys.implementation.cache_tag:
+        return None
+    code = loader.get_code(module)
+    return None if code is None else _code_items(code)
+
+
+def _compare(module: str, found: dict[str, str], expected: dict[str, str]) -> list[str]:
+    differ = [name for name in expected if name in found and found[name] != expected[name]]
+    missing = [name for name in expected if name not in found]
+    new = [name for name in found if name not in expected]
+    out = []
+    for label, names in (("changed", differ), ("missing", missing), ("new", new)):
+        if names:
+            out.append(f"{module}: {label} {', '.join(names)}")
+    return out
+
+
+def _differences() -> Iterator[str]:
+    from ._hypercorn_0_18_0 import EXPECTED
+
+    try:
+        version = importlib.metadata.version("hypercorn")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - it is a dependency
+        version = "unknown"
+    if version != HYPERCORN_VERSION:
+        yield f"hypercorn {version} is installed (its metadata), not {HYPERCORN_VERSION}"
+    tag = sys.implementation.cache_tag
+    for module in GUARDED_MODULES:
+        try:
+            found = fingerprint(module, "ast")
+            kind = "ast"
+            if found is None:
+                kind = tag
+                found = fingerprint(module, tag) if tag in EXPECTED else None
+        except (ImportError, SyntaxError, ValueError) as exc:
+            yield f"{module}: cannot be read ({type(exc).__name__}: {exc})"
+            continue
+        if found is None:
+            yield f"{module}: no source installed, and no bytecode fingerprint for {tag}"
+            continue
+        yield from _compare(module, found, EXPECTED[kind].get(module, {}))
+
+
+_GENERATED = frozenset(
+    {
+        "__init__",
+        "__repr__",
+        "__eq__",
+        "__hash__",
+        "__setattr__",
+        "__delattr__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+    }
+)
+"""The methods ``dataclasses`` writes (their code comes from no file of the module)."""
+
+
+def _functions(module: types.ModuleType) -> Iterator[tuple[str, Any]]:
+    """(qualified name, function) for the functions and methods defined in ``module``, as they are now
+    (a dataclass's generated methods left out)."""
+    for name, value in vars(module).items():
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            yield name, value
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            generated = _GENERATED if dataclasses.is_dataclass(value) else frozenset()
+            for attribute, member in vars(value).items():
+                if attribute in generated:
+                    continue
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                parts = [member.fget, member.fset] if isinstance(member, property) else [member]
+                for part in parts:
+                    # enum and dataclasses put functions of their own in the classes they make
+                    # (_generate_next_value_, __new__; __replace__ since Python 3.13).
+                    if isinstance(part, types.FunctionType) and part.__module__ not in {
+                        "enum",
+                        "dataclasses",
+                    }:
+                        yield f"{name}.{attribute}", part
+
+
+@functools.cache
+def _home(module: str) -> str | None:
+    """The file name the code of ``module`` carries (``co_filename``)."""
+    code = _spec(module).loader.get_code(module)
+    return None if code is None else str(code.co_filename)
+
+
+def _replaced_in_memory() -> Iterator[str]:
+    """What code has replaced in the guarded modules since they were imported: a function or method
+    whose code does not come from the module's own file (another library's monkeypatch)."""
+    for name in GUARDED_MODULES:
+        module = sys.modules.get(name)
+        home = _home(name) if module is not None else None
+        if module is None or home is None:
+            continue  # not imported yet: nothing can have replaced anything in it
+        replaced = [
+            qualname for qualname, function in _functions(module) if function.__code__.co_filename != home
+        ]
+        if replaced:
+            yield f"{name}: replaced in memory {', '.join(replaced)}"
+
+
+@functools.cache
+def _installed() -> tuple[str, ...]:
+    return tuple(_differences())
+
+
+def check() -> str | None:
+    """None when the installed hypercorn is the 0.18.0 code the fixes were written for, and nothing has
+    replaced its functions in memory; otherwise what differs, one line per module (each line names the
+    items that differ).  The installed code is read once per process; what is in memory, each time."""
+    lines = [*_installed(), *_replaced_in_memory()]
+    return "\n".join(lines) if lines else None
+
+
+def _table() -> dict[str, dict[str, dict[str, str]]]:
+    """The expected fingerprints of the installed hypercorn: syntax trees and this interpreter's
+    bytecode (for :mod:`._hypercorn_0_18_0`)."""
+    tag = sys.implementation.cache_tag
+    table: dict[str, dict[str, dict[str, str]]] = {"ast": {}, tag: {}}
+    for module in GUARDED_MODULES:
+        for kind in ("ast", tag):
+            found = fingerprint(module, kind)
+            assert found is not None, (module, kind)
+            table[kind][module] = found
+    return table
+
+
+def _module_text(tables: dict[str, dict[str, dict[str, str]]]) -> str:
+    """The text of :mod:`._hypercorn_0_18_0` holding ``tables``."""
+    lines = [
+        '"""The fingerprints of hypercorn 0.18.0\'s guarded modules (see ``hypercorn_guard``).',
+        "",
+        "Made from a hypercorn 0.18.0 install by running ``python mcp_trio/_http/hypercorn_guard.py``",
+        "on CPython 3.11, 3.12 and 3.13 (each prints the syntax-tree table, the same on each, and its own",
+        "bytecode table as JSON), then ``python mcp_trio/_http/hypercorn_guard.py merge A.json B.json",
+        'C.json > mcp_trio/_http/_hypercorn_0_18_0.py``.  Not edited by hand."""',
+        "",
+        "EXPECTED: dict[str, dict[str, dict[str, str]]] = {",
+    ]
+    for kind in sorted(tables):
+        lines.append(f'    "{kind}": {{')
+        for module in sorted(tables[kind]):
+            lines.append(f'        "{module}": {{')
+            lines.extend(f'            "{item}": "{value}",' for item, value in tables[kind][module].items())
+            lines.append("        },")
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - makes the tables
+    import json
+
+    if sys.argv[1:2] == ["merge"]:
+        merged: dict[str, dict[str, dict[str, str]]] = {}
+        for path in sys.argv[2:]:
+            with open(path) as file:
+                for kind, table in json.load(file).items():
+                    if merged.setdefault(kind, table) != table:
+                        raise SystemExit(f"{path}: its {kind} table differs from an earlier one")
+        sys.stdout.write(_module_text(merged))
+    else:
+        json.dump(_table(), sys.stdout, indent=1)
+        print()

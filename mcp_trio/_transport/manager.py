@@ -1,0 +1,193 @@
+"""The session registry and the nursery that owns every session."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from .._app.server import MCPServer
+from .._protocol.versions import Revision
+from ..errors import SessionError
+from .config import ServerConfig
+from .eventstore import InMemoryEventStore
+from .quotas import Quotas
+from .session import Session, SessionRegistry
+from .streams import Stream
+
+__all__ = ["SessionManager"]
+
+_VALID_ID = re.compile(r"[\x21-\x7e]{1,256}")
+"""A usable session id: visible ASCII (what clients may send back), not absurdly long."""
+
+logger = logging.getLogger(__name__)
+
+
+class SessionManager:
+    """Owns the sessions of one app: each runs as a task of the manager's nursery (see :meth:`run`)."""
+
+    def __init__(self, server: MCPServer, config: ServerConfig) -> None:
+        self.server = server
+        self.config = config
+        factory = config.event_store_factory
+        self.event_store = (
+            InMemoryEventStore(max_bytes=config.max_event_store_bytes)
+            if factory is InMemoryEventStore
+            else factory()
+        )
+        self.quotas = Quotas(config.max_sessions_per_principal, config.max_sessions_per_address)
+        """Live sessions per principal and per client address (WebSocket connections count too)."""
+        self._sessions: SessionRegistry = config.session_registry_factory()
+        self._nursery: trio.Nursery | None = None
+        self._closing = False
+        self.started = False
+        """Whether :meth:`run` has ever started (an app never started is not one shutting down)."""
+        self.sessions_created = 0
+        self._deferred: dict[Stream, tuple[float, Session]] = {}
+        self._starter_parked: trio.Event | None = None
+        self.on_forget: Callable[[Session], None] | None = None
+        """Called with each session removed from the registry (the app's worker link uses it)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; sessions live inside.  On the way out every session is closed."""
+        self._closing = False
+        self.started = True
+        try:
+            async with trio.open_nursery() as outer:
+                outer.start_soon(self._start_deferred_writers, name="mcp deferred SSE starts")
+                async with trio.open_nursery() as nursery:  # the sessions' own
+                    self._nursery = nursery
+                    task_status.started()
+                    await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self._closing = True
+            self._deferred.clear()
+
+    # -- deferred SSE starts -------------------------------------------------------------------
+
+    def defer(self, session: Session, stream: Stream) -> None:
+        """Start the writer of ``stream`` in ``sse_start_delay`` unless it has started by then."""
+        if self._starter_parked is not None:  # it parks only when nothing is deferred
+            self._starter_parked.set()
+        self._deferred[stream] = (trio.current_time() + self.config.sse_start_delay, session)
+
+    def undefer(self, stream: Stream) -> None:
+        self._deferred.pop(stream, None)
+
+    async def _start_deferred_writers(self) -> None:
+        """One timer for every deferred stream of every session (a timer per request would cost as
+        much as the writer task it saves).  It parks when no stream has been deferred for a while."""
+        idle_ticks = 0
+        while True:
+            if self._deferred:
+                idle_ticks = 0
+                deadline, _ = next(iter(self._deferred.values()))  # insertion order is deadline order
+                await trio.sleep_until(deadline)
+                now = trio.current_time()
+                for stream, (due, session) in list(self._deferred.items()):
+                    if due > now:
+                        break
+                    del self._deferred[stream]
+                    session.start_deferred(stream)
+            elif idle_ticks < 20 and self.config.sse_start_delay > 0:
+                idle_ticks += 1
+                await trio.sleep(self.config.sse_start_delay)
+            else:
+                idle_ticks = 0
+                self._starter_parked = trio.Event()
+                await self._starter_parked.wait()
+                self._starter_parked = None
+
+    @property
+    def running(self) -> bool:
+        return self._nursery is not None and not self._closing
+
+    async def create(self, revision: Revision, *, owner: str = "", address: str | None = None) -> Session:
+        """Start and register a new session (after its ``initialize`` was validated) for the principal
+        whose owner key is ``owner``, from client ``address`` (see :class:`Quotas`: over quota is
+        :class:`~mcp_trio._transport.quotas.QuotaExceeded`)."""
+        if self._nursery is None or self._closing:
+            raise SessionError("the server is not running")
+        if len(self._sessions) >= self.config.max_sessions:
+            raise SessionError("too many sessions")
+        session_id = self.config.session_id_factory()
+        if self.config.worker_id is not None:  # the owner first: "<worker>.<id>" (see cluster.session_owner)
+            session_id = f"{self.config.worker_id}.{session_id}"
+        if not _VALID_ID.fullmatch(session_id) or session_id in self._sessions:
+            logger.error("session_id_factory returned an unusable id %r", session_id[:80])
+            raise SessionError("the session id factory returned an unusable id")
+        quota = self.quotas.take(owner, address)  # given back by forget(), whatever ends the session
+        session = Session(self, session_id, revision)
+        session.owner = owner
+        session.quota = quota
+        # start_soon, not start: no round trip to the session's task; what the session is given to run
+        # before its task has opened the nursery starts there first (Session._spawn).
+        self._nursery.start_soon(session.run, name=f"mcp session {session.id[:8]}")
+        self._sessions.add(session)  # its task's ``finally`` removes it, whatever happens
+        self.sessions_created += 1
+        try:
+            self.server.attach(session)  # ... and detaches it
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        session = self._sessions.get(session_id)
+        return None if session is None or session.closing else session
+
+    def forget(self, session: Session) -> None:
+        self._sessions.remove(session)
+        quota, session.quota = session.quota, None
+        if quota is not None:
+            self.quotas.give_back(quota)
+        if self.on_forget is not None:
+            self.on_forget(session)
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Close every session; wait (up to ``grace`` seconds) for them to end.  New ones are refused."""
+        self._closing = True
+        sessions = list(self._sessions)
+        for session in sessions:
+            session.close()
+        with trio.move_on_after(self.config.shutdown_grace if grace is None else grace):
+            for session in sessions:
+                await session.closed.wait()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def statistics(self) -> dict[str, Any]:
+        per_session = [s.statistics() for s in self._sessions]
+        return {
+            "sessions": len(self._sessions),
+            "sessions_created": self.sessions_created,
+            "streams": sum(s["streams"] for s in per_session),
+            "connections": sum(s["connections"] for s in per_session),
+            "inflight": sum(s["inflight"] for s in per_session),
+            "pending_responses": sum(s["pending_responses"] for s in per_session),
+            **self.quotas.statistics(),
+            "session_tasks": _count_tasks(self._nursery) if self._nursery is not None else 0,
+            "process_tasks": _count_all_tasks(),
+        }
+
+
+def _count_all_tasks() -> int:
+    """Every live task of this Trio run (the HTTP server's connection tasks included)."""
+    root = trio.lowlevel.current_root_task()
+    return 1 + sum(_count_tasks(n) for n in root.child_nurseries) if root is not None else 0
+
+
+def _count_tasks(nursery: trio.Nursery) -> int:
+    """Tasks alive below ``nursery`` (its children and everything they started)."""
+    count = 0
+    stack = [nursery]
+    while stack:
+        for task in stack.pop().child_tasks:
+            count += 1
+            stack.extend(task.child_nurseries)
+    return count

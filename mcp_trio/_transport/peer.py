@@ -1,0 +1,125 @@
+"""What a 2025-era session is to its handlers, whatever carries its messages.
+
+An HTTP session (:class:`~mcp_trio._transport.session.Session`) and a message connection
+(:class:`~mcp_trio._transport.connection.MessageConnection`: stdio today) differ only in how a message
+reaches the client.  The rest of a 2025 session is here, once: what ``initialize`` agreed, the
+handler's answer as a JSON-RPC message, ``notifications/cancelled``, and server-to-client requests
+(sampling, elicitation, roots) with the client's answers routed back to the waiting handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as mt
+
+from .._app.context import Context
+from .._app.outgoing import PendingRequests, ask_concurrently
+from .._protocol import jsonrpc
+from .._runtime.containment import contained
+from ..errors import RPCError
+
+if TYPE_CHECKING:
+    from .._app.server import Initialized, MCPServer
+
+__all__ = ["SessionPeer"]
+
+logger = logging.getLogger(__name__)
+
+
+class SessionPeer:
+    """The transport-neutral half of a 2025 session (a :class:`~mcp_trio._app.context.Peer`).
+
+    A subclass sets :attr:`server` and carries messages: :meth:`_send_request` sends a server-to-client
+    request for a handler, :meth:`_send_notice` a ``notifications/cancelled`` when the handler stops
+    waiting; :meth:`_cancel_request` cancels a running request's handler.
+    """
+
+    server: MCPServer
+    session_id: str | None
+    closing: bool
+
+    def _init_session(self) -> None:
+        self.log_level: mt.LoggingLevel | None = None
+        self.client_info: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.subscriptions: set[str] = set()
+        self._outgoing = PendingRequests()
+
+    def accept(self, accepted: Initialized) -> dict[str, Any]:
+        """Take on what ``initialize`` agreed; returns the response to send."""
+        self.protocol_version = accepted.revision.name
+        self.client_info = accepted.client_info
+        self.client_capabilities = accepted.client_capabilities
+        return accepted.result
+
+    # -- incoming -------------------------------------------------------------------------------
+
+    def receive_notification(self, message: mt.JSONRPCNotification) -> None:
+        if message.method == "notifications/initialized":
+            self._initialized()
+        elif message.method == "notifications/cancelled":
+            request_id = (message.params or {}).get("requestId")
+            if isinstance(request_id, (str, int)):
+                self._cancel_request(request_id)
+
+    def _initialized(self) -> None:
+        raise NotImplementedError
+
+    def _cancel_request(self, request_id: mt.RequestId) -> None:
+        raise NotImplementedError
+
+    def receive_response(self, message: mt.JSONRPCResponse | mt.JSONRPCError) -> None:
+        """A client's answer to a server-to-client request: wakes the handler waiting for it."""
+        if not self._outgoing.deliver(message):
+            logger.debug("session %s: response %r has no waiting request", self.session_id, message.id)
+
+    async def answer(self, request: mt.JSONRPCRequest) -> dict[str, Any]:
+        """Run the request's handler; its result or error as the JSON-RPC message to send.  A handler
+        that fails unexpectedly is logged and answered -32603."""
+        params = request.params
+        meta = params.get("_meta") if params else None
+        ctx = Context(request.id, request.method, self, meta if isinstance(meta, dict) else {})
+        with contained(f"handler of {request.method}") as failure:
+            try:
+                result = await self.server.handle_request(ctx, request.method, params)
+            except RPCError as exc:
+                return jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
+            return jsonrpc.response(request.id, result)
+        assert failure.caught is not None
+        return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")
+
+    # -- server-to-client requests --------------------------------------------------------------
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
+    ) -> dict[str, Any]:
+        """Send a server-to-client request (related to a handler's request) and wait for the answer."""
+        return await self._outgoing.call(
+            method,
+            params,
+            lambda message: self._send_request(message, related),
+            lambda notice: None if self.closing else self._send_notice(notice, related),
+        )
+
+    async def ask(
+        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
+    ) -> dict[str, Any]:
+        """Input requests of a handler: sent as server-to-client requests, concurrently."""
+        return await ask_concurrently(self.request, requests, related)
+
+    # -- what a transport provides -------------------------------------------------------------
+
+    async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
+        raise NotImplementedError
+
+    def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
+        raise NotImplementedError
+
+    async def _send_request(self, message: dict[str, Any], related: mt.RequestId | None) -> None:
+        raise NotImplementedError
+
+    def _send_notice(self, notice: dict[str, Any], related: mt.RequestId | None) -> None:
+        raise NotImplementedError
