@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from math import inf
 from typing import Any, Literal, Protocol
@@ -34,6 +34,7 @@ from .quotas import QuotaExceeded, client_address
 from .session import Session
 from .streams import TRANSPORT_ERRORS, Exchange, GuardedSend, Stream, content_length
 from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
+from .wire import Receive, Scope, Send
 
 __all__ = ["MCPApp"]
 
@@ -45,9 +46,6 @@ STATS_MAX_AGE = 0.05
 """``stats_path`` answers statistics computed at most this long ago (seconds): however many requests
 come, they are computed at most 20 times a second."""
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class WorkerLink(Protocol):

@@ -38,6 +38,7 @@ from .._runtime.peerlog import RateLimitedLog
 from ..errors import RemoteProtocolError, RPCError
 from .config import ServerConfig
 from .streams import GuardedSend, content_length
+from .wire import JSON_HEADERS, SSE_HEADERS, Receive, Send
 
 __all__ = ["ModernEndpoint"]
 
@@ -45,15 +46,6 @@ logger = logging.getLogger(__name__)
 peer_log = RateLimitedLog(logger)
 """What peers do wrong (or too slowly): one line each, at most ten a minute."""
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-store, no-transform"),
-    (b"x-accel-buffering", b"no"),
-]
-JSON_HEADERS = [(b"content-type", b"application/json")]
 HTTP_STATUS = {mt.METHOD_NOT_FOUND: 404, -32021: 400}
 """JSON-RPC errors of a modern request that the HTTP status reflects (others are answered with 200)."""
 SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"

@@ -23,6 +23,7 @@ from ..errors import RemoteProtocolError
 from .eventstore import EventStore, InMemoryEventStore, StoredEvent
 from .peer import SessionPeer
 from .streams import CUT, END, TRANSPORT_ERRORS, Exchange, Outgoing, Stream, content_length
+from .wire import JSON_HEADERS, SSE_HEADERS
 
 if TYPE_CHECKING:
     from .manager import SessionManager
@@ -31,12 +32,6 @@ __all__ = ["LocalSessionRegistry", "Session", "SessionRegistry"]
 
 logger = logging.getLogger(__name__)
 
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-store, no-transform"),
-    (b"x-accel-buffering", b"no"),
-]
-JSON_HEADERS = [(b"content-type", b"application/json")]
 GET_STREAM = 0
 
 

@@ -28,6 +28,7 @@ from .._runtime.peerlog import RateLimitedLog
 from .config import ServerConfig
 from .connection import MessageConnection
 from .modern import ModernEndpoint
+from .wire import Receive, Send
 
 __all__ = ["SUBPROTOCOL", "WebSocketConnection", "http_response_send"]
 
@@ -42,9 +43,6 @@ NORMAL = 1000
 GOING_AWAY = 1001
 UNSUPPORTED_DATA = 1003
 MESSAGE_TOO_BIG = 1009
-
-Receive = Any
-Send = Any
 
 
 class WebSocketConnection(MessageConnection):
