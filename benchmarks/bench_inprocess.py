@@ -110,7 +110,7 @@ async def _direct(app: Any, calls: int) -> float:
     sends; receive() hands out the body, send() keeps the messages."""
     import trio
 
-    from mcp_trio._http.hypercorn_server import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
+    from mcp_trio._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
 
     headers = [(k.encode(), v.encode()) for k, v in {**POST, "host": "127.0.0.1:8000"}.items()]
     headers += [

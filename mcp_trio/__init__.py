@@ -46,11 +46,11 @@ _EXPORTS: dict[str, str] = {
     "TaskStoreFull": ".errors",
     "TaskStoreUnavailable": ".errors",
     "TransportError": ".errors",
-    "hypercorn_config": "._http.serve",
+    "hypercorn_config": "._http.hypercorn_server",
     "open_client_session": "._client.session",
     "open_stdio_client": "._client.session",
     "open_websocket_client": "._client.session",
-    "serve": "._http.serve",
+    "serve": "._serve",
     "serve_h11": "._http.h11_server",
     "serve_stdio": "._transport.stdio",
 }
@@ -115,8 +115,8 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._client.tasks import TaskInfo as TaskInfo
     from ._http.h11_server import H11Config as H11Config
     from ._http.h11_server import serve_h11 as serve_h11
-    from ._http.serve import hypercorn_config as hypercorn_config
-    from ._http.serve import serve as serve
+    from ._http.hypercorn_server import hypercorn_config as hypercorn_config
+    from ._serve import serve as serve
     from ._transport.asgi import MCPApp as MCPApp
     from ._transport.config import HTTPRequestInfo as HTTPRequestInfo
     from ._transport.config import ServerConfig as ServerConfig

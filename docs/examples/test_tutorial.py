@@ -15,7 +15,7 @@ import pytest
 import trio
 import tutorial_server
 
-from mcp_trio import MCPApp, RPCError, hypercorn_config, open_client_session, serve
+from mcp_trio import MCPApp, RPCError, open_client_session, serve
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ async def url() -> AsyncIterator[str]:
     app = MCPApp(tutorial_server.server)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        run = functools.partial(serve, app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait)
+        run = functools.partial(serve, app, "127.0.0.1", 0, shutdown_trigger=stop.wait)
         urls = await nursery.start(run)
         yield urls[0] + "/mcp"
         stop.set()

@@ -12,7 +12,7 @@ import sys
 import mcp_types as mt
 import trio
 
-from mcp_trio import Context, MCPApp, MCPServer, hypercorn_config, serve
+from mcp_trio import Context, MCPApp, MCPServer, serve
 
 # Step 1: a server with one tool
 
@@ -96,8 +96,9 @@ async def until_signal() -> None:
 
 
 async def main(bind: str) -> None:
+    host, _, port = bind.rpartition(":")
     async with trio.open_nursery() as nursery:
-        run = functools.partial(serve, app, hypercorn_config([bind]), shutdown_trigger=until_signal)
+        run = functools.partial(serve, app, host, int(port), shutdown_trigger=until_signal)
         urls = await nursery.start(run)
         print(f"serving on {urls[0]}/mcp", flush=True)
         # ... the rest of your program runs here, next to the server

@@ -180,23 +180,27 @@ async def _run_server(
     tls: tuple[str, str] | None,
     allow_stock_hypercorn: bool,
 ) -> None:
-    from .._http.h11_server import H11Config, serve_h11
-    from .._http.serve import hypercorn_config, serve
+    from .._serve import serve
 
     run: Callable[..., Awaitable[None]]
     if http_server == "h11" and tls is not None:
         raise ValueError("the embedded h11 server does not do TLS")
     if http_server == "h11":
+        from .._http.h11_server import H11Config
+
         host, _, port = bind.rpartition(":")
         run = functools.partial(
-            serve_h11,
+            serve,
             app,
             host.strip("[]") or "127.0.0.1",
             int(port),
+            http="h11",
             config=H11Config(shutdown_grace=app.config.shutdown_grace),
             shutdown_trigger=wait_for_signal,
         )
     else:
+        from .._http.hypercorn_server import hypercorn_config
+
         # hypercorn's default error log writes to stderr itself *and* propagates to the root logger:
         # every message (its own "Running on" banner too) came out twice.  Its messages go through
         # Python logging only, at --log-level, and the banner is left to the line printed below.
@@ -206,9 +210,10 @@ async def _run_server(
         run = functools.partial(
             serve,
             app,
-            hypercorn_config(
-                [bind], errorlog=error_log, **({"certfile": tls[0], "keyfile": tls[1]} if tls else {})
-            ),
+            http="hypercorn",
+            config=hypercorn_config([bind], errorlog=error_log),
+            certfile=tls[0] if tls else None,
+            keyfile=tls[1] if tls else None,
             shutdown_trigger=wait_for_signal,
             hypercorn_fast_path=hypercorn_fast_path,
             allow_stock_hypercorn=allow_stock_hypercorn,

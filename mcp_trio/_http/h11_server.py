@@ -1,77 +1,46 @@
-"""An embedded HTTP/1.1 server on Trio + h11 for one :class:`MCPApp`: ``serve_h11``.
+"""An embedded HTTP/1.1 server on Trio + h11 for any ASGI app: ``serve_h11``.
 
 hypercorn stays the production server (HTTP/2, TLS, workers, a long record).  This path is for Trio
 programs that embed an MCP endpoint and want it cheap: it runs in the caller's nursery and serves the
 *same ASGI app*, so every behaviour of the ASGI path (sessions, streams, cancellation, shutdown) is the
-app's own and is tested against both servers.
+app's own and is tested against both servers.  It sets the ``mcp_trio.cancellable_send`` scope
+extension (:mod:`mcp_trio._runtime.contract`) and knows nothing else of the app: what it needs from
+it (its lifetime, its shutdown, its limits) comes in as arguments, which :func:`mcp_trio.serve` fills
+in from an ``MCPApp``.
 
-What it does per connection, all in one task:
+This module listens, accepts and shuts down; each connection is an :class:`~.h11_connection.H11Connection`
+(one task each).  Everything a connection does, from the accepted socket on, runs inside its
+containment: a client that resets at any moment (even before the server looked at the socket) ends its
+connection only.
 
-- h11 parses requests; the app is called in the connection's task (no task per request);
-- ``receive()`` hands out the request body, then waits on the socket itself: end of file (or a reset)
-  is ``http.disconnect``; bytes a client pipelines meanwhile are kept for h11's next cycle;
-- ``send()`` writes each ASGI message as it comes (so SSE events flush at once), except that the head
-  waits for the first body message and goes out with it in one write; a response whose whole body is
-  in its first message gets a ``content-length`` instead of chunked framing;
-- a send to a client that has gone is dropped (as hypercorn does); the app sees the disconnect through
-  ``receive()``;
-- after an answer sent before the request body was all read (413, 4xx, 408) or a parse error, the
-  close lingers: FIN, then what the client still sends is dropped for a bounded time and size
-  (``LINGER_TIME``, ``LINGER_BYTES``), so that the close does not reset the connection under the answer;
-- an idle keep-alive connection is closed after ``keep_alive_timeout``; a request head must arrive
-  within ``read_timeout`` once it has begun; heads are limited to ``max_head_size`` bytes.
-
-Everything a connection does, from the accepted socket on, runs inside its containment: a client that
-resets at any moment (even before the server looked at the socket) ends its connection only.  What
-clients do wrong is logged through :data:`peer_log` (one line each, at most ten a minute, no traceback).
-
-Only HTTP/1.1 (and 1.0) over plain TCP, WebSocket upgrades included (``h11ws``): no TLS, no HTTP/2.
+Only HTTP/1.1 (and 1.0) over plain TCP, WebSocket upgrades included (:mod:`.h11_websocket`): no TLS,
+no HTTP/2.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
-from urllib.parse import unquote
 
-import h11
 import trio
 
-from .._runtime.containment import contained, split_fatal
-from .._runtime.contract import CANCELLABLE_SEND
-from .._runtime.peerlog import RateLimitedLog
-from .._transport.asgi import MCPApp
-from .._transport.streams import content_length
-from .h11_websocket import H11WebSocket, is_websocket_upgrade
+from .._runtime.containment import contained
+from .h11_connection import H11Connection
 
 __all__ = ["H11Config", "serve_h11"]
 
 logger = logging.getLogger(__name__)
-peer_log = RateLimitedLog(logger)
-"""What clients do wrong (malformed requests, slow reading): one line per kind and interval."""
 
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """``accept`` errors worth waiting out (as ``trio.serve_listeners`` does); any other is raised."""
 
-_RECEIVE_SIZE = 65536
-LINGER_TIME = 2.0
-"""Lingering close: after an answer sent before the request was all read (413, 4xx from the headers,
-408, a parse error), the connection is half-closed and what the client still sends is read and dropped
-for at most this long (seconds) before closing, so that closing with unread data does not reset the
-connection (RST) before the client, or a proxy still sending the body, has read the answer."""
-LINGER_BYTES = 16 * 1024 * 1024
-"""...and at most this many bytes, whichever comes first (then the connection is closed anyway)."""
-_DISCONNECT = {"type": "http.disconnect"}
-
 
 @dataclass(frozen=True, slots=True)
 class H11Config:
-    """Settings of :func:`serve_h11`."""
+    """Settings of the embedded h11 server (``serve(app, http="h11", config=H11Config(...))``)."""
 
     keep_alive_timeout: float = 5.0
     """Close a keep-alive connection idle for this long between requests (seconds)."""
@@ -86,407 +55,39 @@ class H11Config:
     backlog: int | None = None
     write_timeout: float | None = None
     """A socket write that cannot complete within this closes its connection (seconds).  None: the
-    app's ``config.write_timeout``."""
-
-
-class _Gone(Exception):
-    """The client has gone (end of file, reset, or a broken write)."""
-
-
-class _Connection:
-    """One client connection: h11 state, the socket, and the ASGI calls of its requests in turn."""
-
-    __slots__ = (
-        "_body_done",
-        "_broken",
-        "_disconnected",
-        "_idle_scope",
-        "_pending_start",
-        "_request",
-        "_response_done",
-        "_started",
-        "app",
-        "client",
-        "config",
-        "conn",
-        "server_addr",
-        "stream",
-        "write_timeout",
-    )
-
-    def __init__(
-        self, stream: trio.SocketStream, app: MCPApp, config: H11Config, server_addr: Any, client: Any
-    ) -> None:
-        self.stream = stream
-        self.app = app
-        self.config = config
-        self.server_addr = server_addr
-        self.client = client
-        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_head_size)
-        self._idle_scope: trio.CancelScope | None = None
-        self._request: h11.Request | None = None
-        self._body_done = False
-        self._disconnected = False
-        self._pending_start: dict[str, Any] | None = None
-        self._started = False
-        self._response_done = False
-        self._broken = False
-        """A write failed, timed out or was cancelled: the connection can only be closed."""
-        self.write_timeout = (
-            config.write_timeout if config.write_timeout is not None else app.config.write_timeout
-        )
-
-    # -- connection loop -----------------------------------------------------------------------
-
-    async def serve(self, shutting_down: Callable[[], bool]) -> None:
-        """Serve requests in turn until the client goes, an answer ends the connection or the server
-        shuts down; the caller contains failures and closes the socket."""
-        try:
-            while not shutting_down():
-                try:
-                    event = await self._next_event(idle=True)
-                except h11.RemoteProtocolError as exc:
-                    await self._refuse(exc)
-                    return
-                if not isinstance(event, h11.Request):
-                    return  # end of file, a timeout, or shutdown while idle
-                ok = await self._serve(event)
-                if not ok or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
-                    if self._answered_early():
-                        await self._linger()
-                    return
-                self.conn.start_next_cycle()
-        except _Gone:
-            return
-
-    def close_if_idle(self) -> None:
-        if self._idle_scope is not None:
-            self._idle_scope.cancel()
-
-    async def _receive_some(self) -> bytes:
-        try:
-            data = await self.stream.receive_some(_RECEIVE_SIZE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise _Gone from exc
-        if not data:
-            raise _Gone
-        return data
-
-    async def _next_event(self, *, idle: bool = False) -> Any:
-        """The next h11 event; ``None`` on end of file or timeout.  ``idle``: between requests (the
-        keep-alive timeout applies until the first byte, then the read timeout)."""
-        conn = self.conn
-        while True:
-            event = conn.next_event()
-            if event is not h11.NEED_DATA:
-                if isinstance(event, h11.ConnectionClosed):
-                    return None
-                return event
-            if idle and not conn.trailing_data[0]:
-                with trio.CancelScope(deadline=trio.current_time() + self.config.keep_alive_timeout) as scope:
-                    self._idle_scope = scope
-                    try:
-                        data = await self._receive_some()
-                    except _Gone:
-                        return None
-                    finally:
-                        self._idle_scope = None
-                if scope.cancelled_caught:
-                    return None
-            else:
-                with trio.move_on_after(self.config.read_timeout) as scope:
-                    try:
-                        data = await self._receive_some()
-                    except _Gone:
-                        conn.receive_data(b"")
-                        continue
-                if scope.cancelled_caught:
-                    return None
-            conn.receive_data(data)
-
-    async def _refuse(self, exc: h11.RemoteProtocolError) -> None:
-        """A request h11 cannot parse: answer with its status (400, 431...) if we still can, then close."""
-        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            return
-        status = exc.error_status_hint
-        peer_log.log(logging.INFO, "refused a malformed HTTP/1.1 request (%d)", status)
-        body = f"{status} {exc}".encode()
-        headers = [(b"content-type", b"text/plain"), content_length(body)]
-        headers.append((b"connection", b"close"))
-        try:
-            data = self.conn.send(h11.Response(status_code=status, headers=headers))
-            data = (data or b"") + (self.conn.send(h11.Data(data=body)) or b"")
-            data += self.conn.send(h11.EndOfMessage()) or b""
-        except h11.LocalProtocolError:  # pragma: no cover - nothing sensible left to send
-            return
-        await self._write(data)
-        await self._linger()
-
-    def _answered_early(self) -> bool:
-        """A complete answer went out while the request body is still coming: the connection closes,
-        and closing at once could reset it under the client's feet (see :data:`LINGER_TIME`)."""
-        if not self._response_done or self._broken or self._disconnected:
-            return False
-        if self.conn.their_state is not h11.SEND_BODY:
-            return False
-        return not self._skip_buffered_body()  # a body already all here (a GET) needs no linger
-
-    async def _linger(self) -> None:
-        """Lingering close: end our side (FIN), then read and drop what the client is still sending,
-        until it closes, for at most :data:`LINGER_TIME` seconds and :data:`LINGER_BYTES` bytes, so
-        that closing with unread data does not reset the connection before the client has read the
-        answer.  A client that keeps sending is cut at the bound; only this connection waits."""
-        try:
-            # At once, not after trio's checkpoint in send_eof(): a keep-alive client must see the end
-            # of file before it can send its next request on this connection.
-            self.stream.socket.shutdown(trio.socket.SHUT_WR)
-            with trio.move_on_after(LINGER_TIME):
-                dropped = 0
-                while dropped < LINGER_BYTES:
-                    data = await self.stream.receive_some(_RECEIVE_SIZE)
-                    if not data:
-                        return
-                    dropped += len(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
-            return
-
-    # -- one request ------------------------------------------------------------------------------
-
-    async def _serve(self, request: h11.Request) -> bool:
-        """Run the app for ``request``; True if the connection can serve another request."""
-        if is_websocket_upgrade(request):
-            return await self._websocket(request)
-        self._request = request
-        self._body_done = False
-        self._disconnected = False
-        self._pending_start = None
-        self._started = False
-        self._response_done = False
-        target = request.target
-        path, _, query = target.partition(b"?")
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": request.http_version.decode(),
-            "method": request.method.decode(),
-            "scheme": "http",
-            "path": unquote(path.decode("latin-1")),
-            "raw_path": path,
-            "query_string": query,
-            "root_path": "",
-            "headers": list(request.headers),  # (lowercased name, value), as ASGI wants
-            "client": self.client,
-            "server": self.server_addr,
-            "extensions": {CANCELLABLE_SEND: {}},
-        }
-        try:
-            await self.app(scope, self._asgi_receive, self._asgi_send)
-        except _Gone:
-            return False
-        except BaseException as exc:  # containment: the app's failure ends this request only
-            fatal, rest = split_fatal(exc)
-            if fatal is not None:
-                raise
-            logger.error("ASGI app failed on %s %s", scope["method"], scope["path"], exc_info=rest)
-            if not self._started and not self._disconnected and not self._broken:
-                await self._simple_response(500)
-            return False
-        if self._disconnected or self._broken:
-            return False
-        if self._pending_start is not None:  # a head and no body message: an empty body
-            await self._asgi_send({"type": "http.response.body", "body": b"", "more_body": False})
-        elif not self._started:  # the app returned without answering
-            await self._simple_response(500)
-            return False
-        if not self._response_done:  # it returned in the middle of a response: the only end left is close
-            return False
-        return self._body_done or self._skip_buffered_body()
-
-    async def _websocket(self, request: h11.Request) -> bool:
-        """A WebSocket upgrade: the app's ``websocket`` call, on wsproto; the connection ends with it."""
-        config = self.app.config
-        socket = H11WebSocket(
-            self.conn,
-            self.stream,
-            self._write,
-            _Gone,
-            max_message=config.max_body_size,
-            ping_interval=config.keepalive_interval,
-        )
-        try:
-            await socket.serve(self.app, request, self.client, self.server_addr)
-        except _Gone:
-            pass
-        except BaseException as exc:  # containment: the app's failure ends this connection only
-            fatal, rest = split_fatal(exc)
-            if fatal is not None:
-                raise
-            logger.error("ASGI app failed on a WebSocket", exc_info=rest)
-        self._broken = True  # nothing more on this connection (no lingering: the socket closes)
-        return False
-
-    def _early_answer(self) -> bool:
-        """A complete answer is about to go out while part of the request body has not arrived."""
-        if self._body_done or self.conn.their_state is not h11.SEND_BODY:
-            return False
-        return not self._skip_buffered_body()
-
-    def _skip_buffered_body(self) -> bool:
-        """A request body the app did not read (a GET, a DELETE): passed over if h11 already holds
-        all of it; otherwise (or if what is there is malformed) the connection closes rather than wait
-        for it."""
-        while True:
-            try:
-                event = self.conn.next_event()
-            except h11.RemoteProtocolError:  # a bad chunk, say: h11 is in its ERROR state for good
-                return False
-            if isinstance(event, h11.EndOfMessage):
-                self._body_done = True
-                return True
-            if not isinstance(event, h11.Data):
-                return False
-
-    async def _simple_response(self, status: int) -> None:
-        try:
-            await self._asgi_send({"type": "http.response.start", "status": status, "headers": []})
-            await self._asgi_send({"type": "http.response.body", "body": b"", "more_body": False})
-        except (h11.LocalProtocolError, _Gone):  # pragma: no cover - the client is gone or confused
-            pass
-
-    async def _asgi_receive(self) -> dict[str, Any]:
-        if self._disconnected:
-            return _DISCONNECT
-        if not self._body_done:
-            if self.conn.they_are_waiting_for_100_continue:
-                await self._write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-            try:
-                event = await self._next_event()
-            except h11.RemoteProtocolError:
-                event = None
-            if isinstance(event, h11.Data):
-                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
-            if isinstance(event, h11.EndOfMessage):
-                self._body_done = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            self._disconnected = True
-            return _DISCONNECT
-        # The body is all read: wait for the client to go away.  Bytes it sends meanwhile (a pipelined
-        # next request) are kept for h11; past max_pipelined the socket is no longer read.
-        while len(self.conn.trailing_data[0]) <= self.config.max_pipelined:
-            try:
-                data = await self._receive_some()
-            except _Gone:
-                self._disconnected = True
-                return _DISCONNECT
-            self.conn.receive_data(data)
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _asgi_send(self, message: dict[str, Any]) -> None:
-        kind = message["type"]
-        if kind == "http.response.start":
-            if self._started or self._pending_start is not None:
-                raise RuntimeError("ASGI: http.response.start sent twice")
-            self._pending_start = message
-            return
-        if kind != "http.response.body":
-            raise RuntimeError(f"ASGI: unexpected message {kind!r}")
-        if self._response_done:
-            raise RuntimeError("ASGI: http.response.body after the response ended")
-        if self._disconnected:
-            return  # the client is gone: dropped (the app learns of it from receive())
-        body = message.get("body", b"")
-        more = message.get("more_body", False)
-        if self._request is not None and self._request.method == b"HEAD":
-            body = b""  # a HEAD response has a head only
-        conn = self.conn
-        data = b""
-        start = self._pending_start
-        if start is not None:
-            self._pending_start = None
-            self._started = True
-            headers = list(start.get("headers", ()))
-            if not more and not any(name.lower() == b"content-length" for name, _ in headers):
-                headers.append(content_length(body))
-            if not more and self._early_answer() and (b"connection", b"close") not in headers:
-                # The whole answer goes out before the request body is in (a 401 or 413 sent without
-                # reading it): the connection will close after it, so say so, or a keep-alive client
-                # would send its next request on a connection that is about to close.
-                headers.append((b"connection", b"close"))
-            status = start["status"]
-            try:
-                data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
-            except h11.LocalProtocolError as exc:
-                self._protocol_error(exc)
-                return
-            data = data or b""
-        elif not self._started:
-            raise RuntimeError("ASGI: http.response.body before http.response.start")
-        try:
-            if body:
-                data += conn.send(h11.Data(data=body)) or b""
-            if not more:
-                data += conn.send(h11.EndOfMessage()) or b""
-                self._response_done = True
-        except h11.LocalProtocolError as exc:  # more body than its content-length, and the like
-            self._protocol_error(exc)
-            return
-        if data:
-            try:
-                await self._write(data)
-            except _Gone:
-                self._disconnected = True
-
-    def _protocol_error(self, exc: h11.LocalProtocolError) -> None:
-        """The app broke HTTP/1.1 mid-response: nothing more is sent, the connection will close."""
-        logger.error("ASGI app broke HTTP/1.1 (%s); closing the connection", exc)
-        self._broken = True
-        self._disconnected = True
-
-    async def _write(self, data: bytes | None) -> None:
-        """Write within ``write_timeout``; a write that fails, times out or is cancelled leaves the
-        stream unusable (part of the bytes may be out), so nothing more is written and it closes."""
-        if not data:
-            return
-        if self._broken:
-            raise _Gone
-        written = False
-        try:
-            with trio.fail_after(self.write_timeout):
-                await self.stream.send_all(data)
-            written = True
-        except trio.TooSlowError as exc:
-            timeout = self.write_timeout
-            peer_log.log(logging.INFO, "a write took longer than %s s; closing the connection", timeout)
-            raise _Gone from exc
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise _Gone from exc
-        finally:
-            if not written:
-                self._broken = True
+    app's ``config.write_timeout`` (as :func:`mcp_trio.serve` fills it in; no bound otherwise)."""
+    websocket_max_message: int | None = None
+    """A WebSocket message longer than this (bytes) closes its connection (1009).  None: the app's
+    ``config.max_body_size`` (as :func:`mcp_trio.serve` fills it in; no bound otherwise)."""
+    websocket_ping_interval: float | None = None
+    """A WebSocket ping this often (seconds).  None: the app's ``config.keepalive_interval`` (as
+    :func:`mcp_trio.serve` fills it in; no pings otherwise)."""
 
 
 async def serve_h11(
-    app: MCPApp,
+    app: Callable[..., Awaitable[None]],
     host: str = "127.0.0.1",
     port: int = 8000,
     *,
     config: H11Config | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    lifetime: Callable[..., Awaitable[None]] | None = None,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve ``app`` over HTTP/1.1 on ``host:port`` until ``shutdown_trigger`` returns.
+    """Serve the ASGI ``app`` over HTTP/1.1 on ``host:port`` until ``shutdown_trigger`` returns.
 
     Runs in the caller's nursery (``await nursery.start(serve_h11, app, "127.0.0.1", 0)`` reports the
-    bound URLs, e.g. ``["http://127.0.0.1:40123"]``).  Owns the app's lifetime like an ASGI lifespan:
-    the app runs while serving.  Shutdown is graceful: listening stops, the app closes its sessions (so
-    every stream ends with its final event), responses under way get ``shutdown_grace``, idle
-    connections close.  Cancelling the task instead stops everything at once.
+    bound URLs, e.g. ``["http://127.0.0.1:40123"]``).  ``lifetime`` (an ``MCPApp``'s ``run``) is started
+    with ``nursery.start`` before listening and cancelled once serving is over, like an ASGI lifespan.
+    Shutdown is graceful: listening stops, idle connections close, ``on_shutdown()`` runs (an
+    ``MCPApp``'s ``aclose``: its sessions close, so every stream ends with its final event), responses
+    under way get ``shutdown_grace``.  Cancelling the task instead stops everything at once.
     """
     config = config or H11Config()
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=config.backlog)
     urls = [_url(listener.socket.getsockname()) for listener in listeners]
-    connections: set[_Connection] = set()
+    connections: set[H11Connection] = set()
     shutting_down = False
     all_closed = trio.Event()
 
@@ -497,7 +98,7 @@ async def serve_h11(
         # Everything a connection does, from the accepted socket on, is inside its containment: a
         # client can reset the connection before we look at it (then getpeername() raises ENOTCONN),
         # and nothing a connection raises may end the server's nursery.
-        connection: _Connection | None = None
+        connection: H11Connection | None = None
         try:
             with contained("HTTP/1.1 connection"):
                 try:
@@ -505,7 +106,7 @@ async def serve_h11(
                     server_addr, client = _addr(sock.getsockname()), _addr(sock.getpeername())
                 except OSError:
                     return  # reset (or otherwise gone) before it was served: nothing to answer
-                connection = _Connection(stream, app, config, server_addr, client)
+                connection = H11Connection(stream, app, config, server_addr, client)
                 connections.add(connection)
                 await connection.serve(is_shutting_down)
         finally:
@@ -532,7 +133,8 @@ async def serve_h11(
 
     try:
         async with trio.open_nursery() as app_nursery:
-            await app_nursery.start(app.run)
+            if lifetime is not None:
+                await app_nursery.start(lifetime)
             async with trio.open_nursery() as conn_nursery:
                 with trio.CancelScope() as accepting:
                     async with trio.open_nursery() as accept_nursery:
@@ -549,7 +151,8 @@ async def serve_h11(
                     await listener.aclose()
                 for connection in list(connections):
                     connection.close_if_idle()
-                await app.aclose()  # sessions end: their streams send their last events and finish
+                if on_shutdown is not None:
+                    await on_shutdown()  # an MCPApp's sessions end: their streams send their last events
                 if connections:
                     with trio.move_on_after(config.shutdown_grace):
                         await all_closed.wait()
@@ -559,14 +162,6 @@ async def serve_h11(
         with trio.CancelScope(shield=True):
             for listener in listeners:
                 await listener.aclose()
-
-
-@functools.cache
-def _reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
 
 
 def _addr(sockname: Any) -> tuple[str, int] | None:

@@ -55,7 +55,7 @@ class H11WebSocket:
         write: Callable[[bytes], Awaitable[None]],
         gone: type[Exception],
         *,
-        max_message: int,
+        max_message: float,
         ping_interval: float,
     ) -> None:
         self.conn = conn

@@ -12,7 +12,7 @@ formatting, an install that ships only ``.pyc`` files) does not count:
 - where the module's source is installed (the usual case): its syntax tree, docstrings and positions
   left out, written down canonically (node types and non-empty fields only, so that the fields a newer
   Python adds with an empty default, ``type_params`` since 3.12, change nothing).  The same on every
-  Python 3.11+: one table (:data:`EXPECTED` ``["ast"]``).
+  Python 3.11+: one table (``"ast"`` in :func:`expected`).
 - where only bytecode is installed: the module's code objects, instruction by instruction, with names
   and constants resolved (not indexes), jumps and the exception table as instruction positions, no
   ``NOP``/``RESUME``/``CACHE``, no docstring: bytecode differs between Python versions, so there is one
@@ -25,9 +25,9 @@ another file).
 
 Each module is compared item by item (``<module>`` for its top-level statements, each class body, each
 function or method; nested functions, lambdas and comprehensions count as part of the item they are in),
-so that a refusal names what differs.  The tables are made by ``python -m
-mcp_trio._http.hypercorn_guard`` (on each interpreter, for its bytecode table) from a hypercorn 0.18.0
-install.
+so that a refusal names what differs.  The tables (:data:`FINGERPRINTS`, a JSON file shipped with the
+package) are made by ``python -m mcp_trio._http.hypercorn_guard`` (on each interpreter, for its
+bytecode table) from a hypercorn 0.18.0 install.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ import dis
 import functools
 import hashlib
 import importlib.metadata
+import importlib.resources
 import importlib.util
+import json
 import sys
 import types
 from collections.abc import Iterator
@@ -276,9 +278,25 @@ def _compare(module: str, found: dict[str, str], expected: dict[str, str]) -> li
     return out
 
 
-def _differences() -> Iterator[str]:
-    from ._hypercorn_0_18_0 import EXPECTED
+FINGERPRINTS = "hypercorn_0_18_0.json"
+"""The expected fingerprints (package data beside this module): ``{"ast" or a cache tag: {module:
+{item: fingerprint}}}``.  Made from a hypercorn 0.18.0 install by running ``python
+mcp_trio/_http/hypercorn_guard.py > TAG.json`` on CPython 3.11, 3.12 and 3.13 (each prints the
+syntax-tree table, the same on each, and its own bytecode table), then ``python
+mcp_trio/_http/hypercorn_guard.py merge A.json B.json C.json > mcp_trio/_http/hypercorn_0_18_0.json``.
+Not edited by hand."""
 
+
+@functools.cache
+def expected() -> dict[str, dict[str, dict[str, str]]]:
+    """The expected fingerprints (:data:`FINGERPRINTS`), read once per process."""
+    text = importlib.resources.files(__package__).joinpath(FINGERPRINTS).read_text(encoding="utf-8")
+    table: dict[str, dict[str, dict[str, str]]] = json.loads(text)
+    return table
+
+
+def _differences() -> Iterator[str]:
+    table = expected()
     try:
         version = importlib.metadata.version("hypercorn")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - it is a dependency
@@ -292,14 +310,14 @@ def _differences() -> Iterator[str]:
             kind = "ast"
             if found is None:
                 kind = tag
-                found = fingerprint(module, tag) if tag in EXPECTED else None
+                found = fingerprint(module, tag) if tag in table else None
         except (ImportError, SyntaxError, ValueError) as exc:
             yield f"{module}: cannot be read ({type(exc).__name__}: {exc})"
             continue
         if found is None:
             yield f"{module}: no source installed, and no bytecode fingerprint for {tag}"
             continue
-        yield from _compare(module, found, EXPECTED[kind].get(module, {}))
+        yield from _compare(module, found, table[kind].get(module, {}))
 
 
 _GENERATED = frozenset(
@@ -380,7 +398,7 @@ def check() -> str | None:
 
 def _table() -> dict[str, dict[str, dict[str, str]]]:
     """The expected fingerprints of the installed hypercorn: syntax trees and this interpreter's
-    bytecode (for :mod:`._hypercorn_0_18_0`)."""
+    bytecode (for :data:`FINGERPRINTS`)."""
     tag = sys.implementation.cache_tag
     table: dict[str, dict[str, dict[str, str]]] = {"ast": {}, tag: {}}
     for module in GUARDED_MODULES:
@@ -391,32 +409,7 @@ def _table() -> dict[str, dict[str, dict[str, str]]]:
     return table
 
 
-def _module_text(tables: dict[str, dict[str, dict[str, str]]]) -> str:
-    """The text of :mod:`._hypercorn_0_18_0` holding ``tables``."""
-    lines = [
-        '"""The fingerprints of hypercorn 0.18.0\'s guarded modules (see ``hypercorn_guard``).',
-        "",
-        "Made from a hypercorn 0.18.0 install by running ``python mcp_trio/_http/hypercorn_guard.py``",
-        "on CPython 3.11, 3.12 and 3.13 (each prints the syntax-tree table, the same on each, and its own",
-        "bytecode table as JSON), then ``python mcp_trio/_http/hypercorn_guard.py merge A.json B.json",
-        'C.json > mcp_trio/_http/_hypercorn_0_18_0.py``.  Not edited by hand."""',
-        "",
-        "EXPECTED: dict[str, dict[str, dict[str, str]]] = {",
-    ]
-    for kind in sorted(tables):
-        lines.append(f'    "{kind}": {{')
-        for module in sorted(tables[kind]):
-            lines.append(f'        "{module}": {{')
-            lines.extend(f'            "{item}": "{value}",' for item, value in tables[kind][module].items())
-            lines.append("        },")
-        lines.append("    },")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
 if __name__ == "__main__":  # pragma: no cover - makes the tables
-    import json
-
     if sys.argv[1:2] == ["merge"]:
         merged: dict[str, dict[str, dict[str, str]]] = {}
         for path in sys.argv[2:]:
@@ -424,7 +417,7 @@ if __name__ == "__main__":  # pragma: no cover - makes the tables
                 for kind, table in json.load(file).items():
                     if merged.setdefault(kind, table) != table:
                         raise SystemExit(f"{path}: its {kind} table differs from an earlier one")
-        sys.stdout.write(_module_text(merged))
+        json.dump(merged, sys.stdout, indent=1, sort_keys=True)
     else:
-        json.dump(_table(), sys.stdout, indent=1)
-        print()
+        json.dump(_table(), sys.stdout, indent=1, sort_keys=True)
+    print()

@@ -20,8 +20,8 @@ import pytest
 import trio
 
 import mcp_trio
-from mcp_trio import MCPApp, ServerConfig, hypercorn_config, serve
-from mcp_trio._http.hypercorn_server import serve_hypercorn
+from mcp_trio import MCPApp, ServerConfig, serve
+from mcp_trio._http.hypercorn_server import hypercorn_config, serve_hypercorn
 from mcp_trio.demo import build_demo_server
 
 # httpx reads a body through a chain of async generators (Response.aiter_bytes -> aiter_raw ->
@@ -124,7 +124,7 @@ async def demo() -> AsyncIterator[Demo]:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
         yield Demo(app, urls[0] + "/mcp")

@@ -34,8 +34,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 import httpx
 import trio
 
-from mcp_trio import hypercorn_config
-from mcp_trio._http.hypercorn_server import serve_hypercorn
+from mcp_trio._http.hypercorn_server import hypercorn_config, serve_hypercorn
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

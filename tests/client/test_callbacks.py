@@ -22,7 +22,6 @@ from mcp_trio import (
     MCPServer,
     RPCError,
     ServerConfig,
-    hypercorn_config,
     open_client_session,
     open_stdio_client,
     serve,
@@ -106,7 +105,7 @@ async def server() -> AsyncIterator[Server]:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
         yield Server(urls[0] + "/mcp", app, cancelled)

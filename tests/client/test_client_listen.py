@@ -10,7 +10,6 @@ from mcp_trio import (
     MCPServer,
     ServerConfig,
     TransportError,
-    hypercorn_config,
     open_client_session,
     serve,
 )
@@ -45,7 +44,7 @@ async def test_listen_receives_what_it_asked_for_and_ends_gracefully() -> None:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
         async with open_client_session(urls[0] + "/mcp", mode="modern") as session:
@@ -77,7 +76,7 @@ async def test_leaving_the_block_ends_the_subscription() -> None:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
         async with open_client_session(urls[0] + "/mcp", mode="modern") as session:

@@ -23,7 +23,6 @@ from mcp_trio import (
     RPCError,
     ServerConfig,
     TransportError,
-    hypercorn_config,
     open_client_session,
     open_stdio_client,
     serve,
@@ -71,7 +70,7 @@ async def _serve(config: ServerConfig) -> AsyncIterator[Server]:
     ):
         urls = await nursery.start(
             lambda task_status: serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
         yield Server(urls[0] + "/mcp", wire, http)

@@ -68,7 +68,6 @@ from mcp_trio import (
     MCPApp,
     MCPServer,
     ServerConfig,
-    hypercorn_config,
     open_client_session,
     serve,
 )
@@ -388,7 +387,7 @@ async def demo() -> AsyncIterator[Demo]:
     app = MCPApp(build_demo_server(), ServerConfig(shutdown_grace=1))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        run = functools.partial(serve, app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait)
+        run = functools.partial(serve, app, "127.0.0.1", 0, shutdown_trigger=stop.wait)
         urls = await nursery.start(run)
         yield Demo(app, urls[0] + "/mcp", stop)
         stop.set()
@@ -512,7 +511,7 @@ EXPECTATIONS = [
     Expect("README.md", "async def forecast", check=_forecast),
     Expect("docs/index.md", "async def forecast", check=_forecast),
     Expect("README.md", "open_client_session(", check=_readme_client),
-    Expect("docs/embedded-server.md", "serve_h11", check=_embedded),
+    Expect("docs/embedded-server.md", 'http="h11"', check=_embedded),
     Expect("docs/client.md", "session.listen(", check=_listen, driver=_listen_driver),
     Expect("docs/tasks.md", 'on_task_status=lambda task: print("task", task.status)', check=_task_client),
     Expect("docs/tasks.md", "async def build_report", check=_build_report),
@@ -588,8 +587,7 @@ async def test_sample(sample: Sample, demo: Demo, monkeypatch: pytest.MonkeyPatc
                         nursery.start_soon(fn, *args)
                     await wait_listening(port)
                 else:
-                    config = hypercorn_config([f"127.0.0.1:{port}"])
-                    await nursery.start(functools.partial(serve, app or MCPApp(server), config))
+                    await nursery.start(functools.partial(serve, app or MCPApp(server), "127.0.0.1", port))
                 await _exercise(run, server, expect)
                 nursery.cancel_scope.cancel()
         else:

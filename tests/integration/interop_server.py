@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 import mcp_types as mt
 import trio
 
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, serve
 
 SERVER_NAME = "interop"
 SERVER_VERSION = "1.2.3"
@@ -98,9 +98,7 @@ async def serving(
     async with trio.open_nursery() as nursery:
 
         async def run(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stopped.wait, task_status=task_status
-            )
+            await serve(app, "127.0.0.1", 0, shutdown_trigger=stopped.wait, task_status=task_status)
 
         urls: list[str] = await nursery.start(run)
         assert all(url.startswith("http://127.0.0.1:") for url in urls), urls

@@ -23,7 +23,8 @@ from typing import IO, Any
 import httpx
 import trio
 
-from mcp_trio import MCPApp, hypercorn_config, serve, serve_h11
+from mcp_trio import MCPApp, serve
+from mcp_trio._http.hypercorn_server import hypercorn_config
 from mcp_trio._protocol.sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
@@ -287,8 +288,8 @@ async def serve_in_process(
     async with trio.open_nursery() as nursery:
         if kind == "h11":
             urls = await nursery.start(
-                lambda task_status: serve_h11(
-                    app, "127.0.0.1", port, shutdown_trigger=stop.wait, task_status=task_status
+                lambda task_status: serve(
+                    app, "127.0.0.1", port, http="h11", shutdown_trigger=stop.wait, task_status=task_status
                 )
             )
         else:
@@ -296,7 +297,7 @@ async def serve_in_process(
             urls = await nursery.start(
                 lambda task_status: serve(
                     app,
-                    config,
+                    config=config,
                     shutdown_trigger=stop.wait,
                     task_status=task_status,
                     hypercorn_fast_path=kind == "hypercorn",

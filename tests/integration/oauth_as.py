@@ -47,7 +47,8 @@ import httpx
 import pytest
 import trio
 
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, serve
+from mcp_trio._http.hypercorn_server import hypercorn_config
 from mcp_trio.auth import AccessToken, JWTVerifier, ProtectedResource, TokenVerifier
 
 __all__ = [
@@ -298,7 +299,7 @@ async def serve_protected(
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
-            lambda task_status: serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+            lambda task_status: serve(app, config=config, shutdown_trigger=stop.wait, task_status=task_status)
         )
         assert urls == [f"http://127.0.0.1:{port}"], urls
         try:

@@ -18,7 +18,7 @@ import pytest
 import trio
 from tests.required import not_applicable
 
-from mcp_trio import MCPApp, ServerConfig, hypercorn_config, serve
+from mcp_trio import MCPApp, ServerConfig, serve
 from mcp_trio._cli.client import parse_arguments
 from mcp_trio.demo import build_demo_server
 
@@ -125,7 +125,7 @@ async def demo() -> AsyncIterator[Demo]:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
         state.url = urls[0] + "/mcp"

@@ -15,7 +15,7 @@ import pytest
 import trio
 from tests.required import not_applicable
 
-from mcp_trio import MCPApp, ServerConfig, hypercorn_config, open_client_session, serve
+from mcp_trio import MCPApp, ServerConfig, open_client_session, serve
 from mcp_trio.demo import build_demo_server
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
@@ -29,7 +29,7 @@ async def url() -> AsyncIterator[str]:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
         yield urls[0] + "/mcp"

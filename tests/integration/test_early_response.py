@@ -22,8 +22,7 @@ import trio
 from mcp_http import INIT, POST_HEADERS, serve_in_process
 
 from mcp_trio import MCPApp, MCPServer, ServerConfig
-from mcp_trio._http import h11_server as h11server
-from mcp_trio._http import hypercorn_server
+from mcp_trio._http.linger import LINGER_TIME
 
 SERVERS = ["hypercorn", "hypercorn-as-shipped-path", "h11"]
 LIMIT = 4 * 1024 * 1024
@@ -162,7 +161,7 @@ def sending_forever(port: int, within: float, chunk: int, pause: float) -> tuple
 @pytest.mark.parametrize("pace", ["flood", "trickle"])
 async def test_a_client_that_sends_forever_is_cut_after_the_bound(kind: str, pace: str) -> None:
     # flood: the byte bound (LINGER_BYTES) ends the linger at once; trickle: the time bound does.
-    bound = max(h11server.LINGER_TIME, hypercorn_server.LINGER_TIME)
+    bound = LINGER_TIME  # both servers linger alike (mcp_trio._http.linger)
     chunk, pause = (65536, 0.0) if pace == "flood" else (1024, 0.02)
     async with running(kind) as port:
         with trio.fail_after(bound + 15):

@@ -1,4 +1,4 @@
-"""``serve_h11``, the embedded Trio + h11 server, in-process on real loopback sockets.
+"""The embedded Trio + h11 server (``serve(app, http="h11")``), in-process on real loopback sockets.
 
 The MCP behaviour it serves is the ASGI app's, and the whole integration directory runs against it too
 (``MCP_TRIO_TEST_HTTP=h11``, see ``mcp_http.py``).  These tests cover what belongs to the HTTP layer
@@ -8,7 +8,11 @@ cancellation, and that nothing is left behind.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,7 +22,8 @@ import pytest
 import trio
 from mcp_http import POST_HEADERS
 
-from mcp_trio import H11Config, MCPApp, MCPServer, ServerConfig, serve_h11
+from mcp_trio import MCPApp, MCPServer, ServerConfig, serve
+from mcp_trio._http.h11_server import H11Config
 
 INIT = {
     "jsonrpc": "2.0",
@@ -51,13 +56,19 @@ def build_app(**config: Any) -> MCPApp:
 async def running(
     app: Any, config: H11Config | None = None
 ) -> AsyncIterator[tuple[str, int, trio.Event, trio.Nursery]]:
-    """serve_h11 on 127.0.0.1:0; yields (url, port, stop, nursery); on exit stops it and checks that it
-    returned and left no task behind."""
+    """``serve(app, http="h11")`` on 127.0.0.1:0; yields (url, port, stop, nursery); on exit stops it and
+    checks that it returned and left no task behind."""
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
-            lambda task_status: serve_h11(
-                app, "127.0.0.1", 0, config=config, shutdown_trigger=stop.wait, task_status=task_status
+            lambda task_status: serve(
+                app,
+                "127.0.0.1",
+                0,
+                http="h11",
+                config=config,
+                shutdown_trigger=stop.wait,
+                task_status=task_status,
             )
         )
         port = int(urls[0].rsplit(":", 1)[1])
@@ -316,7 +327,7 @@ class OddApp:
 async def test_a_misbehaving_app_never_takes_the_server_down(caplog: pytest.LogCaptureFixture) -> None:
     async with running(OddApp()) as (url, _port, _stop, _), httpx.AsyncClient(timeout=5) as client:
         assert (await client.get(url + "/raise")).status_code == 500
-        assert "ASGI app failed" in caplog.text
+        assert "ASGI app on GET /raise failed" in caplog.text
         assert (await client.get(url + "/nothing")).status_code == 500
         assert (await client.get(url + "/head-only")).status_code == 204
         with pytest.raises(httpx.RemoteProtocolError):  # closed mid-body: the client sees it
@@ -329,10 +340,52 @@ async def test_cancelling_serve_h11_stops_everything_at_once() -> None:
     app = build_app()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            urls = await nursery.start(serve_h11, app, "127.0.0.1", 0)
+            urls = await nursery.start(functools.partial(serve, app, "127.0.0.1", 0, http="h11"))
             async with httpx.AsyncClient(timeout=5) as client:
                 response = await client.post(urls[0] + "/mcp", json=INIT, headers=POST_HEADERS)
                 assert response.status_code == 200
             nursery.cancel_scope.cancel()
     with pytest.raises(OSError):
         await trio.open_tcp_stream("127.0.0.1", int(urls[0].rsplit(":", 1)[1]))
+
+
+SERVE_H11 = """
+import sys, trio
+from mcp_trio import MCPApp, MCPServer, serve
+
+async def main() -> None:
+    app = MCPApp(MCPServer("light"))
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(
+            lambda task_status: serve(app, "127.0.0.1", 0, http="h11", task_status=task_status)
+        )
+        # A raw request: an HTTP client library could load h2 itself.
+        async with await trio.open_tcp_stream("127.0.0.1", int(urls[0].rsplit(":", 1)[1])) as stream:
+            await stream.send_all(b"GET /mcp HTTP/1.1\\r\\nhost: 127.0.0.1\\r\\n\\r\\n")
+            assert (await stream.receive_some(65536)).startswith(b"HTTP/1.1 ")
+        nursery.cancel_scope.cancel()
+
+trio.run(main)
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("hypercorn", "h2", "hpack", "priority")))
+"""
+
+
+def test_serving_with_h11_loads_no_hypercorn() -> None:
+    """``serve(app, http="h11")`` imports its server only: a program served by h11 never loads hypercorn,
+    h2, hpack or priority (a fresh interpreter serves one request, then lists what it loaded)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE_H11], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+async def test_serve_refuses_what_its_server_cannot_take() -> None:
+    app = build_app()
+    with pytest.raises(ValueError, match="does not do TLS"):
+        await serve(app, http="h11", certfile="cert.pem", keyfile="key.pem")
+    with pytest.raises(TypeError, match="takes an H11Config"):
+        await serve(app, http="h11", config=object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'hypercorn' or 'h11'"):
+        await serve(app, http="h2")  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """hypercorn 0.18's trio worker left a connection that the client closed while idle in CLOSE_WAIT until
-keep_alive_timeout ran out; ``mcp_trio._http.hypercorn_patch`` fixes it (see its docstring).
+keep_alive_timeout ran out; ``mcp_trio._http.hypercorn_close_wait`` fixes it (see its docstring).
 
 The in-process tests run hypercorn with the fix applied (it is process-global and meant to stay
 applied). The bug itself is shown in a fresh interpreter that never imports mcp_trio, so no global
@@ -181,7 +181,7 @@ async def get(stream: trio.SocketStream, buffer: bytearray, path: str) -> bytes:
 
 def test_fix_is_available_and_hypercorn_untouched() -> None:
     # hypercorn is pinned to 0.18.0: if this fails, the installed hypercorn is not the code the fix was
-    # written for; check whether upstream fixed the bug (see hypercorn_patch's docstring).
+    # written for; check whether upstream fixed the bug (see hypercorn_close_wait's docstring).
     assert hypercorn_fixes_available() is None
     assert TCPServer._read_data.__module__ == "hypercorn.trio.tcp_server"
     assert TCPServer.protocol_send.__module__ == "hypercorn.trio.tcp_server"
@@ -382,7 +382,7 @@ async def run_experiment(mode: str, keep_alive_timeout: float) -> dict[str, Any]
 
 async def test_unpatched_hypercorn_keeps_closed_idle_connection_until_keep_alive_timeout() -> None:
     # If this fails because the connection was released at once, upstream hypercorn fixed the bug:
-    # remove mcp_trio._http.hypercorn_patch (see its docstring).
+    # remove mcp_trio._http.hypercorn_close_wait (see its docstring).
     # "beside": the same holds for stock hypercorn in a process that imported and ran mcp_trio's server.
     keep_alive_timeout = 1.5
     with trio.fail_after(40):
@@ -404,10 +404,10 @@ async def test_an_unexpected_hypercorn_is_refused_or_served_as_shipped_when_allo
     # Where the code the fixes rely on is not what they were written for, mcp_trio's server refuses to
     # start (nothing is bound); allowed, it serves with hypercorn as shipped and says so.  (The real
     # thing, an edited copy of hypercorn in a fresh interpreter: test_hypercorn_guard.py.)
-    from mcp_trio._http import _hypercorn_0_18_0, hypercorn_guard, hypercorn_server
+    from mcp_trio._http import hypercorn_guard, hypercorn_server
 
     monkeypatch.setitem(
-        _hypercorn_0_18_0.EXPECTED["ast"]["hypercorn.trio.tcp_server"], "TCPServer.run", "0" * 16
+        hypercorn_guard.expected()["ast"]["hypercorn.trio.tcp_server"], "TCPServer.run", "0" * 16
     )
     hypercorn_guard._installed.cache_clear()
     try:

@@ -1,7 +1,7 @@
 """hypercorn 0.18's trio worker with mcp_trio's fast path (``mcp_trio._http.hypercorn_fast_path``).
 
 In-process, on real loopback sockets, on mcp_trio's hypercorn server (``serve_hypercorn``: the CLOSE_WAIT
-fix of ``hypercorn_patch`` and the fast path, in subclasses used by that server only), these tests check
+fix of ``hypercorn_close_wait`` and the fast path, in subclasses used by that server only), these tests check
 that HTTP/1.1 behaves as before: pipelining, HTTP/1.0, malformed requests, chunked and split request
 bodies, ``Expect: 100-continue``, streamed (SSE) and content-length responses flushed as the app sends
 them, app errors, large bodies, disconnect detection, the keep-alive idle timer (now a deadline instead
@@ -35,7 +35,8 @@ from hypercorn.trio.task_group import TaskGroup
 from mcp_http import count_sockets, count_tasks, read_until, wait_until
 from tests.required import not_applicable
 
-from mcp_trio._http.hypercorn_server import DISCONNECT_CALLBACK, hypercorn_fixes_available, serve_hypercorn
+from mcp_trio._http.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
+from mcp_trio._runtime.contract import DISCONNECT_CALLBACK
 
 KEEP_ALIVE = 0.5  # keep_alive_timeout of the idle-timer tests
 IDLE_CLOSE_WINDOW = (0.3, 2.5)  # seconds within which such an idle connection must be closed

@@ -23,8 +23,14 @@ import hypercorn
 import pytest
 import trio
 
-from mcp_trio import MCPApp, MCPServer, hypercorn_config, serve
-from mcp_trio._http import hypercorn_fast_path, hypercorn_guard, hypercorn_patch, hypercorn_server
+from mcp_trio import MCPApp, MCPServer, serve
+from mcp_trio._http import (
+    hypercorn_close_wait,
+    hypercorn_fast_path,
+    hypercorn_guard,
+    hypercorn_protocols,
+    hypercorn_server,
+)
 from mcp_trio._http.hypercorn_guard import GUARDED_MODULES, HypercornGuardError
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
@@ -205,13 +211,13 @@ async def test_the_demo_refuses_a_changed_hypercorn_unless_allowed(tmp_path: Pat
 
 SERVE = """
 import sys, trio
-from mcp_trio import MCPApp, MCPServer, hypercorn_config, serve
+from mcp_trio import MCPApp, MCPServer, serve
 
 async def main(allow: bool) -> None:
     app = MCPApp(MCPServer("guarded"))
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(lambda task_status: serve(
-            app, hypercorn_config(["127.0.0.1:0"]), task_status=task_status, allow_stock_hypercorn=allow
+            app, "127.0.0.1", 0, task_status=task_status, allow_stock_hypercorn=allow
         ))
         print("served", urls, flush=True)
         nursery.cancel_scope.cancel()
@@ -245,16 +251,14 @@ def test_serve_raises_on_a_changed_hypercorn_unless_allowed(tmp_path: Path) -> N
 
 async def test_serve_refuses_before_binding_anything(monkeypatch: pytest.MonkeyPatch) -> None:
     # In process: the expected fingerprint of one item changed (as if the code had), the guard re-run.
-    from mcp_trio._http import _hypercorn_0_18_0
-
-    items = _hypercorn_0_18_0.EXPECTED["ast"]["hypercorn.protocol.h2"]
+    items = hypercorn_guard.expected()["ast"]["hypercorn.protocol.h2"]
     monkeypatch.setitem(items, "H2Protocol._handle_events", "0" * 16)
     hypercorn_guard._installed.cache_clear()
     try:
         with pytest.raises(
             HypercornGuardError, match=r"hypercorn\.protocol\.h2: changed H2Protocol\._handle_events"
         ):
-            await serve(MCPApp(MCPServer("refused")), hypercorn_config(["127.0.0.1:0"]))
+            await serve(MCPApp(MCPServer("refused")), "127.0.0.1", 0)
     finally:
         monkeypatch.undo()
         hypercorn_guard._installed.cache_clear()
@@ -272,7 +276,7 @@ async def test_a_function_replaced_in_memory_is_refused(monkeypatch: pytest.Monk
     monkeypatch.setattr(H2Protocol, "_handle_events", patched_handle_events)
     assert hypercorn_guard.check() == "hypercorn.protocol.h2: replaced in memory H2Protocol._handle_events"
     with pytest.raises(HypercornGuardError, match=r"replaced in memory H2Protocol\._handle_events"):
-        await serve(MCPApp(MCPServer("refused")), hypercorn_config(["127.0.0.1:0"]))
+        await serve(MCPApp(MCPServer("refused")), "127.0.0.1", 0)
     monkeypatch.undo()
     assert hypercorn_guard.check() is None
 
@@ -280,22 +284,22 @@ async def test_a_function_replaced_in_memory_is_refused(monkeypatch: pytest.Monk
 def test_the_installed_hypercorn_is_the_guarded_code() -> None:
     assert hypercorn_guard.check() is None
     # Every table covers the same modules and the interpreters CI and users run.
-    from mcp_trio._http._hypercorn_0_18_0 import EXPECTED
+    expected = hypercorn_guard.expected()
 
-    assert set(EXPECTED) >= {"ast", "cpython-311", "cpython-312", "cpython-313"}
-    for table in EXPECTED.values():
+    assert set(expected) >= {"ast", "cpython-311", "cpython-312", "cpython-313"}
+    for table in expected.values():
         assert sorted(table) == sorted(GUARDED_MODULES)
-    assert sys.implementation.cache_tag in EXPECTED
+    assert sys.implementation.cache_tag in expected
     for module in GUARDED_MODULES:
         assert (
             hypercorn_guard.fingerprint(module, sys.implementation.cache_tag)
-            == (EXPECTED[sys.implementation.cache_tag][module])
+            == (expected[sys.implementation.cache_tag][module])
         )
 
 
 # -- what the subclasses use is guarded ------------------------------------------------------------
 
-OURS = (hypercorn_server, hypercorn_patch, hypercorn_fast_path)
+OURS = (hypercorn_server, hypercorn_protocols, hypercorn_close_wait, hypercorn_fast_path)
 NOT_GUARDED = {
     "hypercorn.config": "the user's Config, read and passed through as hypercorn does",
     "hypercorn.trio": "hypercorn.trio.serve: only the stock server, when allowed",

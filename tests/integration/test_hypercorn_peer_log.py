@@ -16,9 +16,8 @@ import h2.events
 import pytest
 import trio
 
-from mcp_trio import hypercorn_config
-from mcp_trio._http import hypercorn_server
-from mcp_trio._http.hypercorn_server import serve_hypercorn
+from mcp_trio._http import hypercorn_protocols, hypercorn_server
+from mcp_trio._http.hypercorn_server import hypercorn_config, serve_hypercorn
 from mcp_trio._runtime.peerlog import RateLimitedLog
 
 CONNECTIONS = 50
@@ -45,7 +44,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 @asynccontextmanager
 async def serving(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[int]:
     # Fresh rate limits, so that what other tests logged in the last minute does not count here.
-    monkeypatch.setattr(hypercorn_server, "peer_log", RateLimitedLog(hypercorn_server.logger))
+    monkeypatch.setattr(hypercorn_protocols, "peer_log", RateLimitedLog(hypercorn_protocols.logger))
     monkeypatch.setattr(hypercorn_server, "failure_log", RateLimitedLog(hypercorn_server.logger, burst=5))
     config = hypercorn_config(["127.0.0.1:0"], graceful_timeout=1.0)
     async with trio.open_nursery() as nursery:

@@ -300,7 +300,7 @@ async def test_client_reset_during_a_response_is_released(
     """A client that resets its connection (RST) while the server is finishing a short response must
     not leave the connection behind.
 
-    Fails under hypercorn 0.18 even with ``hypercorn_patch`` (seen: 20-35 of 50 such connections left
+    Fails under hypercorn 0.18 even with ``hypercorn_close_wait`` (seen: 20-35 of 50 such connections left
     for 5 s).  The reset ends hypercorn's read loop with BrokenResourceError, so h11 is never fed the
     EOF and still thinks the client is DONE with its request; when the app's task then closes the
     stream, ``H11Protocol._maybe_recycle`` sees DONE/DONE, starts a new cycle and sends

@@ -19,7 +19,6 @@ from mcp_trio import (
     MCPApp,
     MCPServer,
     ServerConfig,
-    hypercorn_config,
     serve,
 )
 
@@ -55,7 +54,7 @@ async def test_serve_in_process_ends_streams_on_shutdown() -> None:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: serve(
-                app, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
         url = urls[0] + "/mcp"

@@ -57,8 +57,8 @@ from tests.required import not_applicable
 
 from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, open_websocket_client, serve
 from mcp_trio._cli import main
-from mcp_trio._http.hypercorn_server import CANCELLABLE_SEND, hypercorn_fixes_available, serve_hypercorn
-from mcp_trio._http.serve import hypercorn_config
+from mcp_trio._http.hypercorn_server import hypercorn_config, hypercorn_fixes_available, serve_hypercorn
+from mcp_trio._runtime.contract import CANCELLABLE_SEND
 
 pytestmark = [
     pytest.mark.skipif(
@@ -622,7 +622,7 @@ async def test_h2_a_session_that_ends_cuts_a_send_stuck_on_an_unread_stream() ->
     async with trio.open_nursery() as nursery:
         config = hypercorn_config(["127.0.0.1:0"], graceful_timeout=1.0)
         urls = await nursery.start(
-            lambda task_status: serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+            lambda task_status: serve(app, config=config, shutdown_trigger=stop.wait, task_status=task_status)
         )
         port = int(urls[0].rsplit(":", 1)[1])
         async with h2_client(port) as h2c:
@@ -735,9 +735,9 @@ async def test_tls_a_client_that_stops_reading_is_cut_after_write_timeout(cert: 
 
 async def test_shipped_hypercorn_is_what_the_h2_subclass_was_written_against() -> None:
     """The guard covers the HTTP/2 code relied on (a changed hypercorn is refused)."""
-    from mcp_trio._http import _hypercorn_0_18_0
+    from mcp_trio._http import hypercorn_guard
 
-    guarded = _hypercorn_0_18_0.EXPECTED["ast"]
+    guarded = hypercorn_guard.expected()["ast"]
     assert {"ProtocolWrapper.handle", "ProtocolWrapper.__init__"} <= set(guarded["hypercorn.protocol"])
     assert {"H2Protocol.stream_send", "H2Protocol.handle", "StreamBuffer", "StreamBuffer.drain"} <= set(
         guarded["hypercorn.protocol.h2"]

@@ -41,6 +41,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
     assert "mcp_trio/py.typed" in names
+    # The hypercorn guard's expected fingerprints are package data: without them no server starts.
+    assert "mcp_trio/_http/hypercorn_0_18_0.json" in names
     assert any(re.fullmatch(r"mcp_trio-[^/]+\.dist-info/(licenses/)?LICENSE", n) for n in names), names
     assert not any(n.startswith("tests/") for n in names)
     # No pip of its own (seconds to set up): this interpreter's pip installs into it (--python).
@@ -57,6 +59,8 @@ def test_wheel_installs_with_only_runtime_dependencies(installed: Path) -> None:
     assert not names & {"pytest", "mypy", "ruff", "hypothesis", "sphinx", "mcp"}, names
     where = run(installed / "python", "-c", "import mcp_trio; print(mcp_trio.__file__)").stdout
     assert str(ROOT) not in where and "site-packages" in where
+    guard = "from mcp_trio._http.hypercorn_guard import check; print(check())"
+    assert run(installed / "python", "-c", guard).stdout.strip() == "None"
 
 
 def test_demo_runs_from_the_wheel(installed: Path) -> None:

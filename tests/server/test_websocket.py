@@ -1,5 +1,6 @@
 """The WebSocket transport, end to end on real loopback sockets: ``MCPApp`` served by hypercorn
-(``mcp_trio.serve``) and by the embedded HTTP/1.1 server (``serve_h11``, wsproto), every test on both.
+(``mcp_trio.serve``) and by the embedded HTTP/1.1 server (``serve(..., http="h11")``, wsproto), every
+test on both.
 
 Clients: mcp_trio's own ``open_websocket_client``, and a raw client on wsproto over a Trio socket where
 the test needs to see or do what a client library hides: refused upgrades (status, headers, body; any
@@ -43,11 +44,10 @@ from mcp_trio import (
     RemoteProtocolError,
     ServerConfig,
     TransportError,
-    hypercorn_config,
     open_websocket_client,
     serve,
-    serve_h11,
 )
+from mcp_trio._http.hypercorn_server import hypercorn_config
 from mcp_trio._transport.websocket import WebSocketConnection
 
 from .test_stdio_server import modern_meta
@@ -188,9 +188,11 @@ async def serving(kind: str, app: MCPApp) -> AsyncIterator[Served]:
     async with trio.open_nursery() as nursery:
         if kind == "hypercorn":
             config = hypercorn_config(["127.0.0.1:0"], graceful_timeout=1.0)
-            start: Callable[..., Any] = functools.partial(serve, app, config, shutdown_trigger=stop.wait)
+            start: Callable[..., Any] = functools.partial(
+                serve, app, config=config, shutdown_trigger=stop.wait
+            )
         else:
-            start = functools.partial(serve_h11, app, "127.0.0.1", 0, shutdown_trigger=stop.wait)
+            start = functools.partial(serve, app, "127.0.0.1", 0, http="h11", shutdown_trigger=stop.wait)
         urls = await nursery.start(start)
         port = int(urls[0].rsplit(":", 1)[1])
         served = Served(app, port, stop)

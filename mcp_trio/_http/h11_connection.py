@@ -1,0 +1,423 @@
+"""One client connection of the embedded HTTP/1.1 server (:mod:`.h11_server`), all in one task.
+
+- h11 parses requests; the app is called in the connection's task (no task per request);
+- ``receive()`` hands out the request body, then waits on the socket itself: end of file (or a reset)
+  is ``http.disconnect``; bytes a client pipelines meanwhile are kept for h11's next cycle;
+- ``send()`` writes each ASGI message as it comes (so SSE events flush at once), except that the head
+  waits for the first body message and goes out with it in one write; a response whose whole body is
+  in its first message gets a ``content-length`` instead of chunked framing;
+- a send to a client that has gone is dropped (as hypercorn does); the app sees the disconnect through
+  ``receive()``;
+- after an answer sent before the request body was all read (413, 4xx, 408) or a parse error, the
+  close lingers (:mod:`.linger`), so that the close does not reset the connection under the answer;
+- an idle keep-alive connection is closed after ``keep_alive_timeout``; a request head must arrive
+  within ``read_timeout`` once it has begun; heads are limited to ``max_head_size`` bytes;
+- a WebSocket upgrade is handed to :mod:`.h11_websocket` (wsproto); the connection ends with it.
+
+What clients do wrong is logged through :data:`peer_log` (one line each, at most ten a minute, no
+traceback); a failure of the app ends its request (a 500 if nothing was sent yet) and the connection.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from http import HTTPStatus
+from math import inf
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import h11
+import trio
+
+from .._runtime.containment import contained
+from .._runtime.contract import CANCELLABLE_SEND
+from .._runtime.peerlog import RateLimitedLog
+from .h11_websocket import H11WebSocket, is_websocket_upgrade
+from .linger import half_close, linger_and_close
+
+if TYPE_CHECKING:
+    from .h11_server import H11Config
+
+__all__ = ["H11Connection", "peer_log"]
+
+logger = logging.getLogger(__name__)
+peer_log = RateLimitedLog(logger)
+"""What clients do wrong (malformed requests, slow reading): one line per kind and interval."""
+
+_RECEIVE_SIZE = 65536
+_DISCONNECT = {"type": "http.disconnect"}
+
+
+class _Gone(Exception):
+    """The client has gone (end of file, reset, or a broken write)."""
+
+
+class H11Connection:
+    """One HTTP/1.1 client connection: h11 state, the socket, and the ASGI calls of its requests in turn."""
+
+    __slots__ = (
+        "_body_done",
+        "_broken",
+        "_disconnected",
+        "_idle_scope",
+        "_pending_start",
+        "_request",
+        "_response_done",
+        "_started",
+        "app",
+        "client",
+        "config",
+        "conn",
+        "server_addr",
+        "stream",
+        "write_timeout",
+    )
+
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        app: Callable[..., Any],
+        config: H11Config,
+        server_addr: Any,
+        client: Any,
+    ) -> None:
+        self.stream = stream
+        self.app = app
+        self.config = config
+        self.server_addr = server_addr
+        self.client = client
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_head_size)
+        self._idle_scope: trio.CancelScope | None = None
+        self._request: h11.Request | None = None
+        self._body_done = False
+        self._disconnected = False
+        self._pending_start: dict[str, Any] | None = None
+        self._started = False
+        self._response_done = False
+        self._broken = False
+        """A write failed, timed out or was cancelled: the connection can only be closed."""
+        self.write_timeout = inf if config.write_timeout is None else config.write_timeout
+
+    # -- connection loop -----------------------------------------------------------------------
+
+    async def serve(self, shutting_down: Callable[[], bool]) -> None:
+        """Serve requests in turn until the client goes, an answer ends the connection or the server
+        shuts down; the caller contains failures and closes the socket."""
+        try:
+            while not shutting_down():
+                try:
+                    event = await self._next_event(idle=True)
+                except h11.RemoteProtocolError as exc:
+                    await self._refuse(exc)
+                    return
+                if not isinstance(event, h11.Request):
+                    return  # end of file, a timeout, or shutdown while idle
+                ok = await self._serve(event)
+                if not ok or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+                    if self._answered_early():
+                        await self._linger()
+                    return
+                self.conn.start_next_cycle()
+        except _Gone:
+            return
+
+    def close_if_idle(self) -> None:
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+
+    async def _receive_some(self) -> bytes:
+        try:
+            data = await self.stream.receive_some(_RECEIVE_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _Gone from exc
+        if not data:
+            raise _Gone
+        return data
+
+    async def _next_event(self, *, idle: bool = False) -> Any:
+        """The next h11 event; ``None`` on end of file or timeout.  ``idle``: between requests (the
+        keep-alive timeout applies until the first byte, then the read timeout)."""
+        conn = self.conn
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                if isinstance(event, h11.ConnectionClosed):
+                    return None
+                return event
+            if idle and not conn.trailing_data[0]:
+                with trio.CancelScope(deadline=trio.current_time() + self.config.keep_alive_timeout) as scope:
+                    self._idle_scope = scope
+                    try:
+                        data = await self._receive_some()
+                    except _Gone:
+                        return None
+                    finally:
+                        self._idle_scope = None
+                if scope.cancelled_caught:
+                    return None
+            else:
+                with trio.move_on_after(self.config.read_timeout) as scope:
+                    try:
+                        data = await self._receive_some()
+                    except _Gone:
+                        conn.receive_data(b"")
+                        continue
+                if scope.cancelled_caught:
+                    return None
+            conn.receive_data(data)
+
+    async def _refuse(self, exc: h11.RemoteProtocolError) -> None:
+        """A request h11 cannot parse: answer with its status (400, 431...) if we still can, then close."""
+        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        status = exc.error_status_hint
+        peer_log.log(logging.INFO, "refused a malformed HTTP/1.1 request (%d)", status)
+        body = f"{status} {exc}".encode()
+        headers = [(b"content-type", b"text/plain"), _content_length(body)]
+        headers.append((b"connection", b"close"))
+        try:
+            data = self.conn.send(h11.Response(status_code=status, headers=headers))
+            data = (data or b"") + (self.conn.send(h11.Data(data=body)) or b"")
+            data += self.conn.send(h11.EndOfMessage()) or b""
+        except h11.LocalProtocolError:  # pragma: no cover - nothing sensible left to send
+            return
+        await self._write(data)
+        await self._linger()
+
+    def _answered_early(self) -> bool:
+        """A complete answer went out while the request body is still coming: the connection closes,
+        and closing at once could reset it under the client's feet (see :mod:`.linger`)."""
+        if not self._response_done or self._broken or self._disconnected:
+            return False
+        if self.conn.their_state is not h11.SEND_BODY:
+            return False
+        return not self._skip_buffered_body()  # a body already all here (a GET) needs no linger
+
+    async def _linger(self) -> None:
+        """Lingering close (:mod:`.linger`): end our side at once, then read and drop what the client
+        is still sending, within the bounds, and close."""
+        half_close(self.stream)
+        await linger_and_close(self.stream)
+
+    # -- one request ------------------------------------------------------------------------------
+
+    async def _serve(self, request: h11.Request) -> bool:
+        """Run the app for ``request``; True if the connection can serve another request."""
+        if is_websocket_upgrade(request):
+            return await self._websocket(request)
+        self._request = request
+        self._body_done = False
+        self._disconnected = False
+        self._pending_start = None
+        self._started = False
+        self._response_done = False
+        target = request.target
+        path, _, query = target.partition(b"?")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.http_version.decode(),
+            "method": request.method.decode(),
+            "scheme": "http",
+            "path": unquote(path.decode("latin-1")),
+            "raw_path": path,
+            "query_string": query,
+            "root_path": "",
+            "headers": list(request.headers),  # (lowercased name, value), as ASGI wants
+            "client": self.client,
+            "server": self.server_addr,
+            "extensions": {CANCELLABLE_SEND: {}},
+        }
+        # Containment: the app's failure ends this request (and its connection) only.
+        with contained(f"ASGI app on {scope['method']} {scope['path']}") as failure:
+            try:
+                await self.app(scope, self._asgi_receive, self._asgi_send)
+            except _Gone:
+                return False
+        if failure.caught is not None:
+            if not self._started and not self._disconnected and not self._broken:
+                await self._simple_response(500)
+            return False
+        if self._disconnected or self._broken:
+            return False
+        if self._pending_start is not None:  # a head and no body message: an empty body
+            await self._asgi_send({"type": "http.response.body", "body": b"", "more_body": False})
+        elif not self._started:  # the app returned without answering
+            await self._simple_response(500)
+            return False
+        if not self._response_done:  # it returned in the middle of a response: the only end left is close
+            return False
+        return self._body_done or self._skip_buffered_body()
+
+    async def _websocket(self, request: h11.Request) -> bool:
+        """A WebSocket upgrade: the app's ``websocket`` call, on wsproto; the connection ends with it."""
+        config = self.config
+        socket = H11WebSocket(
+            self.conn,
+            self.stream,
+            self._write,
+            _Gone,
+            max_message=inf if config.websocket_max_message is None else config.websocket_max_message,
+            ping_interval=config.websocket_ping_interval or 0.0,
+        )
+        with contained("ASGI app on a WebSocket"):  # its failure ends this connection only
+            try:
+                await socket.serve(self.app, request, self.client, self.server_addr)
+            except _Gone:
+                pass
+        self._broken = True  # nothing more on this connection (no lingering: the socket closes)
+        return False
+
+    def _early_answer(self) -> bool:
+        """A complete answer is about to go out while part of the request body has not arrived."""
+        if self._body_done or self.conn.their_state is not h11.SEND_BODY:
+            return False
+        return not self._skip_buffered_body()
+
+    def _skip_buffered_body(self) -> bool:
+        """A request body the app did not read (a GET, a DELETE): passed over if h11 already holds
+        all of it; otherwise (or if what is there is malformed) the connection closes rather than wait
+        for it."""
+        while True:
+            try:
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError:  # a bad chunk, say: h11 is in its ERROR state for good
+                return False
+            if isinstance(event, h11.EndOfMessage):
+                self._body_done = True
+                return True
+            if not isinstance(event, h11.Data):
+                return False
+
+    async def _simple_response(self, status: int) -> None:
+        try:
+            await self._asgi_send({"type": "http.response.start", "status": status, "headers": []})
+            await self._asgi_send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (h11.LocalProtocolError, _Gone):  # pragma: no cover - the client is gone or confused
+            pass
+
+    async def _asgi_receive(self) -> dict[str, Any]:
+        if self._disconnected:
+            return _DISCONNECT
+        if not self._body_done:
+            if self.conn.they_are_waiting_for_100_continue:
+                await self._write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+            try:
+                event = await self._next_event()
+            except h11.RemoteProtocolError:
+                event = None
+            if isinstance(event, h11.Data):
+                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
+            if isinstance(event, h11.EndOfMessage):
+                self._body_done = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            self._disconnected = True
+            return _DISCONNECT
+        # The body is all read: wait for the client to go away.  Bytes it sends meanwhile (a pipelined
+        # next request) are kept for h11; past max_pipelined the socket is no longer read.
+        while len(self.conn.trailing_data[0]) <= self.config.max_pipelined:
+            try:
+                data = await self._receive_some()
+            except _Gone:
+                self._disconnected = True
+                return _DISCONNECT
+            self.conn.receive_data(data)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _asgi_send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self._started or self._pending_start is not None:
+                raise RuntimeError("ASGI: http.response.start sent twice")
+            self._pending_start = message
+            return
+        if kind != "http.response.body":
+            raise RuntimeError(f"ASGI: unexpected message {kind!r}")
+        if self._response_done:
+            raise RuntimeError("ASGI: http.response.body after the response ended")
+        if self._disconnected:
+            return  # the client is gone: dropped (the app learns of it from receive())
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        if self._request is not None and self._request.method == b"HEAD":
+            body = b""  # a HEAD response has a head only
+        conn = self.conn
+        data = b""
+        start = self._pending_start
+        if start is not None:
+            self._pending_start = None
+            self._started = True
+            headers = list(start.get("headers", ()))
+            if not more and not any(name.lower() == b"content-length" for name, _ in headers):
+                headers.append(_content_length(body))
+            if not more and self._early_answer() and (b"connection", b"close") not in headers:
+                # The whole answer goes out before the request body is in (a 401 or 413 sent without
+                # reading it): the connection will close after it, so say so, or a keep-alive client
+                # would send its next request on a connection that is about to close.
+                headers.append((b"connection", b"close"))
+            status = start["status"]
+            try:
+                data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+            except h11.LocalProtocolError as exc:
+                self._protocol_error(exc)
+                return
+            data = data or b""
+        elif not self._started:
+            raise RuntimeError("ASGI: http.response.body before http.response.start")
+        try:
+            if body:
+                data += conn.send(h11.Data(data=body)) or b""
+            if not more:
+                data += conn.send(h11.EndOfMessage()) or b""
+                self._response_done = True
+        except h11.LocalProtocolError as exc:  # more body than its content-length, and the like
+            self._protocol_error(exc)
+            return
+        if data:
+            try:
+                await self._write(data)
+            except _Gone:
+                self._disconnected = True
+
+    def _protocol_error(self, exc: h11.LocalProtocolError) -> None:
+        """The app broke HTTP/1.1 mid-response: nothing more is sent, the connection will close."""
+        logger.error("ASGI app broke HTTP/1.1 (%s); closing the connection", exc)
+        self._broken = True
+        self._disconnected = True
+
+    async def _write(self, data: bytes | None) -> None:
+        """Write within ``write_timeout``; a write that fails, times out or is cancelled leaves the
+        stream unusable (part of the bytes may be out), so nothing more is written and it closes."""
+        if not data:
+            return
+        if self._broken:
+            raise _Gone
+        written = False
+        try:
+            with trio.fail_after(self.write_timeout):
+                await self.stream.send_all(data)
+            written = True
+        except trio.TooSlowError as exc:
+            timeout = self.write_timeout
+            peer_log.log(logging.INFO, "a write took longer than %s s; closing the connection", timeout)
+            raise _Gone from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise _Gone from exc
+        finally:
+            if not written:
+                self._broken = True
+
+
+@functools.cache
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def _content_length(body: bytes) -> tuple[bytes, bytes]:
+    return (b"content-length", str(len(body)).encode())

@@ -1,0 +1,196 @@
+"""Serving an :class:`~mcp_trio.MCPApp`: ``serve(app, host, port, http="hypercorn"|"h11")``.
+
+One entry point for both HTTP servers mcp_trio starts: hypercorn as mcp_trio runs it (HTTP/1.1,
+HTTP/2, TLS; :mod:`mcp_trio._http.hypercorn_server`) and the embedded Trio + h11 server (HTTP/1.1 only,
+cheap; :mod:`mcp_trio._http.h11_server`).  The chosen server is imported when ``serve`` is called, so a
+program serving with h11 never loads hypercorn, h2, hpack or priority.  The servers know nothing of
+the app: this module hands them what they need of it (its lifetime, its shutdown, its write timeout,
+its WebSocket limits).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+import trio
+
+if TYPE_CHECKING:
+    import hypercorn.config
+
+    from ._http.h11_server import H11Config
+    from ._transport.asgi import MCPApp
+
+__all__ = ["serve", "wait_for_signal"]
+
+
+async def wait_for_signal(signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> None:
+    """Return when the process receives one of ``signals`` (SIGINT, SIGTERM by default)."""
+    with trio.open_signal_receiver(*signals) as received:
+        async for _ in received:
+            return
+
+
+async def serve(
+    app: MCPApp,
+    host: str | None = None,
+    port: int | None = None,
+    *,
+    http: Literal["hypercorn", "h11"] = "hypercorn",
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    config: hypercorn.config.Config | H11Config | None = None,
+    hypercorn_fast_path: bool = True,
+    allow_stock_hypercorn: bool = False,
+) -> None:
+    """Serve ``app`` on ``host:port`` (127.0.0.1:8000 by default) until ``shutdown_trigger`` returns
+    (or the task is cancelled).
+
+    Runs in the caller's nursery: ``await nursery.start(serve, app, "127.0.0.1", 0)`` reports the bound
+    URLs (``["http://127.0.0.1:40123"]``) through ``task_status``.  The app runs while serving (no ASGI
+    lifespan to arrange).  Shutdown is graceful: listening stops, the app's sessions are closed first,
+    so every open stream ends cleanly (each WebSocket with 1001), then the server's own grace period.
+
+    ``http`` chooses the server:
+
+    - ``"hypercorn"`` (the default): hypercorn's trio worker with mcp_trio's fixes, for this server
+      only (no request can kill it, closed idle connections are released at once, each socket write
+      is bounded by the app's ``config.write_timeout``) and, unless ``hypercorn_fast_path`` is false,
+      the fast path; HTTP/2 to clients that offer it.  ``certfile`` and ``keyfile`` serve HTTPS
+      (docs/deploy/tls.md).  ``config``: a full ``hypercorn.config.Config`` for what else hypercorn
+      offers (several binds, a Unix socket or an inherited ``fd://``, its timeouts); where to listen is
+      then its ``bind``, and ``host``/``port`` must not be given.  WebSocket connections get pings
+      every ``keepalive_interval`` (unless ``config`` sets ``websocket_ping_interval``) and messages are
+      bounded by ``max_body_size``.  The fixes are written for hypercorn 0.18.0's code: when the
+      installed hypercorn differs (in its code, not in comments or formatting), ``serve`` raises
+      ``RuntimeError`` (``HypercornGuardError``) before binding anything, saying what differs; with
+      ``allow_stock_hypercorn=True`` it serves with hypercorn as shipped instead, without any of the
+      fixes or the fast path (a WARNING in the log says so and what is given up; docs/hypercorn.md).
+    - ``"h11"``: the embedded HTTP/1.1 server (WebSocket included; no TLS, no HTTP/2), loading
+      neither hypercorn nor h2 (docs/embedded-server.md).  ``config``: an
+      :class:`~mcp_trio._http.h11_server.H11Config` (its timeouts and limits; its ``write_timeout``
+      and WebSocket limits default to the app's).
+    """
+    if http == "hypercorn":
+        await _serve_hypercorn(
+            app,
+            host,
+            port,
+            config,
+            certfile=certfile,
+            keyfile=keyfile,
+            shutdown_trigger=shutdown_trigger,
+            task_status=task_status,
+            fast_path=hypercorn_fast_path,
+            allow_stock=allow_stock_hypercorn,
+        )
+    elif http == "h11":
+        if certfile is not None or keyfile is not None:
+            raise ValueError("the embedded h11 server does not do TLS: serve with http='hypercorn'")
+        await _serve_h11(app, host, port, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    else:
+        raise ValueError(f"http must be 'hypercorn' or 'h11', not {http!r}")
+
+
+async def _serve_hypercorn(
+    app: MCPApp,
+    host: str | None,
+    port: int | None,
+    config: object,
+    *,
+    certfile: str | None,
+    keyfile: str | None,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None,
+    task_status: trio.TaskStatus[list[str]],
+    fast_path: bool,
+    allow_stock: bool,
+) -> None:
+    import hypercorn.config
+
+    from ._http.hypercorn_server import hypercorn_config, serve_hypercorn
+
+    if config is None:
+        config = hypercorn_config([_bind(host or "127.0.0.1", 8000 if port is None else port)])
+    elif not isinstance(config, hypercorn.config.Config):
+        raise TypeError(
+            f"serve(http='hypercorn') takes a hypercorn.config.Config, not {type(config).__name__}"
+        )
+    elif host is not None or port is not None:
+        raise TypeError("serve(): give host and port, or a config whose bind says where to listen, not both")
+    else:
+        config = copy.copy(config)
+    if (certfile is None) != (keyfile is None):
+        raise ValueError("serve(): certfile and keyfile go together")
+    if certfile is not None:
+        config.certfile, config.keyfile = certfile, keyfile
+    # WebSocket connections: a ping as often as SSE keep-alives, and hypercorn closes a message longer
+    # than the app accepts (1009) before buffering it whole.
+    if config.websocket_ping_interval is None:
+        config.websocket_ping_interval = app.config.keepalive_interval
+    config.websocket_max_message_size = min(config.websocket_max_message_size, app.config.max_body_size)
+
+    async def trigger() -> None:
+        if shutdown_trigger is None:
+            await trio.sleep_forever()
+        else:
+            await shutdown_trigger()
+        await app.aclose()
+
+    await serve_hypercorn(
+        app,
+        config,
+        shutdown_trigger=trigger,
+        task_status=task_status,
+        fast_path=fast_path,
+        write_timeout=app.config.write_timeout,
+        allow_stock=allow_stock,
+    )
+
+
+async def _serve_h11(
+    app: MCPApp,
+    host: str | None,
+    port: int | None,
+    config: object,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    from ._http.h11_server import H11Config, serve_h11
+
+    if config is None:
+        config = H11Config()
+    elif not isinstance(config, H11Config):
+        raise TypeError(f"serve(http='h11') takes an H11Config, not {type(config).__name__}")
+    server = app.config
+    config = dataclasses.replace(
+        config,
+        write_timeout=server.write_timeout if config.write_timeout is None else config.write_timeout,
+        websocket_max_message=(
+            server.max_body_size if config.websocket_max_message is None else config.websocket_max_message
+        ),
+        websocket_ping_interval=(
+            server.keepalive_interval
+            if config.websocket_ping_interval is None
+            else config.websocket_ping_interval
+        ),
+    )
+    await serve_h11(
+        app,
+        host or "127.0.0.1",
+        8000 if port is None else port,
+        config=config,
+        shutdown_trigger=shutdown_trigger,
+        task_status=task_status,
+        lifetime=app.run,
+        on_shutdown=app.aclose,
+    )
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
