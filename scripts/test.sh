@@ -77,7 +77,7 @@ python3 -m coverage erase
 PYTEST=(python3 -m coverage run -m pytest -q -p no:cacheprovider -p no:benchmark -n 2 --dist loadfile)
 "${PYTEST[@]}" "$@"
 if [ $# -eq 0 ]; then
-    # The real-socket tests once more with the demo on the embedded Trio + h11 server (serve_h11):
+    # The real-socket tests once more with the demo on the embedded Trio + h11 server (http="h11"):
     # every behaviour of the ASGI path must hold on both HTTP servers (the Redis/worker tests are about
     # Redis, not HTTP, and run once; tests that run servers of their own, not the demo, run once too:
     # tests/integration/conftest.py deselects them in this pass).

@@ -1,9 +1,8 @@
 """Cut hypercorn 0.18's per-request cost on its trio worker (HTTP/1.1): the pieces of the fast path.
 
-Measured on a bare ASGI app (no MCP) at 16 connections: server CPU per request 375 -> 235 us, requests/s
-x1.6 (median of 5 interleaved runs); under ``mcp-trio demo`` tools/call 551 -> 401 us per call (SSE).
-Where the cost went, counted per request (trio instrument, strace, callgrind; docs/performance.md):
-upstream does ~18 task steps and spawns 2 tasks per request where a plain Trio + h11 loop does 2 and 0.
+Upstream spends most of a request on task steps and spawns (an idle-timer task per request, a task
+per ASGI call, one socket write per h11 event); what it costs and what each change saves is in
+docs/performance.md ("The HTTP servers").
 
 Used by the subclasses of ``hypercorn_server`` (the servers mcp_trio starts, never hypercorn's own
 classes); ``serve(..., hypercorn_fast_path=False)`` / ``--no-hypercorn-fast-path`` leave hypercorn's

@@ -206,8 +206,8 @@ class _TCPServer(TCPServer):
         written = False
         try:
             async with self.send_lock:
-                # fail_after, not a scope with a deadline computed here: measured, that held about
-                # 1.3 KiB more RSS per idle session (bench_memory.py), for a few microseconds a write.
+                # fail_after, not a scope with a deadline computed here: that costs memory per idle
+                # session (docs/performance.md, "The HTTP servers").
                 with trio.fail_after(self.write_timeout):
                     await self.stream.send_all(data)
                 written = True
