@@ -10,9 +10,9 @@ from typing import Any
 import hypercorn.trio
 import trio
 
-from mcp_trio import hypercorn_config
 from mcp_trio._http.hypercorn_server import serve_hypercorn
 from mcp_trio._http.serve import wait_for_signal
+from mcp_trio.server import hypercorn_config
 
 
 def add_hypercorn_options(parser: argparse.ArgumentParser) -> None:

@@ -82,7 +82,7 @@ sphinx.util.inspect.TypeAliasForwardRef.__repr__ = _alias_repr
 
 # ``SessionRegistry`` is imported for type checking only where ServerConfig is defined; autodoc
 # evaluates the annotations at run time, so give it the name (what ``typing.TYPE_CHECKING`` would).
-mcp_trio._transport.config.SessionRegistry = mcp_trio.SessionRegistry
+mcp_trio._transport.config.SessionRegistry = mcp_trio.server.SessionRegistry
 
 
 def _readable_defaults(app, what, name, obj, options, signature, return_annotation):

@@ -15,7 +15,8 @@ import pytest
 import trio
 import tutorial_server
 
-from mcp_trio import MCPApp, RPCError, hypercorn_config, open_client_session, serve
+from mcp_trio import MCPApp, RPCError, open_client_session, serve
+from mcp_trio.server import hypercorn_config
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import sys
 import mcp_types as mt
 import trio
 
-from mcp_trio import Context, MCPApp, MCPServer, hypercorn_config, serve
+from mcp_trio import Context, MCPApp, MCPServer, serve
+from mcp_trio.server import hypercorn_config
 
 # Step 1: a server with one tool
 

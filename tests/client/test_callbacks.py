@@ -22,12 +22,12 @@ from mcp_trio import (
     MCPServer,
     RPCError,
     ServerConfig,
-    hypercorn_config,
     open_client_session,
     open_stdio_client,
     serve,
 )
 from mcp_trio._protocol import jsonrpc
+from mcp_trio.server import hypercorn_config
 
 from .conftest import IGNORE_HTTPX_ASYNCGEN_WARNINGS, assert_clean
 

@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 import trio
 
-from mcp_trio import (
-    MCPApp,
-    MCPServer,
-    ServerConfig,
-    TransportError,
-    hypercorn_config,
-    open_client_session,
-    serve,
-)
+from mcp_trio import MCPApp, MCPServer, ServerConfig, open_client_session, serve
+from mcp_trio.errors import TransportError
+from mcp_trio.server import hypercorn_config
 
 from .conftest import eventually
 

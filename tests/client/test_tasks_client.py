@@ -18,18 +18,11 @@ import mcp_types as mt
 import pytest
 import trio
 
-from mcp_trio import (
-    MCPApp,
-    RPCError,
-    ServerConfig,
-    TransportError,
-    hypercorn_config,
-    open_client_session,
-    open_stdio_client,
-    serve,
-)
+from mcp_trio import MCPApp, RPCError, ServerConfig, open_client_session, open_stdio_client, serve
 from mcp_trio._client.session import TaskCancelled, TaskError, TaskInfo
 from mcp_trio.demo import build_demo_server
+from mcp_trio.errors import TransportError
+from mcp_trio.server import hypercorn_config
 
 from .conftest import assert_clean
 

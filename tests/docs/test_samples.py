@@ -63,16 +63,9 @@ import pytest
 import trio
 
 import mcp_trio
-from mcp_trio import (
-    ClientSession,
-    MCPApp,
-    MCPServer,
-    ServerConfig,
-    hypercorn_config,
-    open_client_session,
-    serve,
-)
+from mcp_trio import ClientSession, MCPApp, MCPServer, ServerConfig, open_client_session, serve
 from mcp_trio.demo import build_demo_server
+from mcp_trio.server import hypercorn_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

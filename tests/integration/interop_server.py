@@ -17,7 +17,8 @@ from contextlib import asynccontextmanager
 import mcp_types as mt
 import trio
 
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, serve
+from mcp_trio.server import hypercorn_config
 
 SERVER_NAME = "interop"
 SERVER_VERSION = "1.2.3"

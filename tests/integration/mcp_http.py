@@ -23,8 +23,10 @@ from typing import IO, Any
 import httpx
 import trio
 
-from mcp_trio import MCPApp, hypercorn_config, serve, serve_h11
+from mcp_trio import MCPApp, serve
+from mcp_trio._http.h11_server import serve_h11
 from mcp_trio._protocol.sse import ServerSentEvent, SSEDecoder
+from mcp_trio.server import hypercorn_config
 
 __all__ = [
     "POST_HEADERS",

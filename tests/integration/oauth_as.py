@@ -47,8 +47,9 @@ import httpx
 import pytest
 import trio
 
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, hypercorn_config, serve
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, serve
 from mcp_trio.auth import AccessToken, JWTVerifier, ProtectedResource, TokenVerifier
+from mcp_trio.server import hypercorn_config
 
 __all__ = [
     "AS_DIR",

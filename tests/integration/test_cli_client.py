@@ -18,9 +18,10 @@ import pytest
 import trio
 from tests.required import not_applicable
 
-from mcp_trio import MCPApp, ServerConfig, hypercorn_config, serve
+from mcp_trio import MCPApp, ServerConfig, serve
 from mcp_trio._cli.client import parse_arguments
 from mcp_trio.demo import build_demo_server
+from mcp_trio.server import hypercorn_config
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
 WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="

@@ -15,8 +15,9 @@ import pytest
 import trio
 from tests.required import not_applicable
 
-from mcp_trio import MCPApp, ServerConfig, hypercorn_config, open_client_session, serve
+from mcp_trio import MCPApp, ServerConfig, open_client_session, serve
 from mcp_trio.demo import build_demo_server
+from mcp_trio.server import hypercorn_config
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
 TASK_LINE = re.compile(r"task ([0-9a-f]+) (\w+)(: .*)?")

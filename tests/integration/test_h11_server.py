@@ -18,7 +18,9 @@ import pytest
 import trio
 from mcp_http import POST_HEADERS
 
-from mcp_trio import H11Config, MCPApp, MCPServer, ServerConfig, serve_h11
+from mcp_trio import MCPApp, MCPServer, ServerConfig
+from mcp_trio._http.h11_server import serve_h11
+from mcp_trio.server import H11Config
 
 INIT = {
     "jsonrpc": "2.0",

@@ -23,9 +23,10 @@ import hypercorn
 import pytest
 import trio
 
-from mcp_trio import MCPApp, MCPServer, hypercorn_config, serve
+from mcp_trio import MCPApp, MCPServer, serve
 from mcp_trio._http import hypercorn_fast_path, hypercorn_guard, hypercorn_patch, hypercorn_server
 from mcp_trio._http.hypercorn_guard import GUARDED_MODULES, HypercornGuardError
+from mcp_trio.server import hypercorn_config
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
 INSTALLED = Path(hypercorn.__file__).parent
@@ -205,7 +206,8 @@ async def test_the_demo_refuses_a_changed_hypercorn_unless_allowed(tmp_path: Pat
 
 SERVE = """
 import sys, trio
-from mcp_trio import MCPApp, MCPServer, hypercorn_config, serve
+from mcp_trio import MCPApp, MCPServer, serve
+from mcp_trio.server import hypercorn_config
 
 async def main(allow: bool) -> None:
     app = MCPApp(MCPServer("guarded"))

@@ -15,13 +15,8 @@ import httpx
 import pytest
 import trio
 
-from mcp_trio import (
-    MCPApp,
-    MCPServer,
-    ServerConfig,
-    hypercorn_config,
-    serve,
-)
+from mcp_trio import MCPApp, MCPServer, ServerConfig, serve
+from mcp_trio.server import hypercorn_config
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
 POST = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

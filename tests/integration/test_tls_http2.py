@@ -55,10 +55,11 @@ from mcp_http import (
 )
 from tests.required import not_applicable
 
-from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, open_websocket_client, serve
+from mcp_trio import MCPApp, MCPServer, open_client_session, open_websocket_client, serve
 from mcp_trio._cli import main
 from mcp_trio._http.hypercorn_server import CANCELLABLE_SEND, hypercorn_fixes_available, serve_hypercorn
 from mcp_trio._http.serve import hypercorn_config
+from mcp_trio.errors import TransportError
 
 pytestmark = [
     pytest.mark.skipif(
