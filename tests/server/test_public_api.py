@@ -33,7 +33,7 @@ def test_all_is_sorted_and_importable(name: str) -> None:
 
 
 def test_every_exception_lives_in_one_module() -> None:
-    errors = [getattr(module, name) for module in LAZY + [mcp_trio.errors] for name in module.__all__]
+    errors = [getattr(module, name) for module in [*LAZY, mcp_trio.errors] for name in module.__all__]
     errors = [obj for obj in errors if isinstance(obj, type) and issubclass(obj, BaseException)]
     assert {error.__name__ for error in errors} >= {"MCPTrioError", "TransportError", "SessionExpired"}
     for error in errors:
