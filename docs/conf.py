@@ -101,7 +101,13 @@ def _readable_defaults(app, what, name, obj, options, signature, return_annotati
 
 
 PUBLIC_MODULES = (
-    mcp_trio, mcp_trio.server, mcp_trio.client, mcp_trio.errors, mcp_trio.auth, mcp_trio.redis, mcp_trio.testing
+    mcp_trio,
+    mcp_trio.server,
+    mcp_trio.client,
+    mcp_trio.errors,
+    mcp_trio.auth,
+    mcp_trio.redis,
+    mcp_trio.testing,
 )
 
 
