@@ -10,8 +10,8 @@ from typing import Any
 import hypercorn.trio
 import trio
 
-from mcp_trio._http.hypercorn_server import hypercorn_config, serve_hypercorn
-from mcp_trio._serve import wait_for_signal
+from mcp_trio._http.hypercorn_server import serve_hypercorn
+from mcp_trio.server import hypercorn_config, wait_for_signal
 
 
 def add_hypercorn_options(parser: argparse.ArgumentParser) -> None:

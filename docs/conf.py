@@ -20,7 +20,10 @@ import sphinx.util.logging
 import mcp_trio
 import mcp_trio._transport.config
 import mcp_trio.auth
+import mcp_trio.client
+import mcp_trio.errors
 import mcp_trio.redis
+import mcp_trio.server
 import mcp_trio.testing
 
 logger = sphinx.util.logging.getLogger(__name__)
@@ -82,7 +85,7 @@ sphinx.util.inspect.TypeAliasForwardRef.__repr__ = _alias_repr
 
 # ``SessionRegistry`` is imported for type checking only where ServerConfig is defined; autodoc
 # evaluates the annotations at run time, so give it the name (what ``typing.TYPE_CHECKING`` would).
-mcp_trio._transport.config.SessionRegistry = mcp_trio.SessionRegistry
+mcp_trio._transport.config.SessionRegistry = mcp_trio.server.SessionRegistry
 
 
 def _readable_defaults(app, what, name, obj, options, signature, return_annotation):
@@ -97,18 +100,58 @@ def _readable_defaults(app, what, name, obj, options, signature, return_annotati
     return signature, return_annotation
 
 
+PUBLIC_MODULES = (
+    mcp_trio,
+    mcp_trio.server,
+    mcp_trio.client,
+    mcp_trio.errors,
+    mcp_trio.auth,
+    mcp_trio.redis,
+    mcp_trio.testing,
+)
+
+
 def _check_reference_is_complete(app, env):
-    """Every public name of ``mcp_trio`` and its public submodules is in the API reference."""
+    """Every public name of ``mcp_trio`` and its public submodules is in the API reference, once: a name
+    that two public modules export (the front door's ``RPCError`` is ``mcp_trio.errors.RPCError``) is
+    documented under one of them."""
     documented = {name for name, *_ in env.get_domain("py").get_objects()}
-    for module in (mcp_trio, mcp_trio.auth, mcp_trio.redis, mcp_trio.testing):
+    for module in PUBLIC_MODULES:
         for name in module.__all__:
-            if f"{module.__name__}.{name}" not in documented:
+            value = getattr(module, name)
+            places = [
+                f"{other.__name__}.{name}"
+                for other in PUBLIC_MODULES
+                if name in other.__all__ and getattr(other, name) is value
+            ]
+            if not documented.intersection(places):
                 logger.warning("%s.%s is public but not in docs/api/reference.md", module.__name__, name)
+
+
+def _resolve_by_public_name(app, env, node, contnode):
+    """A reference by a public name's short or front-door spelling (``RPCError``, ``TaskInfo.terminal``,
+    ``mcp_trio.TaskStoreFull`` in a docstring) resolves to where the reference documents that name
+    (``mcp_trio.errors.TaskStoreFull``), when exactly one public object ends so."""
+    if node.get("refdomain") != "py":
+        return None
+    target = node["reftarget"].removeprefix("mcp_trio.")
+    domain = env.get_domain("py")
+    found = {
+        name
+        for name, *_ in domain.get_objects()
+        if name.startswith("mcp_trio.")
+        and name.endswith("." + target)
+        and not any(part.startswith("_") for part in name.split(".")[:-1])  # not a canonical private path
+    }
+    if len(found) != 1:
+        return None
+    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], found.pop(), node, contnode)
 
 
 def setup(app):
     app.connect("autodoc-process-signature", _readable_defaults)
     app.connect("env-check-consistency", _check_reference_is_complete)
+    app.connect("missing-reference", _resolve_by_public_name)
 
 
 # -- nitpicky references --------------------------------------------------------------------------
@@ -124,6 +167,7 @@ nitpick_ignore_regex = [
 # Private types that public signatures mention; they are not part of the API (and not importable from
 # mcp_trio), so they are named here one by one: a new one must be documented or added on purpose.
 nitpick_ignore = [
+    ("py:class", "mcp_trio.errors.TaskSnapshot"),  # what TaskError needs of a task: a TaskInfo is one
     ("py:class", "mcp_trio._app.server.F"),  # the decorators' type variable: they return what they got
     ("py:class", "mcp_trio._app.server.Initialized"),
     ("py:class", "mcp_trio._app.bus.Subscriber"),  # a peer a NotificationBus delivers to

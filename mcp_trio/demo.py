@@ -13,7 +13,8 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-from . import Context, InputRequest, MCPServer, RPCError, TaskStatus
+from . import Context, InputRequest, MCPServer, RPCError
+from ._app.tasks import TaskStatus
 
 __all__ = ["build_demo_server"]
 

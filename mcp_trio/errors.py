@@ -1,30 +1,29 @@
-"""The exception tree of mcp_trio.
+"""The exceptions of mcp_trio: one tree, so ``except MCPTrioError`` catches every error it raises on
+purpose.  Import them from here (``from mcp_trio.errors import TransportError``); ``RPCError``, which
+handlers raise to answer with a JSON-RPC error, is also in the front door (``mcp_trio.RPCError``).
 
-```
-MCPTrioError
- +- ProtocolError            a message or an HTTP exchange broke the protocol
- |   +- LocalProtocolError   we (this process) broke it: a bug or a misuse of the API
- |   +- RemoteProtocolError  the peer broke it; carries the HTTP status and JSON-RPC code to answer with
- +- SessionError             a session is unknown, terminated or over capacity
- +- RPCError                 a JSON-RPC error response, raised to the caller that waited for the result
- +- TransportError           (client) the exchange with the server failed: a status, a broken stream
- |   +- SessionExpired       (client) the server answered 404 for our session: open a new one
- +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
- +- TaskStoreFull            (server) no room for another task in the task store
- +- TaskStoreUnavailable     (server) the task store could not be reached
- +- TaskError                (client) a task ended without a result (gone: expired or lost)
-     +- TaskCancelled        (client) the task was cancelled
-```
+The tree::
+
+    MCPTrioError
+     +- ProtocolError            a message or an HTTP exchange broke the protocol
+     |   +- LocalProtocolError   we (this process) broke it: a bug or a misuse of the API
+     |   +- RemoteProtocolError  the peer broke it; carries the HTTP status and JSON-RPC code to answer with
+     +- SessionError             a session is unknown, terminated or over capacity
+     +- RPCError                 a JSON-RPC error response, raised to the caller that waited for the result
+     +- TransportError           (client) the exchange with the server failed: a status, a broken stream
+     |   +- SessionExpired       (client) the server answered 404 for our session: open a new one
+     +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
+     +- TaskStoreFull            (server) no room for another task in the task store
+     +- TaskStoreUnavailable     (server) the task store could not be reached
+     +- TaskError                (client) a task ended without a result (gone: expired or lost)
+         +- TaskCancelled        (client) the task was cancelled
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mcp_types as mt
-
-if TYPE_CHECKING:
-    from ._client.tasks import TaskInfo
 
 __all__ = [
     "LocalProtocolError",
@@ -123,12 +122,28 @@ class TaskStoreUnavailable(MCPTrioError):
     """A task store could not be reached (a Redis store whose server is down, say)."""
 
 
+class TaskSnapshot(Protocol):
+    """What a :class:`TaskError` needs of its task: the client's ``mcp_trio.client.TaskInfo`` is one.
+
+    A protocol rather than ``TaskInfo`` itself, so that this module, which the server side imports too,
+    imports nothing of the client."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def status_message(self) -> str | None: ...
+
+
 class TaskError(MCPTrioError):
     """A task ended without a result: the server no longer knows it (expired, lost: ``tasks/get``
     answered -32602, which is the ``__cause__``), or it was cancelled (:class:`TaskCancelled`).
-    ``task`` is the task as last seen."""
+    ``task`` is the task as last seen (a :class:`~mcp_trio.client.TaskInfo`)."""
 
-    def __init__(self, message: str, task: TaskInfo) -> None:
+    def __init__(self, message: str, task: TaskSnapshot) -> None:
         super().__init__(message)
         self.message = message
         self.task = task

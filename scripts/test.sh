@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need, then lints, type-checks, builds
-# the docs and runs pytest with branch coverage.  `.ci/run` calls exactly this.
+# the docs, checks the import contracts and runs pytest with branch coverage.  `.ci/run` calls exactly this.
 #
 # Needs: Python >= 3.11 with pip (a virtual environment is best), npm (any version: it only downloads),
 # and nginx, caddy, haproxy, redis-server and chromium, or root / passwordless sudo to install them
@@ -65,6 +65,7 @@ bash scripts/install-mcp1.sh
 
 echo "== ruff"; python3 -m ruff check mcp_trio tests benchmarks docs
 echo "== mypy"; python3 -m mypy
+echo "== lint-imports"; lint-imports --no-cache
 echo "== docs"; bash scripts/docs.sh -q
 echo "== pytest"
 # Everything the tests need was installed above: a test that finds a component missing fails instead of

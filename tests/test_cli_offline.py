@@ -13,7 +13,7 @@ from typing import Any
 import mcp_types as mt
 import pytest
 
-from mcp_trio import RPCError, TransportError, __version__
+from mcp_trio import RPCError, __version__
 from mcp_trio._cli import _parser, load_app, main
 from mcp_trio._cli.client import (
     EXIT_STATUS_HELP,
@@ -28,6 +28,7 @@ from mcp_trio._cli.client import (
     type_value,
 )
 from mcp_trio._transport.config import ServerConfig
+from mcp_trio.errors import TransportError
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 

@@ -37,8 +37,9 @@ import httpx
 import mcp_types as mt
 import trio
 
-from mcp_trio import ClientSession, RPCError, SkillVerificationError, open_client_session
+from mcp_trio import ClientSession, RPCError, open_client_session
 from mcp_trio.auth import ClientCredentials, IDJAGExchange, JWTBearer, OAuth, OAuthError
+from mcp_trio.errors import SkillVerificationError
 
 logger = logging.getLogger("conformance_client")
 

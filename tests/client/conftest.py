@@ -21,8 +21,9 @@ import trio
 
 import mcp_trio
 from mcp_trio import MCPApp, ServerConfig, serve
-from mcp_trio._http.hypercorn_server import hypercorn_config, serve_hypercorn
+from mcp_trio._http.hypercorn_server import serve_hypercorn
 from mcp_trio.demo import build_demo_server
+from mcp_trio.server import hypercorn_config
 
 # httpx reads a body through a chain of async generators (Response.aiter_bytes -> aiter_raw ->
 # BoundAsyncStream -> ... -> httpcore's _receive_response_body).  The client stops reading a POST's SSE

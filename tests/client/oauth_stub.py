@@ -34,7 +34,8 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 import httpx
 import trio
 
-from mcp_trio._http.hypercorn_server import hypercorn_config, serve_hypercorn
+from mcp_trio._http.hypercorn_server import serve_hypercorn
+from mcp_trio.server import hypercorn_config
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

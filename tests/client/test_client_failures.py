@@ -17,7 +17,8 @@ import mcp_types as mt
 import pytest
 import trio
 
-from mcp_trio import MCPTrioError, RPCError, SessionExpired, TransportError, open_client_session
+from mcp_trio import RPCError, open_client_session
+from mcp_trio.errors import MCPTrioError, SessionExpired, TransportError
 
 from .conftest import (
     SESSION_ID,

@@ -48,7 +48,8 @@ import pytest
 import trio
 from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve, Sample
 
-from mcp_trio import ClientSession, TransportError, open_client_session
+from mcp_trio import ClientSession, open_client_session
+from mcp_trio.errors import TransportError
 from tests.required import missing
 
 from .conftest import assert_no_leaks, eventually

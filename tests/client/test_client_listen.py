@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from mcp_trio import (
-    MCPApp,
-    MCPServer,
-    ServerConfig,
-    TransportError,
-    open_client_session,
-    serve,
-)
+from mcp_trio import MCPApp, MCPServer, ServerConfig, open_client_session, serve
+from mcp_trio.errors import TransportError
 
 from .conftest import eventually
 

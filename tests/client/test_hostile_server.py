@@ -37,16 +37,11 @@ from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Message, Ping, Request, TextMessage
 
-from mcp_trio import (
-    MCPTrioError,
-    TransportError,
-    open_client_session,
-    open_stdio_client,
-    open_websocket_client,
-)
+from mcp_trio import open_client_session, open_stdio_client, open_websocket_client
 from mcp_trio._client.http import MAX_RETRY_DELAY, _retry_delay
 from mcp_trio._protocol import safejson
 from mcp_trio._protocol.sse import SSEDecoder
+from mcp_trio.errors import MCPTrioError, TransportError
 
 from .conftest import (
     Fake,

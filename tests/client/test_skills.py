@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from mcp_trio import SkillVerificationError
 from mcp_trio._client.skills import check_file, check_frontmatter, contents_bytes, parse_frontmatter
+from mcp_trio.errors import SkillVerificationError
 
 SKILL_MD = b"---\nname: pdf-processing\ndescription: 'Extract PDFs'\n---\nSkill body.\n"
 SKILL = {

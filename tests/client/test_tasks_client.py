@@ -18,17 +18,10 @@ import mcp_types as mt
 import pytest
 import trio
 
-from mcp_trio import (
-    MCPApp,
-    RPCError,
-    ServerConfig,
-    TransportError,
-    open_client_session,
-    open_stdio_client,
-    serve,
-)
+from mcp_trio import MCPApp, RPCError, ServerConfig, open_client_session, open_stdio_client, serve
 from mcp_trio._client.session import TaskCancelled, TaskError, TaskInfo
 from mcp_trio.demo import build_demo_server
+from mcp_trio.errors import TransportError
 
 from .conftest import assert_clean
 

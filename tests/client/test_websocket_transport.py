@@ -25,7 +25,8 @@ from wsproto.events import (
     TextMessage,
 )
 
-from mcp_trio import TransportError, open_websocket_client
+from mcp_trio import open_websocket_client
+from mcp_trio.errors import TransportError
 
 Behaviour = Callable[["RawServer", trio.SocketStream, WSConnection], Awaitable[None]]
 

@@ -58,6 +58,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, Literal
 
+import httpx
 import mcp_types as mt
 import pytest
 import trio
@@ -486,6 +487,28 @@ async def _embedded(run: Run) -> None:
     assert (await run.session.list_tools()).tools == []
 
 
+async def _get(url: str) -> tuple[int, str]:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(url)
+    return response.status_code, response.text
+
+
+async def _starlette_mount(run: Run) -> None:
+    """The MCP app answers through the mount (its lifespan started it); the framework's route beside it."""
+    assert run.session is not None
+    assert texts(await run.session.call_tool("forecast", {"city": "Paris"})) == ["Paris: sunny"]
+    assert await _get(f"http://127.0.0.1:{run.port}/health") == (200, "ok")
+    assert run.output.text == f"MCP on http://127.0.0.1:{run.port}/mcp\n"
+
+
+async def _asgi_router(run: Run) -> None:
+    """The router sends /mcp (and the lifespan) to the MCP app, the rest elsewhere."""
+    assert run.session is not None
+    assert texts(await run.session.call_tool("hello", {"name": "Trio"})) == ["hello, Trio"]
+    assert await _get(f"http://127.0.0.1:{run.port}/") == (200, "not MCP")
+    assert await _get(f"http://127.0.0.1:{run.port}/elsewhere") == (200, "not MCP")
+
+
 async def _listen_driver(run: Run) -> None:
     """Once the subscription is acknowledged, change the demo's tools, then shut the demo down."""
     assert run.demo is not None
@@ -512,6 +535,8 @@ EXPECTATIONS = [
     Expect("docs/index.md", "async def forecast", check=_forecast),
     Expect("README.md", "open_client_session(", check=_readme_client),
     Expect("docs/embedded-server.md", 'http="h11"', check=_embedded),
+    Expect("docs/embedded-server.md", 'Mount("/", app=mcp)', check=_starlette_mount),
+    Expect("docs/embedded-server.md", "async def router", check=_asgi_router),
     Expect("docs/client.md", "session.listen(", check=_listen, driver=_listen_driver),
     Expect("docs/tasks.md", 'on_task_status=lambda task: print("task", task.status)', check=_task_client),
     Expect("docs/tasks.md", "async def build_report", check=_build_report),

@@ -24,8 +24,8 @@ import httpx
 import trio
 
 from mcp_trio import MCPApp, serve
-from mcp_trio._http.hypercorn_server import hypercorn_config
 from mcp_trio._protocol.sse import ServerSentEvent, SSEDecoder
+from mcp_trio.server import hypercorn_config
 
 __all__ = [
     "POST_HEADERS",

@@ -48,8 +48,8 @@ import pytest
 import trio
 
 from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, serve
-from mcp_trio._http.hypercorn_server import hypercorn_config
 from mcp_trio.auth import AccessToken, JWTVerifier, ProtectedResource, TokenVerifier
+from mcp_trio.server import hypercorn_config
 
 __all__ = [
     "AS_DIR",

@@ -23,7 +23,7 @@ import trio
 from mcp_http import POST_HEADERS
 
 from mcp_trio import MCPApp, MCPServer, ServerConfig, serve
-from mcp_trio._http.h11_server import H11Config
+from mcp_trio.server import H11Config
 
 INIT = {
     "jsonrpc": "2.0",

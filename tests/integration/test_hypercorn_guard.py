@@ -212,6 +212,7 @@ async def test_the_demo_refuses_a_changed_hypercorn_unless_allowed(tmp_path: Pat
 SERVE = """
 import sys, trio
 from mcp_trio import MCPApp, MCPServer, serve
+from mcp_trio.server import hypercorn_config
 
 async def main(allow: bool) -> None:
     app = MCPApp(MCPServer("guarded"))

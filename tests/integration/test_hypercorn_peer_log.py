@@ -17,8 +17,9 @@ import pytest
 import trio
 
 from mcp_trio._http import hypercorn_protocols, hypercorn_server
-from mcp_trio._http.hypercorn_server import hypercorn_config, serve_hypercorn
+from mcp_trio._http.hypercorn_server import serve_hypercorn
 from mcp_trio._runtime.peerlog import RateLimitedLog
+from mcp_trio.server import hypercorn_config
 
 CONNECTIONS = 50
 RAPID_RESETS = 5  # each costs the server its streams (and their app tasks) before it is refused

@@ -27,12 +27,14 @@ import trio
 from mcp_http import POST_HEADERS, http_client, serve_in_process
 from test_redis import RedisServer, command
 
-from mcp_trio import MCPApp, ServerConfig, TaskRecord, TaskStoreFull, TaskStoreUnavailable
+from mcp_trio import MCPApp, ServerConfig
 from mcp_trio._app.tasks import TASKS_EXTENSION, TaskManager
 from mcp_trio._protocol.cluster import ClusterKeys, seal_bus_message, seal_task_record
 from mcp_trio.auth import AccessToken
 from mcp_trio.demo import build_demo_server
+from mcp_trio.errors import TaskStoreFull, TaskStoreUnavailable
 from mcp_trio.redis import RedisTaskStore
+from mcp_trio.server import TaskRecord
 
 V2026 = "2026-07-28"
 STARTUP = 10.0

@@ -55,10 +55,12 @@ from mcp_http import (
 )
 from tests.required import not_applicable
 
-from mcp_trio import MCPApp, MCPServer, TransportError, open_client_session, open_websocket_client, serve
+from mcp_trio import MCPApp, MCPServer, open_client_session, open_websocket_client, serve
 from mcp_trio._cli import main
-from mcp_trio._http.hypercorn_server import hypercorn_config, hypercorn_fixes_available, serve_hypercorn
+from mcp_trio._http.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
 from mcp_trio._runtime.contract import CANCELLABLE_SEND
+from mcp_trio.errors import TransportError
+from mcp_trio.server import hypercorn_config
 
 pytestmark = [
     pytest.mark.skipif(

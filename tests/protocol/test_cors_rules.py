@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_trio import RemoteProtocolError
 from mcp_trio._protocol import http
+from mcp_trio.errors import RemoteProtocolError
 
 APP = "https://app.example"
 

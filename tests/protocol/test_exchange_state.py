@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_trio import LocalProtocolError
 from mcp_trio._protocol.exchange import ExchangeEvent, ExchangeState, transition
+from mcp_trio.errors import LocalProtocolError
 
 S, E = ExchangeState, ExchangeEvent
 

@@ -14,9 +14,10 @@ import trio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mcp_trio import MCPApp, MCPServer, RemoteProtocolError
+from mcp_trio import MCPApp, MCPServer
 from mcp_trio._protocol import http, jsonrpc, modern, versions
 from mcp_trio._protocol.session import make_event_id, parse_event_id
+from mcp_trio.errors import RemoteProtocolError
 
 V = "2026-07-28"
 

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_trio import RemoteProtocolError
 from mcp_trio._protocol import http, versions
 from mcp_trio._protocol.session import (
     SessionEvent,
@@ -19,6 +18,7 @@ from mcp_trio._protocol.session import (
     parse_event_id,
     transition,
 )
+from mcp_trio.errors import RemoteProtocolError
 
 PROTOCOL_DIR = pathlib.Path(http.__file__).parent
 FORBIDDEN = {"trio", "hypercorn", "httpx", "httpcore", "anyio", "asyncio", "h11", "socket"}

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_trio import RemoteProtocolError
 from mcp_trio._protocol import jsonrpc
+from mcp_trio.errors import RemoteProtocolError
 
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)  # NaN and infinities are no JSON: -32700
 json_values = st.recursive(

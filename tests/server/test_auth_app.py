@@ -19,9 +19,10 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_trio import Context, MCPApp, MCPServer, RemoteProtocolError, ServerConfig
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig
 from mcp_trio.auth import AccessToken, InvalidToken, ProtectedResource, VerifierUnavailable
 from mcp_trio.auth.server._resource import BearerGuard
+from mcp_trio.errors import RemoteProtocolError
 from mcp_trio.testing import open_asgi_client
 
 from .conftest import POST_HEADERS, Client, init_body

@@ -13,8 +13,9 @@ import json
 from collections.abc import Callable
 from typing import Literal
 
-from mcp_trio import HTTPRequestInfo, LocalNotificationBus, MCPApp, MCPServer, ServerConfig
+from mcp_trio import MCPApp, MCPServer, ServerConfig
 from mcp_trio._protocol.cluster import PRINCIPAL_TAG, ClusterKeys
+from mcp_trio.server import HTTPRequestInfo, LocalNotificationBus
 from mcp_trio.testing import ASGIClient, open_asgi_client
 
 from .conftest import POST_HEADERS, init_body

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from mcp_trio import LocalProtocolError
 from mcp_trio._protocol.exchange import ExchangeState
 from mcp_trio._transport.streams import Exchange
+from mcp_trio.errors import LocalProtocolError
 
 
 def recording() -> tuple[Exchange, list[dict[str, Any]]]:

@@ -9,7 +9,8 @@ from typing import Any
 import mcp_types as mt
 import pytest
 
-from mcp_trio import InMemoryEventStore, MCPApp, MCPServer, RPCError, ServerConfig, StoredEvent
+from mcp_trio import MCPApp, MCPServer, RPCError, ServerConfig
+from mcp_trio.server import InMemoryEventStore, StoredEvent
 from mcp_trio.testing import open_asgi_client
 
 from .conftest import Client, call_body, settle

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import trio
 
-from mcp_trio import MCPApp, RemoteProtocolError, ServerConfig
+from mcp_trio import MCPApp, ServerConfig
 from mcp_trio.demo import build_demo_server
+from mcp_trio.errors import RemoteProtocolError
 from mcp_trio.testing import ASGIClient, Response, open_asgi_client
 
 from .conftest import POST_HEADERS, Client, call_body, init_body

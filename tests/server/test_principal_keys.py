@@ -11,10 +11,11 @@ import json
 
 import pytest
 
-from mcp_trio import HTTPRequestInfo, MCPApp, MemoryTaskStore, ServerConfig
+from mcp_trio import MCPApp, ServerConfig
 from mcp_trio._app.principal import PrincipalKeys
 from mcp_trio.auth import AccessToken
 from mcp_trio.demo import build_demo_server
+from mcp_trio.server import HTTPRequestInfo, MemoryTaskStore
 from mcp_trio.testing import open_asgi_client
 
 from .conftest import POST_HEADERS, init_body

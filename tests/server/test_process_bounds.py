@@ -15,9 +15,10 @@ import pytest
 import trio
 import trio.testing
 
-from mcp_trio import HTTPRequestInfo, InMemoryEventStore, MCPApp, ServerConfig, StoredEvent
+from mcp_trio import MCPApp, ServerConfig
 from mcp_trio._transport.quotas import Quotas, client_address
 from mcp_trio.demo import build_demo_server
+from mcp_trio.server import HTTPRequestInfo, InMemoryEventStore, StoredEvent
 from mcp_trio.testing import ASGIClient, Response, open_asgi_client
 
 from .conftest import POST_HEADERS, VERSION, call_body, init_body, settle

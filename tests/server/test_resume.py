@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from mcp_trio import InMemoryEventStore, MCPApp, ServerConfig
+from mcp_trio import MCPApp, ServerConfig
+from mcp_trio.server import InMemoryEventStore
 
 from .conftest import Client, call_body, settle
 
@@ -117,7 +118,7 @@ async def test_without_event_store_no_ids_and_no_priming(client: Client, app: MC
 
 
 async def test_in_memory_store_is_bounded() -> None:
-    from mcp_trio import StoredEvent
+    from mcp_trio.server import StoredEvent
 
     store = InMemoryEventStore(max_events_per_stream=3, max_sessions=2)
     for session in ("a", "b", "c"):

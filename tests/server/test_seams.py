@@ -10,17 +10,13 @@ import mcp_types as mt
 import pytest
 import trio
 
-from mcp_trio import (
-    Context,
+from mcp_trio import Context, MCPApp, MCPServer, RPCError, ServerConfig
+from mcp_trio.errors import RemoteProtocolError
+from mcp_trio.server import (
     HTTPRequestInfo,
     InMemoryEventStore,
     LocalNotificationBus,
     LocalSessionRegistry,
-    MCPApp,
-    MCPServer,
-    RemoteProtocolError,
-    RPCError,
-    ServerConfig,
     StoredEvent,
 )
 from mcp_trio.testing import open_asgi_client

@@ -9,9 +9,11 @@ import pytest
 import trio
 import trio.testing
 
-from mcp_trio import HTTPRequestInfo, MCPApp, RemoteProtocolError, ServerConfig
+from mcp_trio import MCPApp, ServerConfig
 from mcp_trio._transport import asgi as asgi_module
 from mcp_trio.demo import build_demo_server
+from mcp_trio.errors import RemoteProtocolError
+from mcp_trio.server import HTTPRequestInfo
 from mcp_trio.testing import ASGIClient, open_asgi_client
 
 from .test_auth_app import Tokens, build, resource

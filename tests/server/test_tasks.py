@@ -23,19 +23,11 @@ import pytest
 import trio
 import trio.testing
 
-from mcp_trio import (
-    Context,
-    HTTPRequestInfo,
-    MCPApp,
-    MCPServer,
-    MemoryTaskStore,
-    RPCError,
-    ServerConfig,
-    TaskRecord,
-    TaskStatus,
-    TaskStoreFull,
-)
+from mcp_trio import Context, MCPApp, MCPServer, RPCError, ServerConfig
+from mcp_trio._app.tasks import TaskStatus
 from mcp_trio.demo import build_demo_server
+from mcp_trio.errors import TaskStoreFull
+from mcp_trio.server import HTTPRequestInfo, MemoryTaskStore, TaskRecord
 from mcp_trio.testing import ASGIClient, NoResponse, open_asgi_client
 
 from .conftest import Client, settle

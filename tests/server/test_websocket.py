@@ -36,19 +36,10 @@ from wsproto.events import (
     TextMessage,
 )
 
-from mcp_trio import (
-    Context,
-    HTTPRequestInfo,
-    MCPApp,
-    MCPServer,
-    RemoteProtocolError,
-    ServerConfig,
-    TransportError,
-    open_websocket_client,
-    serve,
-)
-from mcp_trio._http.hypercorn_server import hypercorn_config
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, open_websocket_client, serve
 from mcp_trio._transport.websocket import WebSocketConnection
+from mcp_trio.errors import RemoteProtocolError, TransportError
+from mcp_trio.server import HTTPRequestInfo, hypercorn_config
 
 from .test_stdio_server import modern_meta
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import trio
 
-from mcp_trio import Context, MCPApp, MCPServer, RPCError, ServerConfig, TransportError, open_websocket_client
+from mcp_trio import Context, MCPApp, MCPServer, RPCError, ServerConfig, open_websocket_client
 from mcp_trio.auth import AccessToken, ProtectedResource
+from mcp_trio.errors import TransportError
 
 from .test_auth_app import ISSUER, RESOURCE, Tokens
 from .test_websocket import error_body, kind, refused, serving, text_of

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import trio
 
-from mcp_trio import LocalNotificationBus, MCPApp, MCPServer, ServerConfig
+from mcp_trio import MCPApp, MCPServer, ServerConfig
 from mcp_trio._cli import _parser, config_from_args, main
 from mcp_trio._protocol.cluster import REQUEST_STATE_SECRET_ENV, session_owner
+from mcp_trio.server import LocalNotificationBus
 from mcp_trio.testing import open_asgi_client
 
 from .conftest import Client

@@ -83,7 +83,10 @@ def _shimmed_path(tmp_path: Path, log: Path) -> str:
             f'echo "$* | REQUIRE_ALL=${{MCP_TRIO_REQUIRE_ALL-}} HTTP=${{MCP_TRIO_TEST_HTTP-}}" >> {log}'
         ),
         "bash": f'case "$1" in scripts/*) exit 0;; esac\nexec {bash} "$@"',
-        **{tool: "exit 0" for tool in ("npm", "nginx", "caddy", "haproxy", "redis-server", "chromium")},
+        **{
+            tool: "exit 0"
+            for tool in ("npm", "nginx", "caddy", "haproxy", "redis-server", "chromium", "lint-imports")
+        },
     }
     for name, body in shims.items():
         (bin_dir / name).write_text(SHIM.format(body=body))

@@ -1,0 +1,80 @@
+"""The server's extension points and advanced serving names.
+
+A server needs only the front door (``MCPServer``, ``MCPApp``, ``serve``, ...).  This module holds what
+you replace or tune once it grows:
+
+- the seams a deployment swaps: where a 2025 session's stream events are kept for resumption
+  (:class:`EventStore`), where sessions live (:class:`SessionRegistry`), how notifications reach every
+  peer (:class:`NotificationBus`), where tasks are kept (:class:`TaskStore`, :class:`TaskRecord`); each
+  with its in-process default (``InMemoryEventStore``, ``LocalSessionRegistry``,
+  ``LocalNotificationBus``, ``MemoryTaskStore``), and ``mcp_trio.redis`` with the ones shared by
+  several workers;
+- :class:`TaskStarter`, what a tool that may run as a task receives to say when it has started;
+- :class:`HTTPRequestInfo`, what ``ServerConfig.authenticate`` is given about a request;
+- the HTTP servers' settings: :func:`hypercorn_config` (a hypercorn ``Config``) and :class:`H11Config`
+  (the embedded h11 server), and :func:`wait_for_signal`, a ``shutdown_trigger`` for SIGINT/SIGTERM.
+
+Names are imported on first use: importing this module loads neither hypercorn nor the transport.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
+
+# name -> submodule that defines it
+_EXPORTS: dict[str, str] = {
+    "EventStore": "._transport.eventstore",
+    "H11Config": "._http.h11_server",
+    "HTTPRequestInfo": "._transport.config",
+    "InMemoryEventStore": "._transport.eventstore",
+    "LocalNotificationBus": "._app.bus",
+    "LocalSessionRegistry": "._transport.session",
+    "MemoryTaskStore": "._app.tasks",
+    "NotificationBus": "._app.bus",
+    "SessionRegistry": "._transport.session",
+    "StoredEvent": "._transport.eventstore",
+    "TaskRecord": "._app.tasks",
+    "TaskStarter": "._app.tasks",
+    "TaskStore": "._app.tasks",
+    "hypercorn_config": "._http.hypercorn_server",
+    "wait_for_signal": "._serve",
+}
+
+__all__ = [
+    "EventStore",
+    "H11Config",
+    "HTTPRequestInfo",
+    "InMemoryEventStore",
+    "LocalNotificationBus",
+    "LocalSessionRegistry",
+    "MemoryTaskStore",
+    "NotificationBus",
+    "SessionRegistry",
+    "StoredEvent",
+    "TaskRecord",
+    "TaskStarter",
+    "TaskStore",
+    "hypercorn_config",
+    "wait_for_signal",
+]
+
+if TYPE_CHECKING:  # for type checkers and the docs: the real imports
+    from ._app.bus import LocalNotificationBus as LocalNotificationBus
+    from ._app.bus import NotificationBus as NotificationBus
+    from ._app.tasks import MemoryTaskStore as MemoryTaskStore
+    from ._app.tasks import TaskRecord as TaskRecord
+    from ._app.tasks import TaskStarter as TaskStarter
+    from ._app.tasks import TaskStore as TaskStore
+    from ._http.h11_server import H11Config as H11Config
+    from ._http.hypercorn_server import hypercorn_config as hypercorn_config
+    from ._serve import wait_for_signal as wait_for_signal
+    from ._transport.config import HTTPRequestInfo as HTTPRequestInfo
+    from ._transport.eventstore import EventStore as EventStore
+    from ._transport.eventstore import InMemoryEventStore as InMemoryEventStore
+    from ._transport.eventstore import StoredEvent as StoredEvent
+    from ._transport.session import LocalSessionRegistry as LocalSessionRegistry
+    from ._transport.session import SessionRegistry as SessionRegistry
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
