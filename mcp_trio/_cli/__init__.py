@@ -53,6 +53,7 @@ try it: run 'mcp-trio demo' in one terminal, then in another
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The ``mcp-trio`` parser: ``serve`` and ``demo``, ``tools`` and ``call``, each with ``--log-level``."""
     parser = argparse.ArgumentParser(
         prog="mcp-trio",
         description=DESCRIPTION,
@@ -70,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The ``mcp-trio`` console script: run the command of ``argv`` (default: the process's arguments)
+    and exit with its status; an interrupt, a closed stdout or an address that cannot be listened on
+    ends it with the status of the table, without a traceback."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -1,12 +1,13 @@
 """What every ``mcp-trio`` command shares on the terminal: the exit statuses and their help text, the
 errors a command ends with, the one-line ``mcp-trio: ...`` messages on stderr, the help formatter and
-the ``--log-level`` option (Python logging on stderr)."""
+the help layout of every command, and the ``--log-level`` option (Python logging on stderr)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from typing import Any
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -20,6 +21,7 @@ __all__ = [
     "CannotListen",
     "HelpFormatter",
     "UsageError",
+    "add_command",
     "add_log_level",
     "report",
     "single_exception",
@@ -82,6 +84,19 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=32)
+
+
+def add_command(sub: Any, name: str, *, help: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """Add the command ``name`` to the subparsers ``sub`` of the ``mcp-trio`` parser: its help keeps
+    the lines it is written in, and its epilog (examples) ends with the exit status table."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog + EXIT_STATUS_HELP,
+        formatter_class=HelpFormatter,
+    )
+    return parser
 
 
 _PYTHON_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

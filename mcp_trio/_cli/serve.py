@@ -20,7 +20,7 @@ import trio
 
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._transport.config import ServerConfig
-from .output import EXIT_CONNECTION, EXIT_STATUS_HELP, EXIT_USAGE, CannotListen, HelpFormatter, report
+from .output import EXIT_CONNECTION, EXIT_USAGE, CannotListen, add_command, report
 from .server_options import add_server_options, config_from_args
 
 if TYPE_CHECKING:
@@ -55,12 +55,12 @@ examples:
 
 def add_server_commands(sub: Any) -> None:
     """Add ``serve`` and ``demo`` to the subparsers ``sub`` of the ``mcp-trio`` parser."""
-    serve_cmd = sub.add_parser(
+    serve_cmd = add_command(
+        sub,
         "serve",
         help="serve your MCPServer or MCPApp (MODULE:ATTR) over HTTP or stdio",
         description=SERVE_DESCRIPTION,
-        epilog=SERVE_EPILOG + EXIT_STATUS_HELP,
-        formatter_class=HelpFormatter,
+        epilog=SERVE_EPILOG,
     )
     serve_cmd.add_argument(
         "target",
@@ -68,12 +68,12 @@ def add_server_commands(sub: Any) -> None:
         help="package.module:name of an MCPServer, an MCPApp, or a function returning one "
         "(the current directory is on the import path)",
     )
-    demo_cmd = sub.add_parser(
+    demo_cmd = add_command(
+        sub,
         "demo",
         help="serve the built-in demo server, to try clients against",
         description=DEMO_DESCRIPTION,
-        epilog="example:\n  mcp-trio demo --bind 127.0.0.1:8000\n\n" + EXIT_STATUS_HELP,
-        formatter_class=HelpFormatter,
+        epilog="example:\n  mcp-trio demo --bind 127.0.0.1:8000\n\n",
     )
     for cmd in (serve_cmd, demo_cmd):
         add_server_options(cmd)

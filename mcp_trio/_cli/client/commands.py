@@ -21,11 +21,10 @@ from ..output import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_RPC_ERROR,
-    EXIT_STATUS_HELP,
     EXIT_TOOL_ERROR,
     EXIT_USAGE,
-    HelpFormatter,
     UsageError,
+    add_command,
     report,
     single_exception,
 )
@@ -43,23 +42,23 @@ MAX_PAGES = 100
 
 def add_client_commands(sub: Any) -> None:
     """Add ``tools`` and ``call`` to the subparsers ``sub`` of the ``mcp-trio`` parser."""
-    tools = sub.add_parser(
+    tools = add_command(
+        sub,
         "tools",
         help="list the tools of an MCP server and their parameters",
         description="List the tools of the MCP server at URL: each tool's name and the first line\n"
         "of its description, then its parameters with their types (optional ones\n"
         "marked, with their defaults).",
-        epilog="example:\n  mcp-trio tools http://127.0.0.1:8000/mcp\n\n" + EXIT_STATUS_HELP,
-        formatter_class=HelpFormatter,
+        epilog="example:\n  mcp-trio tools http://127.0.0.1:8000/mcp\n\n",
     )
     add_url(tools)
     tools.add_argument("--raw", action="store_true", help="print the tools as JSON")
-    call = sub.add_parser(
+    call = add_command(
+        sub,
         "call",
         help="call a tool of an MCP server and print its result",
         description=CALL_DESCRIPTION,
-        epilog=CALL_EPILOG + EXIT_STATUS_HELP,
-        formatter_class=HelpFormatter,
+        epilog=CALL_EPILOG,
     )
     add_url(call)
     call.add_argument("tool", metavar="TOOL", help="the name of the tool ('mcp-trio tools URL' lists them)")

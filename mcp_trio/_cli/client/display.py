@@ -18,6 +18,7 @@ from .arguments import accepted_types
 __all__ = ["Notices", "format_content", "format_tool", "print_result"]
 
 BAR_WIDTH = 24
+"""Characters between the brackets of the progress bar drawn on a terminal."""
 
 
 def _decoded_size(data: str) -> str:
