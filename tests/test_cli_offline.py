@@ -15,18 +15,10 @@ import pytest
 
 from mcp_trio import RPCError, __version__
 from mcp_trio._cli import _parser, load_app, main
-from mcp_trio._cli.client import (
-    EXIT_STATUS_HELP,
-    Notices,
-    UsageError,
-    _failure,
-    accepted_types,
-    format_content,
-    format_tool,
-    parse_arguments,
-    print_result,
-    type_value,
-)
+from mcp_trio._cli.client.arguments import accepted_types, parse_arguments, type_value
+from mcp_trio._cli.client.commands import _failure
+from mcp_trio._cli.client.display import Notices, format_content, format_tool, print_result
+from mcp_trio._cli.output import EXIT_STATUS_HELP, UsageError
 from mcp_trio._transport.config import ServerConfig
 from mcp_trio.errors import TransportError
 

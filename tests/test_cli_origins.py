@@ -11,6 +11,7 @@ import pytest
 
 from mcp_trio import MCPApp
 from mcp_trio import _cli as cli
+from mcp_trio._cli import serve as cli_serve
 
 SERVER_MODULE = """\
 from mcp_trio import MCPServer
@@ -27,7 +28,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[MCPApp]:
     async def run_server(app: MCPApp, *args: Any, **kwargs: Any) -> None:
         apps.append(app)
 
-    monkeypatch.setattr(cli, "run_server", run_server)
+    monkeypatch.setattr(cli_serve, "run_server", run_server)
     return apps
 
 

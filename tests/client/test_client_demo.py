@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from mcp_trio import ClientSession, RPCError, open_client_session
-from mcp_trio.demo import PNG
+from mcp_trio._demo_data import PNG
 
 from .conftest import Demo, assert_clean, client_tasks, eventually
 

@@ -19,7 +19,7 @@ import trio
 from tests.required import not_applicable
 
 from mcp_trio import MCPApp, ServerConfig, serve
-from mcp_trio._cli.client import parse_arguments
+from mcp_trio._cli.client.arguments import parse_arguments
 from mcp_trio.demo import build_demo_server
 
 CLI = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]

@@ -20,7 +20,7 @@ from mcp_http import serve_in_process
 import oauth_as
 from mcp_trio import Context, MCPApp, MCPServer, ServerConfig
 from mcp_trio._cli import main
-from mcp_trio._cli.client import HEADLESS_REDIRECT_URI
+from mcp_trio._cli.client.connection import HEADLESS_REDIRECT_URI
 from mcp_trio._transport.config import HTTPRequestInfo
 from mcp_trio.errors import RemoteProtocolError
 from oauth_as import (

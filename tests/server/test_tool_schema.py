@@ -14,7 +14,7 @@ import trio
 
 from mcp_trio import Context, MCPApp, MCPServer, ServerConfig
 from mcp_trio._app.tools import InvalidArguments, ToolSpec
-from mcp_trio.demo import JSON_SCHEMA_2020_12
+from mcp_trio._demo_data import JSON_SCHEMA_2020_12
 
 from .conftest import Client, settle
 

@@ -1,0 +1,123 @@
+"""What every ``mcp-trio`` command shares on the terminal: the exit statuses and their help text, the
+errors a command ends with, the one-line ``mcp-trio: ...`` messages on stderr, the help formatter and
+the help layout of every command, and the ``--log-level`` option (Python logging on stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_CONNECTION",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_RPC_ERROR",
+    "EXIT_STATUS_HELP",
+    "EXIT_TOOL_ERROR",
+    "EXIT_USAGE",
+    "CannotListen",
+    "HelpFormatter",
+    "UsageError",
+    "add_command",
+    "add_log_level",
+    "report",
+    "single_exception",
+    "start_logging",
+]
+
+EXIT_OK = 0
+EXIT_TOOL_ERROR = 1
+EXIT_USAGE = 2
+EXIT_CONNECTION = 3
+EXIT_RPC_ERROR = 4
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+EXIT_STATUS_HELP = """\
+exit status:
+  0    success (serve, demo: stopped by Ctrl-C or SIGTERM)
+  1    call: the tool ran and reported an error (isError)
+  2    usage error: a bad option, MODULE:ATTR, URL or --json, or an --arg
+       value that does not fit its type
+  3    cannot connect, an HTTP or protocol failure, or the authorization
+       (--oauth) failed; serve, demo: cannot listen on the address, or
+       the installed hypercorn is not the one mcp_trio's fixes were
+       written for (see --allow-stock-hypercorn)
+  4    tools, call: the server answered with a JSON-RPC error
+       (unknown tool, invalid arguments, ...)
+  130  interrupted (Ctrl-C) while talking to the server
+  141  stdout was closed early (piped into head, ...), as for SIGPIPE
+"""
+
+
+class UsageError(Exception):
+    """The command line asks for something that cannot be done: exit status 2."""
+
+
+class CannotListen(Exception):
+    """The server could not bind its address (in use, not local, no permission): exit status 3."""
+
+
+def report(message: object) -> None:
+    """One line ``mcp-trio: MESSAGE`` on stderr: how a command says what went wrong."""
+    print(f"mcp-trio: {message}", file=sys.stderr)
+
+
+def single_exception(exc: BaseException) -> BaseException:
+    """The one exception inside (nested) exception groups of one exception each, or a
+    KeyboardInterrupt anywhere in them; else ``exc`` itself."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    interrupts, _rest = exc.split(KeyboardInterrupt)
+    if interrupts is not None:
+        return KeyboardInterrupt()
+    if len(exc.exceptions) == 1:
+        return single_exception(exc.exceptions[0])
+    return exc
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs keep their lines (lists, examples, the exit status table)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def add_command(sub: Any, name: str, *, help: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """Add the command ``name`` to the subparsers ``sub`` of the ``mcp-trio`` parser: its help keeps
+    the lines it is written in, and its epilog (examples) ends with the exit status table."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog + EXIT_STATUS_HELP,
+        formatter_class=HelpFormatter,
+    )
+    return parser
+
+
+_PYTHON_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL_HELP = (
+    "level of Python logging on stderr (messages of mcp_trio and the libraries under it): "
+    "DEBUG, INFO, WARNING (default), ERROR or CRITICAL; not the MCP log level"
+)
+
+
+def add_log_level(cmd: argparse.ArgumentParser) -> None:
+    """``--log-level``: every command has it (the server commands among their own options)."""
+    cmd.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=_PYTHON_LOG_LEVELS,
+        default="WARNING",
+        metavar="LEVEL",
+        help=LOG_LEVEL_HELP,
+    )
+
+
+def start_logging(level: str) -> None:
+    """Python logging on stderr at ``--log-level`` (stdout is the command's output, or MCP messages)."""
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,324 @@
+"""``mcp-trio serve MODULE:ATTR`` and ``mcp-trio demo``: load the app (or build the demo's), check the
+options that only make sense together, and serve it over HTTP (hypercorn or the embedded h11 server,
+HTTPS with --certfile) or stdio until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import logging
+import os
+import secrets
+import signal
+import ssl
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
+from .._transport.config import ServerConfig
+from .output import EXIT_CONNECTION, EXIT_USAGE, CannotListen, add_command, report
+from .server_options import add_server_options, config_from_args
+
+if TYPE_CHECKING:
+    # The server side is imported where a server command needs it: `mcp-trio tools|call` start faster.
+    from .._transport.asgi import MCPApp
+
+__all__ = ["add_server_commands", "load_app", "run_server", "serve_command"]
+
+SERVE_DESCRIPTION = """\
+Serve the MCPServer or MCPApp named by MODULE:ATTR until Ctrl-C or SIGTERM.
+Once listening it prints one line "mcp-trio: serving on URL" on stdout, URL
+being the MCP endpoint (http://HOST:PORT/mcp, or https:// with --certfile),
+and "mcp-trio: stopped" when it has shut down.  With --stdio, stdout carries
+only MCP messages.
+"""
+
+DEMO_DESCRIPTION = """\
+Serve mcp_trio's demo server until Ctrl-C or SIGTERM: tools (echo, add,
+count, sleep, test_image_content, ...), resources and prompts to try clients
+against.  Its endpoint is http://127.0.0.1:8000/mcp unless --bind says
+otherwise.
+"""
+
+SERVE_EPILOG = """\
+examples:
+  mcp-trio serve my_package.server:server
+  mcp-trio serve my_package.server:server --bind 0.0.0.0:8080 --http h11
+  mcp-trio serve my_package.server:make_app --stdio
+
+"""
+
+
+def add_server_commands(sub: Any) -> None:
+    """Add ``serve`` and ``demo`` to the subparsers ``sub`` of the ``mcp-trio`` parser."""
+    serve_cmd = add_command(
+        sub,
+        "serve",
+        help="serve your MCPServer or MCPApp (MODULE:ATTR) over HTTP or stdio",
+        description=SERVE_DESCRIPTION,
+        epilog=SERVE_EPILOG,
+    )
+    serve_cmd.add_argument(
+        "target",
+        metavar="MODULE:ATTR",
+        help="package.module:name of an MCPServer, an MCPApp, or a function returning one "
+        "(the current directory is on the import path)",
+    )
+    demo_cmd = add_command(
+        sub,
+        "demo",
+        help="serve the built-in demo server, to try clients against",
+        description=DEMO_DESCRIPTION,
+        epilog="example:\n  mcp-trio demo --bind 127.0.0.1:8000\n\n",
+    )
+    for cmd in (serve_cmd, demo_cmd):
+        add_server_options(cmd)
+
+
+def load_app(target: str, config: ServerConfig) -> MCPApp:
+    """``package.module:attr`` naming an :class:`MCPApp`, an :class:`MCPServer` or a factory of either."""
+    from .._app.server import MCPServer
+    from .._transport.asgi import MCPApp
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not attr:
+        raise SystemExit(f"mcp-trio: expected MODULE:ATTR, got {target!r}")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise  # the module exists but an import inside it failed: the traceback says where
+        raise SystemExit(f"mcp-trio: cannot import {module_name!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SystemExit(f"mcp-trio: {target}: {module_name} has no attribute {attr!r}") from None
+    if callable(obj) and not isinstance(obj, (MCPApp, MCPServer)):
+        obj = obj()
+    if isinstance(obj, MCPServer):
+        return MCPApp(obj, config)
+    if isinstance(obj, MCPApp):
+        return obj
+    raise SystemExit(f"mcp-trio: {target} is neither an MCPServer nor an MCPApp")
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """``exc`` if it is an OSError, else the first OSError in its exception groups, else None."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _os_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _drop_hypercorn_banner(record: logging.LogRecord) -> bool:
+    """hypercorn's "Running on http://host:port" (no MCP path): the CLI prints the endpoint itself."""
+    return not str(record.msg).startswith("Running on")
+
+
+async def run_server(
+    app: MCPApp,
+    bind: str,
+    http_server: str = "hypercorn",
+    *,
+    hypercorn_fast_path: bool = True,
+    tls: tuple[str, str] | None = None,
+    allow_stock_hypercorn: bool = False,
+) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening.  ``tls``:
+    (certfile, keyfile) to serve HTTPS, and HTTP/2 to clients that offer it (hypercorn only);
+    ``allow_stock_hypercorn``: as :func:`mcp_trio.serve`."""
+    # The signal handler is in place before the servers start, so a SIGINT right after the
+    # "serving on" line is a clean stop (a trigger opened by the server's own task could come too late).
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+        async def wait_for_signal() -> None:
+            async for _ in signals:
+                return
+
+        await _run_server(
+            app, bind, http_server, wait_for_signal, hypercorn_fast_path, tls, allow_stock_hypercorn
+        )
+
+
+async def _run_server(
+    app: MCPApp,
+    bind: str,
+    http_server: str,
+    wait_for_signal: Callable[[], Awaitable[None]],
+    hypercorn_fast_path: bool,
+    tls: tuple[str, str] | None,
+    allow_stock_hypercorn: bool,
+) -> None:
+    from .._serve import serve
+
+    run: Callable[..., Awaitable[None]]
+    if http_server == "h11" and tls is not None:
+        raise ValueError("the embedded h11 server does not do TLS")
+    if http_server == "h11":
+        from .._http.h11_server import H11Config
+
+        host, _, port = bind.rpartition(":")
+        run = functools.partial(
+            serve,
+            app,
+            host.strip("[]") or "127.0.0.1",
+            int(port),
+            http="h11",
+            config=H11Config(shutdown_grace=app.config.shutdown_grace),
+            shutdown_trigger=wait_for_signal,
+        )
+    else:
+        from .._http.hypercorn_server import hypercorn_config
+
+        # hypercorn's default error log writes to stderr itself *and* propagates to the root logger:
+        # every message (its own "Running on" banner too) came out twice.  Its messages go through
+        # Python logging only, at --log-level, and the banner is left to the line printed below.
+        error_log = logging.getLogger("hypercorn.error")
+        if _drop_hypercorn_banner not in error_log.filters:
+            error_log.addFilter(_drop_hypercorn_banner)
+        run = functools.partial(
+            serve,
+            app,
+            http="hypercorn",
+            config=hypercorn_config([bind], errorlog=error_log),
+            certfile=tls[0] if tls else None,
+            keyfile=tls[1] if tls else None,
+            shutdown_trigger=wait_for_signal,
+            hypercorn_fast_path=hypercorn_fast_path,
+            allow_stock_hypercorn=allow_stock_hypercorn,
+        )
+    async with trio.open_nursery() as nursery:
+        try:
+            urls = await nursery.start(run)
+        except BaseException as exc:
+            cause = _os_error(exc)
+            if cause is None:
+                raise
+            raise CannotListen(f"cannot listen on {bind}: {cause}") from exc
+        for url in urls:
+            print(f"mcp-trio: serving on {url}{app.config.path or '/'}", flush=True)
+    print("mcp-trio: stopped", flush=True)
+
+
+def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
+    """Give the app's server a Redis notification bus (it runs in the app's nursery), and its tasks a
+    Redis store unless its config names a store of its own."""
+    from .._app.bus import LocalNotificationBus
+
+    worker = app.config.worker_id
+    try:
+        from ..redis import RedisNotificationBus
+
+        bus = RedisNotificationBus(url, instance_id=f"{worker}-{secrets.token_hex(4)}" if worker else None)
+    except (ImportError, ValueError) as exc:
+        parser.error(f"--redis: {exc}")
+    current = app.server.notifications
+    if type(current) is not LocalNotificationBus or len(current):
+        parser.error("--redis: the server already has a notification bus of its own")
+    app.server.notifications = bus
+    if app.config.task_store_factory is None:  # tasks too: any worker answers for any task
+        from ..redis import RedisTaskStore
+
+        app._modern.tasks.store = RedisTaskStore(url)
+
+
+def _tls_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str] | None:
+    """``--certfile`` and ``--keyfile``: both or neither, over hypercorn, and loadable (checked here, so
+    that a bad file is a usage error, not a failure to listen)."""
+    if args.certfile is None and args.keyfile is None:
+        return None
+    if args.certfile is None or args.keyfile is None:
+        parser.error("--certfile and --keyfile go together: give both to serve HTTPS, or neither")
+    if args.stdio:
+        parser.error("--certfile/--keyfile are for HTTP, not --stdio")
+    if args.http == "h11":
+        parser.error(
+            "--http h11 cannot serve TLS (the embedded server speaks plain HTTP/1.1): leave --http out "
+            "to serve HTTPS and HTTP/2 with hypercorn, or let a proxy terminate TLS"
+        )
+    try:
+        # password="": an encrypted key fails here instead of OpenSSL asking for its password on the tty
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(args.certfile, args.keyfile, password="")
+    except OSError as exc:  # ssl.SSLError included
+        parser.error(f"--certfile/--keyfile: cannot load a certificate and its unencrypted key: {exc}")
+    return args.certfile, args.keyfile
+
+
+def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run ``serve`` or ``demo``; the exit status (a usage error exits through ``parser.error``)."""
+    if args.http == "h11" and not args.stdio:
+        _host, _, port = args.bind.rpartition(":")
+        if not port.isdigit():
+            parser.error(f"--bind: expected HOST:PORT, got {args.bind!r}")
+    tls = _tls_files(parser, args)
+    if args.http == "hypercorn" and not args.stdio and not args.allow_stock_hypercorn:
+        from .._http.hypercorn_server import hypercorn_fixes_available, refusal
+
+        reason = hypercorn_fixes_available()
+        if reason is not None:
+            report(refusal(reason))
+            return EXIT_CONNECTION
+    try:
+        config = config_from_args(args)
+    except (ValueError, ImportError) as exc:
+        parser.error(str(exc))
+    if config.oauth is not None and args.stdio:
+        parser.error("--oauth-issuer/--resource are for HTTP; over stdio the client starts the server")
+    ring = os.environ.get(REQUEST_STATE_SECRET_ENV)
+    try:
+        if ring is not None:
+            parse_secret_ring(ring)  # before the app reads it: one line, not a traceback
+    except ValueError as exc:
+        report(exc)
+        return EXIT_USAGE
+    try:
+        if args.command == "demo":
+            from .._transport.asgi import MCPApp
+            from ..demo import build_demo_server
+
+            app = MCPApp(build_demo_server(), config)
+        else:
+            sys.path.insert(0, "")
+            app = load_app(args.target, config)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
+        return EXIT_USAGE
+    if config.oauth is not None and app.config is not config:
+        parser.error(
+            "--oauth-issuer/--resource: MODULE:ATTR names an MCPApp, which brings its own ServerConfig "
+            "(give it ServerConfig(oauth=ProtectedResource(...)))"
+        )
+    if args.redis is not None:
+        if args.stdio:
+            parser.error("--redis is for HTTP workers; a stdio server serves one client")
+        _use_redis(parser, app, args.redis)
+    if args.stdio:
+        # stdout carries only MCP messages (logging.basicConfig writes to stderr)
+        from .._transport.stdio import serve_stdio
+
+        trio.run(functools.partial(serve_stdio, app.server, config=config))
+        return 0
+    trio.run(
+        functools.partial(
+            run_server,
+            app,
+            args.bind,
+            args.http,
+            hypercorn_fast_path=not args.no_hypercorn_fast_path,
+            tls=tls,
+            allow_stock_hypercorn=args.allow_stock_hypercorn,
+        )
+    )
+    return 0

@@ -1,0 +1,303 @@
+"""The options of ``mcp-trio serve`` and ``mcp-trio demo`` that configure the served app: session and
+connection limits, Host/Origin checks and CORS, the worker options and OAuth, and the
+:class:`ServerConfig` they make (:func:`config_from_args`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._protocol import http
+from .._protocol.cluster import check_worker_id
+from .._transport.config import ServerConfig
+from .output import add_log_level
+
+if TYPE_CHECKING:
+    from ..auth.server._resource import ProtectedResource
+
+__all__ = ["add_server_options", "config_from_args"]
+
+
+_CONFIG_HELP: dict[str, tuple[type, str, str]] = {
+    "idle_timeout": (float, "SECONDS", "close a session with no request or stream for this long"),
+    "init_timeout": (float, "SECONDS", "close a session not initialized this long after initialize"),
+    "keepalive_interval": (float, "SECONDS", "send a comment on idle SSE streams this often"),
+    "shutdown_grace": (float, "SECONDS", "how long open streams get to end cleanly on shutdown"),
+    "write_timeout": (float, "SECONDS", "break a connection whose socket write takes longer"),
+    "body_timeout": (float, "SECONDS", "a request body must arrive within this, else 408"),
+    "max_sessions": (int, "N", "answer initialize with 503 beyond this many live sessions"),
+    "max_sessions_per_principal": (
+        int,
+        "N",
+        "answer initialize (or a WebSocket upgrade) with 429 beyond this many live sessions of one "
+        "authenticated principal (0: no quota)",
+    ),
+    "max_sessions_per_address": (
+        int,
+        "N",
+        "answer initialize (or a WebSocket upgrade) with 429 beyond this many live sessions from one "
+        "client address (0: no quota, as behind a reverse proxy)",
+    ),
+    "max_event_store_bytes": (
+        int,
+        "BYTES",
+        "bound on the SSE events kept for resumption, all sessions together",
+    ),
+    "max_body_size": (int, "BYTES", "largest request body accepted (413 beyond)"),
+    "sse_retry_ms": (int, "MS", "the SSE retry field sent to 2025-era clients, in milliseconds"),
+}
+_CONFIG_OPTIONS: dict[str, type] = {name: kind for name, (kind, _, _) in _CONFIG_HELP.items()}
+_CONFIG_DEFAULTS = {field.name: field.default for field in dataclasses.fields(ServerConfig)}
+
+
+def _default_text(value: object) -> str:
+    """A default as the help shows it: 30.0 as 30."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def add_server_options(cmd: argparse.ArgumentParser) -> None:
+    """The options of ``serve`` and ``demo``: where and how to serve, then the groups that configure
+    the app (limits, origins, workers, OAuth)."""
+    cmd.add_argument(
+        "--bind",
+        default="127.0.0.1:8000",
+        metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:8000; port 0 picks a free port)",
+    )
+    cmd.add_argument(
+        "--stdio",
+        action="store_true",
+        help="speak MCP over stdin/stdout instead of HTTP (for clients that start the server)",
+    )
+    cmd.add_argument(
+        "--http",
+        choices=("hypercorn", "h11"),
+        default="hypercorn",
+        help="HTTP server: hypercorn's trio worker (default) or the embedded Trio + h11 server",
+    )
+    cmd.add_argument(
+        "--no-hypercorn-fast-path",
+        action="store_true",
+        help="run hypercorn's request path as shipped (see the hypercorn page of the docs)",
+    )
+    cmd.add_argument(
+        "--allow-stock-hypercorn",
+        action="store_true",
+        help="if the installed hypercorn is not the code mcp_trio's fixes were written for, serve with "
+        "hypercorn as shipped, without them (see the hypercorn page of the docs for what that gives up), "
+        "instead of refusing to start",
+    )
+    cmd.add_argument(
+        "--certfile",
+        default=None,
+        metavar="PATH",
+        help="serve HTTPS with this certificate (PEM, with its chain; needs --keyfile): HTTP/2 for "
+        "clients that offer it (ALPN), else HTTP/1.1; not with --http h11",
+    )
+    cmd.add_argument(
+        "--keyfile", default=None, metavar="PATH", help="the private key of --certfile (PEM, not encrypted)"
+    )
+    cmd.add_argument(
+        "--json-response",
+        action="store_true",
+        help="answer each request with one JSON body instead of an SSE stream",
+    )
+    cmd.add_argument(
+        "--stats-path", default=None, metavar="PATH", help="serve the app's statistics as JSON on PATH"
+    )
+    add_log_level(cmd)
+    limits = cmd.add_argument_group(
+        "session and connection limits",
+        "These and --json-response, --stats-path configure the app when\n"
+        "MODULE:ATTR names an MCPServer; an MCPApp brings its own ServerConfig.",
+    )
+    for option, (kind, metavar, text) in _CONFIG_HELP.items():
+        limits.add_argument(
+            f"--{option.replace('_', '-')}",
+            type=kind,
+            default=None,
+            metavar=metavar,
+            help=f"{text} (default {_default_text(_CONFIG_DEFAULTS[option])})",
+        )
+    _add_origin_options(cmd)
+    _add_worker_options(cmd)
+    _add_oauth_options(cmd)
+
+
+_PROTECTION = {"auto": None, "on": True, "off": False}
+
+
+def _comma_list(normalize: Callable[[str], str], *, star: bool = False) -> Callable[[str], frozenset[str]]:
+    """An argparse type: comma-separated entries, each checked by ``normalize`` (``*`` alone if ``star``)."""
+
+    def parse(text: str) -> frozenset[str]:
+        entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+        if not entries:
+            raise argparse.ArgumentTypeError("expected a comma-separated list")
+        if star and "*" in entries:
+            if len(entries) > 1:
+                raise argparse.ArgumentTypeError("'*' (any origin) stands alone")
+            return frozenset({"*"})
+        try:
+            return frozenset(normalize(entry) for entry in entries)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _add_origin_options(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "browsers and reverse proxies",
+        "Host and Origin checks (DNS-rebinding protection) and CORS; like the limits\n"
+        "above, for an MCPServer (an MCPApp brings its own ServerConfig).",
+    )
+    group.add_argument(
+        "--allowed-hosts",
+        type=_comma_list(http.normalize_host),
+        default=None,
+        metavar="HOSTS",
+        help="comma-separated Host values accepted besides localhost, 127.0.0.1 and [::1] (HOST for "
+        "any port, or HOST:PORT), such as the public name a reverse proxy passes on; turns the check on "
+        "for every request",
+    )
+    group.add_argument(
+        "--allowed-origins",
+        type=_comma_list(http.normalize_origin),
+        default=None,
+        metavar="ORIGINS",
+        help="comma-separated Origin values accepted besides loopback ones (SCHEME://HOST[:PORT], "
+        "SCHEME://HOST:* for any port); turns the check on for every request",
+    )
+    group.add_argument(
+        "--dns-rebinding-protection",
+        choices=tuple(_PROTECTION),
+        default="auto",
+        help="check Host (421) and Origin (403) on every request (on), on none (off), or (auto, the "
+        "default) on every request when allowed hosts or origins are given, else on the requests "
+        "arriving on a loopback connection (a local client, or a proxy on this machine forwarding to "
+        "127.0.0.1)",
+    )
+    group.add_argument(
+        "--cors-origins",
+        type=_comma_list(http.normalize_origin, star=True),
+        default=None,
+        metavar="ORIGINS",
+        help="comma-separated web origins (SCHEME://HOST[:PORT]) whose pages may call the server from a "
+        "browser, or '*' for any; they pass the Origin check too (default: no CORS, OPTIONS gets 405)",
+    )
+
+
+def _origin_config(args: argparse.Namespace) -> dict[str, object]:
+    """The ServerConfig fields of the options of :func:`_add_origin_options` that were given."""
+    options: dict[str, object] = {"dns_rebinding_protection": _PROTECTION[args.dns_rebinding_protection]}
+    for name in ("allowed_hosts", "allowed_origins", "cors_origins"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    return options
+
+
+def _worker_id(text: str) -> str:
+    try:
+        return check_worker_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_worker_options(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "several workers (see the docs' deploy/workers page)",
+        "Processes behind one balancer, sharing Redis.  The requestState key ring\n"
+        "comes from the environment (MCP_TRIO_REQUEST_STATE_SECRET), never from here.",
+    )
+    group.add_argument(
+        "--worker-id",
+        type=_worker_id,
+        default=None,
+        metavar="ID",
+        help="this worker's id (1-32 of A-Z a-z 0-9 _ -): 2025 session ids become ID.<random>, so a "
+        "balancer can route each session to its worker (for an MCPServer, like the limits above)",
+    )
+    group.add_argument(
+        "--redis",
+        default=None,
+        metavar="URL",
+        help="share list-changed and resource-updated notifications with the other workers through "
+        "Redis (redis://HOST:PORT[/DB], rediss:// or unix://), signed with the key ring of "
+        "MCP_TRIO_REQUEST_STATE_SECRET (required); needs pip install 'mcp_trio[redis]'",
+    )
+
+
+def _add_oauth_options(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "OAuth (see the docs' authorization page)",
+        "Make the endpoint an OAuth 2.1 protected resource: every request needs a\n"
+        "bearer token, a JWT access token of the issuer for the resource.  Needs\n"
+        "pip install 'mcp_trio[auth]'; for an MCPServer, like the limits above.",
+    )
+    group.add_argument(
+        "--oauth-issuer",
+        default=None,
+        metavar="URL",
+        help="the authorization server whose JWT access tokens are accepted (its keys are found through "
+        "its metadata); needs --resource",
+    )
+    group.add_argument(
+        "--resource",
+        default=None,
+        metavar="URL",
+        help="the public URL of this MCP endpoint (https://HOST/mcp; http only on loopback): tokens must "
+        "name it as their audience, and clients find the metadata from it",
+    )
+    group.add_argument(
+        "--required-scope",
+        action="append",
+        default=None,
+        metavar="SCOPE",
+        help="a scope every request's token must grant (repeat for several); advertised in the metadata",
+    )
+    group.add_argument(
+        "--oauth-audience",
+        action="append",
+        default=None,
+        metavar="AUD",
+        help="accept tokens whose aud names this instead of --resource (repeat for several), for an "
+        "authorization server that names the resource otherwise",
+    )
+
+
+def _oauth_config(args: argparse.Namespace) -> ProtectedResource | None:
+    """The ProtectedResource of the OAuth options, or None; ValueError (ImportError without joserfc)."""
+    issuer, resource = getattr(args, "oauth_issuer", None), getattr(args, "resource", None)
+    if issuer is None and resource is None:
+        if getattr(args, "required_scope", None) or getattr(args, "oauth_audience", None):
+            raise ValueError("--required-scope and --oauth-audience need --oauth-issuer and --resource")
+        return None
+    if issuer is None or resource is None:
+        raise ValueError("--oauth-issuer and --resource go together")
+    from ..auth.server._resource import ProtectedResource
+    from ..auth.server._verify import JWTVerifier
+
+    scopes = args.required_scope or []
+    return ProtectedResource(
+        resource=resource,
+        authorization_servers=[issuer],
+        verifier=JWTVerifier(issuer, args.oauth_audience or resource),
+        scopes_supported=scopes,
+        required_scopes=scopes,
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """The ServerConfig of the options of :func:`add_server_options` (those not given keep
+    ServerConfig's defaults); ValueError (ImportError without joserfc) for OAuth options that do not fit."""
+    options = {name: getattr(args, name) for name in _CONFIG_OPTIONS if getattr(args, name) is not None}
+    options.update(_origin_config(args))
+    if args.worker_id is not None:
+        options["worker_id"] = args.worker_id
+    oauth = _oauth_config(args)
+    if oauth is not None:
+        options["oauth"] = oauth
+    return ServerConfig(json_response=args.json_response, stats_path=args.stats_path, **options)
