@@ -129,7 +129,7 @@ def test_no_runtime_import_cycle() -> None:
 def _run(code: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -171,7 +171,8 @@ def test_serving_loads_no_hypercorn_until_asked() -> None:
         "import sys, mcp_trio\n"
         "from mcp_trio import serve, MCPApp, MCPServer\n"
         "import mcp_trio._http.h11_server\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('hypercorn', 'h2', 'priority', 'hpack')))\n"
+        "heavy = ('hypercorn', 'h2', 'priority', 'hpack')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     assert out.strip() == "[]", out
 
@@ -179,8 +180,7 @@ def test_serving_loads_no_hypercorn_until_asked() -> None:
 def test_import_contracts_pass() -> None:
     lint = shutil.which("lint-imports")
     assert lint is not None, "import-linter is in the dev extra"
-    result = subprocess.run(
-        [lint, "--no-cache"], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [lint, "--no-cache"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
