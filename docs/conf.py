@@ -133,7 +133,8 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._transport.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]
     ("py:class", "mcp_trio._protocol.versions.Revision"),
     ("py:class", "mcp_trio._protocol.sse.ServerSentEvent"),  # mcp_trio.testing.Response.next_event()
-    ("py:class", "mcp_trio._client.session.Subscription"),  # ClientSession.listen(); see client.md
+    ("py:class", "mcp_trio._client.listen.Subscription"),  # ClientSession.listen(); see client.md
+    ("py:class", "mcp_trio._client.options.SessionOptions"),  # the openers' shared keyword arguments
     ("py:class", "mcp_trio._client.http.HTTPTransport"),
     ("py:class", "mcp_trio._client.stdio.StdioTransport"),
     ("py:class", "mcp_trio._client.messages.MessageTransport"),

@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "StoredEvent": "._transport.eventstore",
     "TaskCancelled": ".errors",
     "TaskError": ".errors",
-    "TaskInfo": "._client.tasks",
+    "TaskInfo": "._protocol.tasks",
     "TaskRecord": "._app.tasks",
     "TaskStatus": "._app.tasks",
     "TaskStore": "._app.tasks",
@@ -112,11 +112,11 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._client.session import open_client_session as open_client_session
     from ._client.session import open_stdio_client as open_stdio_client
     from ._client.session import open_websocket_client as open_websocket_client
-    from ._client.tasks import TaskInfo as TaskInfo
     from ._http.h11_server import H11Config as H11Config
     from ._http.h11_server import serve_h11 as serve_h11
     from ._http.serve import hypercorn_config as hypercorn_config
     from ._http.serve import serve as serve
+    from ._protocol.tasks import TaskInfo as TaskInfo
     from ._transport.asgi import MCPApp as MCPApp
     from ._transport.config import HTTPRequestInfo as HTTPRequestInfo
     from ._transport.config import ServerConfig as ServerConfig

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as mt
 
 if TYPE_CHECKING:
-    from ._client.tasks import TaskInfo
+    from ._protocol.tasks import TaskInfo
 
 __all__ = [
     "LocalProtocolError",

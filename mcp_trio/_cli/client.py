@@ -30,7 +30,7 @@ import trio
 
 from .._app.context import LOG_LEVELS
 from .._client.session import ClientSession, open_client_session
-from .._client.tasks import TaskInfo
+from .._protocol.tasks import TaskInfo
 from ..errors import MCPTrioError, RPCError, TransportError
 
 if TYPE_CHECKING:
