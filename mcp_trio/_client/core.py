@@ -4,7 +4,7 @@ Requests and their responses (an id each; the transport brings the response back
 and server-to-client requests that arrive meanwhile (routed to the request they came with, else to the
 session), the cancellation of a request its caller gave up on, the handshake of either era, and the
 answers to the server's requests (``sampling``, ``elicitation``, ``roots``).  The typed methods are
-built on :meth:`SessionCore.request` (:mod:`.api`, :mod:`.polling`, :mod:`.listen`, :mod:`.skills`).
+built on :meth:`SessionCore.request` (``api.py``, ``tasks.py``, ``listen.py``, ``skills.py``).
 """
 
 from __future__ import annotations
