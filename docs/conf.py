@@ -167,7 +167,6 @@ nitpick_ignore_regex = [
 # Private types that public signatures mention; they are not part of the API (and not importable from
 # mcp_trio), so they are named here one by one: a new one must be documented or added on purpose.
 nitpick_ignore = [
-    ("py:class", "mcp_trio.errors.TaskSnapshot"),  # what TaskError needs of a task: a TaskInfo is one
     ("py:class", "mcp_trio._app.server.F"),  # the decorators' type variable: they return what they got
     ("py:class", "mcp_trio._app.server.Initialized"),
     ("py:class", "mcp_trio._app.bus.Subscriber"),  # a peer a NotificationBus delivers to
@@ -177,7 +176,8 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._transport.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]
     ("py:class", "mcp_trio._protocol.versions.Revision"),
     ("py:class", "mcp_trio._protocol.sse.ServerSentEvent"),  # mcp_trio.testing.Response.next_event()
-    ("py:class", "mcp_trio._client.session.Subscription"),  # ClientSession.listen(); see client.md
+    ("py:class", "mcp_trio._client.listen.Subscription"),  # ClientSession.listen(); see client.md
+    ("py:class", "mcp_trio._client.options.SessionOptions"),  # the openers' shared keyword arguments
     ("py:class", "mcp_trio._client.http.HTTPTransport"),
     ("py:class", "mcp_trio._client.stdio.StdioTransport"),
     ("py:class", "mcp_trio._client.messages.MessageTransport"),

@@ -18,7 +18,7 @@ from ._lazy import lazy_exports
 # name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
     "ClientSession": "._client.session",
-    "TaskInfo": "._client.tasks",
+    "TaskInfo": "._protocol.tasks",
     "open_client_session": "._client.session",
     "open_stdio_client": "._client.session",
     "open_websocket_client": "._client.session",
@@ -37,6 +37,6 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._client.session import open_client_session as open_client_session
     from ._client.session import open_stdio_client as open_stdio_client
     from ._client.session import open_websocket_client as open_websocket_client
-    from ._client.tasks import TaskInfo as TaskInfo
+    from ._protocol.tasks import TaskInfo as TaskInfo
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

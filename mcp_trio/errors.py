@@ -21,9 +21,12 @@ The tree::
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as mt
+
+if TYPE_CHECKING:
+    from ._protocol.tasks import TaskInfo
 
 __all__ = [
     "LocalProtocolError",
@@ -122,28 +125,12 @@ class TaskStoreUnavailable(MCPTrioError):
     """A task store could not be reached (a Redis store whose server is down, say)."""
 
 
-class TaskSnapshot(Protocol):
-    """What a :class:`TaskError` needs of its task: the client's ``mcp_trio.client.TaskInfo`` is one.
-
-    A protocol rather than ``TaskInfo`` itself, so that this module, which the server side imports too,
-    imports nothing of the client."""
-
-    @property
-    def task_id(self) -> str: ...
-
-    @property
-    def status(self) -> str: ...
-
-    @property
-    def status_message(self) -> str | None: ...
-
-
 class TaskError(MCPTrioError):
     """A task ended without a result: the server no longer knows it (expired, lost: ``tasks/get``
     answered -32602, which is the ``__cause__``), or it was cancelled (:class:`TaskCancelled`).
     ``task`` is the task as last seen (a :class:`~mcp_trio.client.TaskInfo`)."""
 
-    def __init__(self, message: str, task: TaskSnapshot) -> None:
+    def __init__(self, message: str, task: TaskInfo) -> None:
         super().__init__(message)
         self.message = message
         self.task = task

@@ -6,8 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,77 +14,21 @@ import httpx
 import trio
 
 from .._protocol import modern as modern_rules
-from .._protocol import safejson
-from .._protocol.sse import ServerSentEvent, SSEDecoder, SSEProtocolError
+from .._protocol.sse import SSEDecoder, SSEProtocolError
 from ..auth.client._errors import OAuthError
 from ..errors import MCPTrioError, SessionExpired, TransportError
+from .wire import MAX_MESSAGE_SIZE, OnMessage, decode_json, envelope, peer_log, read_message
 
 __all__ = ["HTTPTransport", "MessageStream", "SessionExpired", "TransportError"]
 
 logger = logging.getLogger(__name__)
 
-OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
 ACCEPT = "application/json, text/event-stream"
 DRAIN_SECONDS = 1.0
-MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-"""Default bound on one JSON answer, one SSE event and one stdio or WebSocket message from a server."""
 MAX_RETRY_DELAY = 60.0
 """Seconds: the longest wait before a reconnection that a server's SSE ``retry`` can ask for."""
 MAX_ERROR_BODY = 64 * 1024
 """How much of an HTTP error answer's body is read (the rest is not: the connection is dropped)."""
-
-
-class _RateLimitedLog:
-    """At most one log line per ``interval`` seconds for a kind of peer misbehaviour (a hostile server
-    must not flood the client's log); the lines skipped are counted in the next one."""
-
-    def __init__(self, interval: float = 10.0) -> None:
-        self.interval = interval
-        self._last: dict[str, float] = {}
-        self._skipped: dict[str, int] = {}
-
-    def __call__(self, level: int, key: str, message: str, *args: Any) -> None:
-        now = time.monotonic()
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval:
-            self._skipped[key] = self._skipped.get(key, 0) + 1
-            return
-        self._last[key] = now
-        skipped = self._skipped.pop(key, 0)
-        if skipped:
-            message += f" ({skipped} more like it not logged)"
-        logger.log(level, message, *args)
-
-
-peer_log = _RateLimitedLog()
-"""The client's log of what servers do wrong (shared by every transport)."""
-
-
-def decode_json(data: bytes | str, max_size: int, what: str) -> Any:
-    """The JSON value of something a server sent (:func:`safejson.loads`: bounded in size, nesting and
-    number length, strict about Unicode), or a :class:`TransportError` saying why not."""
-    try:
-        return safejson.loads(data, max_size=max_size)
-    except safejson.JSONRejected as exc:
-        raise TransportError(f"{what} is not JSON the client accepts: {exc}") from None
-
-
-def valid_id(value: Any) -> bool:
-    """Whether ``value`` can be a JSON-RPC request id (a string or an integer; never a bool)."""
-    return isinstance(value, str | int) and not isinstance(value, bool)
-
-
-def envelope(value: Any) -> dict[str, Any] | None:
-    """``value`` if it can be a JSON-RPC message from a server: an object whose ``method`` (if any) is a
-    string and whose ``id`` (if any) is a string, an integer or null.  None otherwise (routing it could
-    not go well: an unhashable id, a method that is not a name)."""
-    if not isinstance(value, dict):
-        return None
-    if "method" in value and not isinstance(value["method"], str):
-        return None
-    if "id" in value and not (value["id"] is None or valid_id(value["id"])):
-        return None
-    return value
 
 
 def _header_value(value: Any) -> str:
@@ -148,6 +91,10 @@ class HTTPTransport:
         self.auth = auth if auth is not None else httpx.USE_CLIENT_DEFAULT
         self.session_id: str | None = None
         self.protocol_version: str | None = None
+        self.modern = False  # 2026 era: requests carry the Mcp-Method, Mcp-Name and Mcp-Param-* headers
+        self.header_params: dict[str, dict[str, tuple[str, ...]]] = {}
+        """Per tool: which arguments travel in ``Mcp-Param-*`` headers (the session learns it from
+        ``tools/list``)."""
         self.max_reconnects = max_reconnects
         self.max_message_size = max_message_size
 
@@ -160,18 +107,11 @@ class HTTPTransport:
         headers.update(extra or {})
         return headers
 
-    async def post(
-        self,
-        message: dict[str, Any],
-        on_message: OnMessage,
-        *,
-        extra_headers: Mapping[str, str] | None = None,
-    ) -> dict[str, Any] | None:
+    async def post(self, message: dict[str, Any], on_message: OnMessage) -> dict[str, Any] | None:
         """POST one message.  For a request, return its response message (notifications and
         server requests met on the way go to ``on_message``); for anything else, None."""
         expect = message.get("id") if "method" in message else None
-        body = json.dumps(message, separators=(",", ":")).encode()
-        request = self._post(body, extra_headers)
+        request = self._post(message)
         try:
             response = await self.http.send(request, stream=True, auth=self.auth)
         except httpx.HTTPError as exc:
@@ -209,8 +149,8 @@ class HTTPTransport:
         body: Any = text
         if whole:
             try:
-                body = safejson.loads(raw, max_size=MAX_ERROR_BODY)
-            except safejson.JSONRejected:
+                body = decode_json(raw, MAX_ERROR_BODY, "the error body")
+            except TransportError:
                 pass
         if (
             isinstance(body, dict)
@@ -281,7 +221,7 @@ class HTTPTransport:
                     exhausted = True
                     return None
                 for event in decoder.feed(chunk):
-                    message = _message_of(event, self.max_message_size)
+                    message = read_message(event.data, self.max_message_size, "an SSE event")
                     if message is None:
                         continue
                     if expect is not None and message.get("id") == expect and "method" not in message:
@@ -295,20 +235,23 @@ class HTTPTransport:
             if not exhausted:
                 await _unwind(chunks)
 
-    def _post(self, body: bytes, extra_headers: Mapping[str, str] | None) -> httpx.Request:
-        """A POST of ``body`` whose body stream is a plain iterator (:class:`_WholeBody`)."""
-        headers = self._headers(extra_headers)
+    def _post(self, message: dict[str, Any]) -> httpx.Request:
+        """A POST of ``message`` (with the 2026-era request headers, in that era) whose body stream is a
+        plain iterator (:class:`_WholeBody`)."""
+        body = json.dumps(message, separators=(",", ":")).encode()
+        extra = None
+        if self.modern and "method" in message and "id" in message:  # a request
+            params = message.get("params") or {}
+            extra = modern_headers(message, self.header_params.get(params.get("name", "")))
+        headers = self._headers(extra)
         request = self.http.build_request("POST", self.url, content=body, headers=headers)
         request.stream = _WholeBody(body)  # the request keeps its content (and Content-Length) as built
         return request
 
     @asynccontextmanager
-    async def open_stream(
-        self, message: dict[str, Any], *, extra_headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[MessageStream]:
+    async def open_stream(self, message: dict[str, Any]) -> AsyncIterator[MessageStream]:
         """POST a long-lived request (``subscriptions/listen``) and read its SSE answer message by message."""
-        body = json.dumps(message, separators=(",", ":")).encode()
-        request = self._post(body, extra_headers)
+        request = self._post(message)
         try:
             response = await self.http.send(request, stream=True, auth=self.auth)
         except httpx.HTTPError as exc:
@@ -413,7 +356,7 @@ class MessageStream:
                 self._ended = True
                 raise TransportError(f"the stream broke a limit: {exc}") from exc
             for event in events:
-                message = _message_of(event, self._max)
+                message = read_message(event.data, self._max, "an SSE event")
                 if message is not None:
                     self.pending.append(message)
         return self.pending.pop(0)
@@ -431,19 +374,6 @@ class _ErrorAnswer(Exception):
     def __init__(self, body: dict[str, Any]) -> None:
         super().__init__(body.get("error"))
         self.body = body
-
-
-def _message_of(event: ServerSentEvent, max_size: int) -> dict[str, Any] | None:
-    """The JSON-RPC message an event carries; None for a priming event, and for anything else (not JSON,
-    JSON the safe decoder refuses, not a message), which is logged and skipped."""
-    if not event.data.strip():
-        return None  # a priming event
-    try:
-        value = safejson.loads(event.data, max_size=max_size)
-    except safejson.JSONRejected as exc:
-        peer_log(logging.INFO, "sse-data", "malformed SSE data ignored (%s): %.100r", exc, event.data)
-        return None
-    return envelope(value)
 
 
 def _retry_delay(decoder: SSEDecoder) -> float:

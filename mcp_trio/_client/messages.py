@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import trio
 
-from .._protocol import safejson
-from .http import OnMessage, TransportError, envelope, peer_log
+from ..errors import TransportError
+from .wire import OnMessage, peer_log, read_message
 
 __all__ = ["MessageTransport"]
 
@@ -32,17 +31,12 @@ class MessageTransport:
 
     def __init__(self) -> None:
         self.protocol_version: str | None = None
+        self.modern = False
         self._waiting: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
         self._write_lock = trio.Lock()
         self._closed = False
 
-    async def post(
-        self,
-        message: dict[str, Any],
-        on_message: OnMessage,
-        *,
-        extra_headers: Mapping[str, str] | None = None,
-    ) -> dict[str, Any] | None:
+    async def post(self, message: dict[str, Any], on_message: OnMessage) -> dict[str, Any] | None:
         """Send ``message``; for a request, wait for its response (what else arrives goes to the session)."""
         if self._closed:
             raise TransportError(self.gone_message)
@@ -77,15 +71,8 @@ class MessageTransport:
 
     async def route(self, data: bytes | str, on_message: OnMessage) -> None:
         """One message read: a response to its waiting request, anything else to ``on_message``."""
-        if not data.strip():
-            return
-        try:
-            message = envelope(safejson.loads(data))
-        except safejson.JSONRejected as exc:
-            peer_log(logging.INFO, "message-json", "the server sent a message the client refuses (%s)", exc)
-            return
+        message = read_message(data, None, "a message")  # its size is bounded by the transport
         if message is None:
-            peer_log(logging.INFO, "message-shape", "the server sent JSON that is not a message: %.99r", data)
             return
         waiter = self._waiting.get(message.get("id")) if "method" not in message else None
         if waiter is not None:

@@ -1,5 +1,6 @@
 """The client side of the Skills extension (``io.modelcontextprotocol/skills``, SEP-2640): list a
-server's skills, and load one only when it is needed, verifying every file against its entry."""
+server's skills, and load one only when it is needed, verifying every file against its entry (the
+checks, then the session's methods: :class:`SkillsAPI`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import SkillVerificationError
+from .core import SessionCore
 
-__all__ = ["SKILLS_EXTENSION", "SkillVerificationError", "check_file", "parse_frontmatter"]
+__all__ = ["SKILLS_EXTENSION", "SkillVerificationError", "SkillsAPI", "check_file", "parse_frontmatter"]
 
 SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
 
@@ -62,3 +64,36 @@ def contents_bytes(result: Mapping[str, Any]) -> bytes:
     if "blob" in contents:
         return base64.b64decode(contents["blob"])
     return str(contents.get("text", "")).encode()
+
+
+class SkillsAPI(SessionCore):
+    """The Skills methods of :class:`ClientSession`."""
+
+    async def list_skills(self) -> list[dict[str, Any]]:
+        """``skills/list``: the server's skill entries (``uri``, ``frontmatter``, ``resources``).  Lists
+        only: no file is read until a skill is loaded."""
+        skills: list[dict[str, Any]] = []
+        cursor = None
+        for _page in range(100):
+            result = await self.request("skills/list", {"cursor": cursor} if cursor else None)
+            listed = result.get("skills")
+            skills.extend(s for s in (listed if isinstance(listed, list) else ()) if isinstance(s, dict))
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        return skills
+
+    async def read_skill_file(self, skill: Mapping[str, Any], uri: str) -> bytes:
+        """Read one file of a skill and verify it against the skill's entry (size and digest);
+        :class:`SkillVerificationError` if it differs: the content must not be used."""
+        data = contents_bytes(await self.request("resources/read", {"uri": uri}))
+        check_file(skill, uri, data)
+        return data
+
+    async def load_skill(self, skill: Mapping[str, Any]) -> str:
+        """Load a skill: read its SKILL.md, verify it, and compare its frontmatter with the entry's;
+        returns the SKILL.md text.  Supporting files are read later, when needed, with
+        :meth:`read_skill_file`."""
+        text = (await self.read_skill_file(skill, str(skill["uri"]))).decode()
+        check_frontmatter(skill, text)
+        return text

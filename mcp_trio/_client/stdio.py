@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 
 import trio
 
-from .http import OnMessage, TransportError
+from ..errors import TransportError
 from .messages import MessageTransport
+from .wire import OnMessage
 
 __all__ = ["StdioTransport"]
 

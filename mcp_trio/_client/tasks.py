@@ -1,110 +1,163 @@
-"""The client side of the tasks extension (``io.modelcontextprotocol/tasks``, 2026-07-28 era): the task
-a server may answer ``tools/call`` with, as a :class:`TaskInfo`, and the errors of a task that ends
-without a result.  The polling itself is :meth:`ClientSession.call_tool` and
-:meth:`ClientSession.task_result`."""
+"""The client side of the tasks extension (``io.modelcontextprotocol/tasks``, 2026-07-28 era): waiting
+for a task a server answered ``tools/call`` with (``tasks/get`` at the server's pace, its input
+requests answered with the session's callbacks), and ``tasks/get``, ``tasks/update``, ``tasks/cancel``
+themselves.  The task as the wire has it is :class:`TaskInfo` (:mod:`mcp_trio._protocol.tasks`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from ..errors import TaskCancelled, TaskError, TransportError
+import httpx
+import mcp_types as mt
+import pydantic
+import trio
 
-__all__ = [
-    "TASKS_EXTENSION",
-    "TaskCancelled",
-    "TaskError",
-    "TaskInfo",
-    "TaskStatusHandler",
-]
+from .._protocol.tasks import TaskInfo
+from ..errors import MCPTrioError, RPCError, TaskCancelled, TaskError, TransportError
+from .callbacks import TaskStatusHandler, check_callback, invoke
+from .core import SessionCore
 
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+__all__ = ["CANCEL_GRACE", "TaskAPI"]
 
-DEFAULT_POLL_INTERVAL = 1.0
-"""Seconds between two ``tasks/get`` when the server suggests no ``pollIntervalMs``."""
-MIN_POLL_INTERVAL = 0.05
-MAX_POLL_INTERVAL = 60.0
-"""The server's ``pollIntervalMs`` is honoured within these bounds (seconds)."""
+logger = logging.getLogger(__name__)
+
 CANCEL_GRACE = 2.0
 """How long the ``tasks/cancel`` sent on the way out of a cancelled call may take (seconds)."""
 
 
-@dataclass(frozen=True)
-class TaskInfo:
-    """A task as the server last described it: the ``CreateTaskResult`` of ``tools/call``, or the
-    answer to ``tasks/get``.
+@dataclass(eq=False)
+class _Watch:
+    """A task being waited for: as last seen, and whether it ended (a terminal status, or gone)."""
 
-    ``status`` is ``"working"``, ``"input_required"``, ``"completed"``, ``"failed"`` or ``"cancelled"``.
-    What the status carries: ``input_requests`` (``input_required``: key -> ``{"method", "params"}``),
-    ``result`` (``completed``: the ``CallToolResult`` as JSON) or ``error`` (``failed``: the JSON-RPC
-    error, ``{"code", "message", "data"?}``).  ``raw`` is the object as it arrived."""
+    task: TaskInfo
+    ended: bool = False
 
-    task_id: str
-    status: str
-    status_message: str | None = None
-    created_at: str | None = None
-    last_updated_at: str | None = None
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
-    input_requests: Mapping[str, dict[str, Any]] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @property
-    def terminal(self) -> bool:
-        """Whether the task has ended (``completed``, ``failed`` or ``cancelled``)."""
-        return self.status in TERMINAL
-
-    @property
-    def poll_interval(self) -> float:
-        """Seconds until the next ``tasks/get``: the server's ``pollIntervalMs`` within 0.05 and 60
-        seconds, else 1 second."""
-        if self.poll_interval_ms is None:
-            return DEFAULT_POLL_INTERVAL
-        return min(MAX_POLL_INTERVAL, max(MIN_POLL_INTERVAL, self.poll_interval_ms / 1000))
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> TaskInfo:
-        """A ``Task`` object of the wire; :class:`TransportError` if it has no ``taskId`` or
-        ``status`` (the fields the client relies on).  Other fields of the wrong type are ignored."""
-        task_id, status = data.get("taskId"), data.get("status")
-        if not isinstance(task_id, str) or not task_id or not isinstance(status, str):
-            raise TransportError(f"the server's task has no taskId or status: {dict(data)!r:.300}")
-        requests = data.get("inputRequests")
-        return cls(
-            task_id=task_id,
-            status=status,
-            status_message=_typed(data, "statusMessage", str),
-            created_at=_typed(data, "createdAt", str),
-            last_updated_at=_typed(data, "lastUpdatedAt", str),
-            ttl_ms=_integer(data.get("ttlMs")),
-            poll_interval_ms=_integer(data.get("pollIntervalMs")),
-            input_requests={
-                key: request
-                for key, request in (requests.items() if isinstance(requests, dict) else ())
-                if isinstance(key, str) and isinstance(request, dict)
-            },
-            result=_typed(data, "result", dict),
-            error=_typed(data, "error", dict),
-            raw=dict(data),
+def _task_outcome(task: TaskInfo) -> mt.CallToolResult:
+    """What the call of an ended task returns or raises."""
+    if task.status == "completed":
+        if task.result is None:
+            raise TransportError(f"task {task.task_id} completed without a result")
+        return mt.CallToolResult.model_validate(task.result)
+    if task.status == "failed":
+        error = task.error or {}
+        code, message = error.get("code"), error.get("message")
+        raise RPCError(
+            code if isinstance(code, int) and not isinstance(code, bool) else mt.INTERNAL_ERROR,
+            message if isinstance(message, str) else task.status_message or f"task {task.task_id} failed",
+            error.get("data"),
         )
+    why = f": {task.status_message}" if task.status_message else ""
+    raise TaskCancelled(f"task {task.task_id} was cancelled{why}", task)
 
 
-def _typed(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
-    value = data.get(key)
-    return value if isinstance(value, kind) else None
+class TaskAPI(SessionCore):
+    """The task methods of :class:`ClientSession`."""
 
+    async def get_task(self, task_id: str) -> TaskInfo:
+        """``tasks/get``: the task as the server describes it now (:class:`RPCError` -32602 if the
+        server does not know it, or no longer: tasks expire)."""
+        task = TaskInfo.from_wire(await self.request("tasks/get", {"taskId": task_id}))
+        if task.task_id != task_id:
+            raise TransportError(f"tasks/get {task_id}: the server answered for task {task.task_id}")
+        return task
 
-def _integer(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:  # NaN
-        return None
-    return int(value) if abs(value) < 2**53 else None
+    async def update_task(self, task_id: str, responses: Mapping[str, Any]) -> None:
+        """``tasks/update``: answers to the task's ``input_requests``, by key (each an
+        ``ElicitResult``, ``CreateMessageResult`` or ``ListRootsResult``, or its JSON).  The server
+        applies them eventually: the next :meth:`get_task` may still show the old status."""
+        answers = {
+            key: value.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if isinstance(value, pydantic.BaseModel)
+            else value
+            for key, value in responses.items()
+        }
+        await self.request("tasks/update", {"taskId": task_id, "inputResponses": answers})
 
+    async def cancel_task(self, task_id: str) -> None:
+        """``tasks/cancel``: ask the server to cancel the task.  Cooperative and eventually
+        consistent: the ``cancelled`` status shows in a later :meth:`get_task`, if at all (a task
+        that finished first keeps its result)."""
+        await self.request("tasks/cancel", {"taskId": task_id})
 
-TaskStatusHandler: TypeAlias = Callable[[TaskInfo], Awaitable[None] | None]
-"""``on_task_status=`` of :meth:`ClientSession.call_tool` and :meth:`ClientSession.task_result`:
-``(TaskInfo) -> None``, plain or async.  Called with the task as created, then each time its status
-or status message changes; if it raises, the wait ends with its exception."""
+    async def task_result(
+        self, task: TaskInfo | str, *, on_task_status: TaskStatusHandler | None = None
+    ) -> mt.CallToolResult:
+        """Wait for a task (a :class:`TaskInfo`, or a task id) as :meth:`call_tool` does, and end as it
+        does: its result, or :class:`RPCError`, :class:`TaskCancelled`, :class:`TaskError`.  Its input
+        requests are answered with the session's callbacks.
+
+        Unlike :meth:`call_tool`, this only watches: cancelling the caller stops the wait, not the
+        task (use :meth:`cancel_task` for that)."""
+        check_callback("on_task_status", on_task_status)
+        info = task if isinstance(task, TaskInfo) else await self.get_task(task)
+        return await self._wait(info, on_task_status, owned=False)
+
+    async def _wait(
+        self, task: TaskInfo, on_status: TaskStatusHandler | None, *, owned: bool
+    ) -> mt.CallToolResult:
+        watch = _Watch(task)
+        try:
+            with trio.CancelScope() as scope:  # cancelled if the session ends first
+                self._running.add(scope)
+                try:
+                    await self._follow(watch, on_status)
+                finally:
+                    self._running.discard(scope)
+        except BaseException:  # cancelled, interrupted, or failed: the task is of no use to anyone
+            if owned and not watch.ended and not self._closing:
+                await self._cancel_quietly(watch.task.task_id)
+            raise
+        if not watch.ended:
+            raise TransportError(f"the session ended while task {task.task_id} was running")
+        return _task_outcome(watch.task)
+
+    async def _follow(self, watch: _Watch, on_status: TaskStatusHandler | None) -> None:
+        """Poll the task until it ends, answering its input requests (each key once)."""
+        answered: set[str] = set()
+        seen: tuple[str, str | None] | None = None
+        while True:
+            task = watch.task
+            watch.ended = task.terminal
+            if on_status is not None and (task.status, task.status_message) != seen:
+                seen = (task.status, task.status_message)
+                await invoke(on_status, task)
+            if task.terminal:
+                return
+            fresh = {k: v for k, v in task.input_requests.items() if k not in answered}
+            if task.status == "input_required" and fresh:
+                answers = await self._gather_inputs(fresh)
+                answered.update(fresh)
+                try:
+                    await self.update_task(task.task_id, answers)
+                except RPCError:
+                    watch.task = await self._poll(watch)
+                    if not answers.keys() & watch.task.input_requests.keys():
+                        continue  # it moved on meanwhile (ended, or answered by another client)
+                    raise  # the answers themselves were refused
+            else:
+                await trio.sleep(task.poll_interval)
+            watch.task = await self._poll(watch)
+
+    async def _poll(self, watch: _Watch) -> TaskInfo:
+        try:
+            return await self.get_task(watch.task.task_id)
+        except RPCError as exc:
+            if exc.code != mt.INVALID_PARAMS:
+                raise
+            watch.ended = True
+            raise TaskError(
+                f"task {watch.task.task_id} is gone: the server no longer knows it ({exc.message})",
+                watch.task,
+            ) from exc
+
+    async def _cancel_quietly(self, task_id: str) -> None:
+        """``tasks/cancel`` on the way out of a call that gave up on its task: shielded, bounded."""
+        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_GRACE):
+            try:
+                await self.cancel_task(task_id)
+            except (MCPTrioError, httpx.HTTPError) as exc:  # best effort only
+                logger.info("could not cancel task %s: %r", task_id, exc)

@@ -30,8 +30,9 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from .http import OnMessage, TransportError
+from ..errors import TransportError
 from .messages import MessageTransport
+from .wire import OnMessage
 
 __all__ = ["SUBPROTOCOL", "WebSocketTransport"]
 

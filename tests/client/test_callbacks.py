@@ -24,6 +24,7 @@ from mcp_trio import (
     ServerConfig,
     open_client_session,
     open_stdio_client,
+    open_websocket_client,
     serve,
 )
 from mcp_trio._protocol import jsonrpc
@@ -255,6 +256,22 @@ async def test_a_non_callable_is_refused_before_anything_starts(name: str) -> No
         async with open_stdio_client(["/nonexistent/mcp-server"], **not_callable):
             pytest.fail("the session opened")
     assert str(excinfo.value) == expected
+
+
+async def test_an_unknown_keyword_is_refused_by_every_opener_before_anything_starts() -> None:
+    """The openers take their shared options as ``**options``: a misspelt one is still a TypeError, as
+    it was when each opener listed them, and before any connection or process."""
+    misspelt: dict[str, Any] = {"sampleing": None}
+    openers: list[tuple[str, Any]] = [
+        ("open_client_session", open_client_session("http://127.0.0.1:9/mcp", **misspelt)),
+        ("open_stdio_client", open_stdio_client(["/nonexistent/mcp-server"], **misspelt)),
+        ("open_websocket_client", open_websocket_client("ws://127.0.0.1:9/mcp", **misspelt)),
+    ]
+    for name, opener in openers:
+        with pytest.raises(TypeError) as excinfo:
+            async with opener:
+                pytest.fail("the session opened")
+        assert str(excinfo.value) == f"{name}() got an unexpected keyword argument 'sampleing'"
 
 
 async def test_a_non_callable_progress_is_refused_by_call_tool(

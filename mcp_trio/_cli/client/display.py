@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import mcp_types as mt
 
-from ..._client.tasks import TaskInfo
+from ..._protocol.tasks import TaskInfo
 from .arguments import accepted_types
 
 __all__ = ["Notices", "format_content", "format_tool", "print_result"]

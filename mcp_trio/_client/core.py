@@ -1,0 +1,437 @@
+"""The session core: one conversation with an MCP server over any transport.
+
+Requests and their responses (an id each; the transport brings the response back), the notifications
+and server-to-client requests that arrive meanwhile (routed to the request they came with, else to the
+session), the cancellation of a request its caller gave up on, the handshake of either era, and the
+answers to the server's requests (``sampling``, ``elicitation``, ``roots``).  The typed methods are
+built on :meth:`SessionCore.request` (``api.py``, ``tasks.py``, ``listen.py``, ``skills.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import mcp_types as mt
+import pydantic
+import trio
+
+from .._protocol import versions
+from .._protocol.tasks import TASKS_EXTENSION
+from ..errors import MCPTrioError, RPCError, TransportError
+from .callbacks import ProgressHandler, check_callback, invoke
+from .http import HTTPTransport, _ErrorAnswer
+from .messages import MessageTransport
+from .options import DEFAULT_CLIENT_INFO, SessionOptions
+from .wire import peer_log, valid_id
+
+__all__ = ["SessionCore", "Transport", "object_of", "rpc_error", "text_of"]
+
+logger = logging.getLogger(__name__)
+
+MAX_INPUT_ROUNDS = 10
+Transport = HTTPTransport | MessageTransport
+
+
+def rpc_error(error: Any) -> RPCError:
+    """The :class:`RPCError` of a JSON-RPC error object from a server (a code that is not an integer is
+    taken as -32603, a message that is not a string as empty: what a server sends is not trusted)."""
+    if not isinstance(error, dict):
+        return RPCError(mt.INTERNAL_ERROR, f"the server's error is not an error object: {error!r:.200}")
+    code = error.get("code")
+    message = error.get("message")
+    return RPCError(
+        code if valid_id(code) and isinstance(code, int) else mt.INTERNAL_ERROR,
+        message if isinstance(message, str) else "",
+        error.get("data"),
+    )
+
+
+def object_of(value: Any) -> dict[str, Any]:
+    """``value`` if a server sent an object there, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def text_of(value: Any) -> str | None:
+    """``value`` if a server sent a string there, else None."""
+    return value if isinstance(value, str) else None
+
+
+_ELICIT_PARAMS: pydantic.TypeAdapter[mt.ElicitRequestParams] = pydantic.TypeAdapter(mt.ElicitRequestParams)
+
+
+def _params(model: Any, method: str, params: dict[str, Any]) -> Any:
+    """A server's request params validated (``model`` a model class or a TypeAdapter); params of the
+    wrong shape are an :class:`RPCError` -32602 (the error answer to the server's request; raised out
+    of the call whose input it was, in the 2026 era)."""
+    try:
+        if isinstance(model, pydantic.TypeAdapter):
+            return model.validate_python(params)
+        return model.model_validate(params)
+    except pydantic.ValidationError as exc:
+        peer_log(logging.INFO, "bad-params", "the server's %.100s had invalid params", method)
+        raise RPCError(
+            mt.INVALID_PARAMS, f"invalid params for {method}: {exc.error_count()} errors"
+        ) from None
+
+
+@dataclass(eq=False)
+class _Call:
+    """One request in flight: its progress callback, its cancel scope, and the first exception a
+    callback raised for it (the request then fails with that exception)."""
+
+    progress: ProgressHandler | None
+    scope: trio.CancelScope
+    failure: Exception | None = None
+
+    def fail(self, exc: Exception) -> None:
+        if self.failure is None:
+            self.failure = exc
+        self.scope.cancel()
+
+
+class SessionCore:
+    """The core of :class:`ClientSession`: what every method of it is built on."""
+
+    def __init__(self, transport: Transport, nursery: trio.Nursery, options: SessionOptions) -> None:
+        self._transport = transport
+        self._nursery = nursery
+        self._ids = itertools.count(1)
+        self.client_info = options.get("client_info") or DEFAULT_CLIENT_INFO
+        self._sampling = options.get("sampling")
+        self._elicitation = options.get("elicitation")
+        self._roots = options.get("roots")
+        self._on_notification = options.get("on_notification")
+        self._on_log = options.get("on_log")
+        self._progress: dict[Any, _Call] = {}
+        self._failure: Exception | None = None  # a session-level callback failed: the session ends
+        self.log_level = options.get("log_level")
+        self.modern = False
+        self.protocol_version: str | None = None
+        self.server_info: dict[str, Any] = {}
+        self.server_capabilities: dict[str, Any] = {}
+        self.instructions: str | None = None
+        # per tool, the arguments that travel in Mcp-Param-* headers (learnt from tools/list; HTTP only)
+        self._header_params: dict[str, dict[str, tuple[str, ...]]] = {}
+        if isinstance(transport, HTTPTransport):
+            transport.header_params = self._header_params
+        self._running: set[trio.CancelScope] = set()
+        self._tasks = options.get("tasks", True)  # declare the tasks extension (2026 era)
+        self._closing = False
+
+    def _cancel_running(self) -> None:
+        """The session ends: requests still waiting (in any task) fail promptly."""
+        self._closing = True
+        for scope in self._running:
+            scope.cancel()
+
+    def _fail(self, exc: Exception) -> None:
+        """A callback failed outside any request: the session ends, and its block raises ``exc``."""
+        if self._failure is None:
+            self._failure = exc
+        self._nursery.cancel_scope.cancel()
+
+    def _set_era(self, version: versions.Revision | None) -> None:
+        """The version the session speaks from now on (None: not known yet), on the session and its
+        transport alike."""
+        self.modern = self._transport.modern = version is not None and version.modern
+        self.protocol_version = self._transport.protocol_version = version.name if version else None
+
+    # -- handshake ----------------------------------------------------------------------------
+
+    def capabilities(self) -> dict[str, Any]:
+        caps: dict[str, Any] = {}
+        if self._sampling is not None:
+            caps["sampling"] = {}
+        if self._elicitation is not None:
+            caps["elicitation"] = {"form": {}, "url": {}}
+        if self._roots is not None:
+            caps["roots"] = {}
+        if self.modern and self._tasks:  # declared per request, so 2026 era only
+            caps["extensions"] = {TASKS_EXTENSION: {}}
+        return caps
+
+    async def _initialize(self, version: str) -> None:
+        params = {
+            "protocolVersion": version,
+            "capabilities": self.capabilities(),
+            "clientInfo": self.client_info,
+        }
+        result = await self.request("initialize", params)
+        negotiated = result.get("protocolVersion")
+        found = versions.revision(negotiated) if isinstance(negotiated, str) else None
+        if found is None or found.modern:
+            raise TransportError(f"the server answered initialize with unsupported version {negotiated!r}")
+        self._set_era(found)
+        self.server_info = object_of(result.get("serverInfo"))
+        self.server_capabilities = object_of(result.get("capabilities"))
+        self.instructions = text_of(result.get("instructions"))
+        await self.notify("notifications/initialized")
+        if self.log_level is not None and "logging" in self.server_capabilities:
+            try:  # log_level= means the same in both eras: the server's logs from this level up
+                await self.request("logging/setLevel", {"level": self.log_level})
+            except RPCError as exc:
+                logger.warning("the server refused logging/setLevel %s: %s", self.log_level, exc.message)
+
+    async def _discover(self) -> bool:
+        """Try the modern era: True if the server answers ``server/discover`` as a modern server."""
+        self._set_era(versions.LATEST_MODERN)
+        result: dict[str, Any] | None = None
+        for _attempt in range(2):  # a -32022 naming our version is worth one retry
+            try:
+                result = await self.request("server/discover")
+                break
+            except RPCError as exc:
+                supported = object_of(exc.data).get("supported")
+                if exc.code != mt.UNSUPPORTED_PROTOCOL_VERSION or versions.LATEST_MODERN.name not in (
+                    supported if isinstance(supported, list) else ()
+                ):
+                    return self._fall_back(exc)
+            except TransportError as exc:
+                return self._fall_back(exc)
+        offered = result.get("supportedVersions") if result is not None else None
+        if result is None or versions.LATEST_MODERN.name not in (
+            offered if isinstance(offered, list) else ()
+        ):
+            return self._fall_back(
+                f"server/discover did not offer {versions.LATEST_MODERN.name}: {result!r:.300}"
+            )
+        self.server_info = object_of(object_of(result.get("_meta")).get(mt.SERVER_INFO_META_KEY))
+        self.server_capabilities = object_of(result.get("capabilities"))
+        self.instructions = text_of(result.get("instructions"))
+        return True
+
+    def _fall_back(self, why: object) -> bool:
+        self._set_era(None)
+        logger.info("not a modern server (%s): falling back to initialize", why)
+        return False
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def _meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            versions.PROTOCOL_VERSION_META_KEY: self.protocol_version,
+            mt.CLIENT_INFO_META_KEY: self.client_info,
+            mt.CLIENT_CAPABILITIES_META_KEY: self.capabilities(),
+        }
+        if self.log_level is not None:
+            meta[mt.LOG_LEVEL_META_KEY] = self.log_level
+        return meta
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None = None, *, progress: ProgressHandler | None = None
+    ) -> dict[str, Any]:
+        """Send a request; return its result (raises :class:`RPCError` for an error answer).
+
+        ``progress`` (plain or async, see ``ProgressHandler``) gets the request's progress
+        notifications; if it raises, the request is cancelled and this raises its exception.
+
+        Cancelling the caller cancels the request: the POST is abandoned (which is the cancellation of
+        a 2026-era request) and a 2025-era session also gets ``notifications/cancelled``."""
+        check_callback("progress", progress)
+        params = dict(params or {})
+        if self.modern:
+            params["_meta"] = {**self._meta(), **params.get("_meta", {})}
+        for _round in range(MAX_INPUT_ROUNDS):
+            result = await self._request_once(method, params, progress)
+            if result.get("resultType") != "input_required":
+                return result
+            params = await self._answer_inputs(params, result)
+        raise TransportError(f"{method}: the server still wanted input after {MAX_INPUT_ROUNDS} rounds")
+
+    async def _request_once(
+        self, method: str, params: dict[str, Any], progress: ProgressHandler | None
+    ) -> dict[str, Any]:
+        request_id = next(self._ids)
+        call = _Call(progress, trio.CancelScope())
+        if progress is not None:
+            params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": request_id}}
+            self._progress[request_id] = call
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params or self.modern:
+            message["params"] = params
+
+        async def on_message(message: dict[str, Any]) -> None:  # what arrives on this request's answer
+            await self._dispatch(message, call)
+
+        answer = None
+        try:
+            with call.scope:  # cancelled if the session ends first, or if a callback fails
+                self._running.add(call.scope)
+                try:
+                    answer = await self._transport.post(message, on_message)
+                except _ErrorAnswer as exc:
+                    answer = exc.body
+                finally:
+                    self._running.discard(call.scope)
+        except trio.Cancelled:
+            await self._abandon(method, request_id)
+            raise
+        finally:
+            self._progress.pop(request_id, None)
+        if call.failure is not None:
+            if answer is None:
+                await self._abandon(method, request_id)
+            raise call.failure
+        if answer is None:
+            raise TransportError(f"{method}: the session ended before the answer arrived")
+        if "error" in answer:
+            raise rpc_error(answer["error"])
+        result = answer.get("result")
+        if result is None:
+            return {}
+        if not isinstance(result, dict):
+            raise TransportError(f"{method}: the server's result is not an object: {result!r:.200}")
+        return result
+
+    async def _abandon(self, method: str, request_id: int) -> None:
+        """We gave up on a request.  HTTP 2026: abandoning the POST is the cancellation; elsewhere the
+        server is told."""
+        messages = isinstance(self._transport, MessageTransport)  # stdio, WebSocket
+        if (messages or not self.modern) and method != "initialize":
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                try:
+                    await self.notify("notifications/cancelled", {"requestId": request_id})
+                except (MCPTrioError, httpx.HTTPError) as exc:  # an OAuthError too: best effort only
+                    logger.info("could not cancel the server's %s: %r", method, exc)
+
+    async def _answer_inputs(self, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        """Answer the input requests of an input-required result, for the retry."""
+        requests = result.get("inputRequests")
+        if requests is not None and not isinstance(requests, dict):
+            raise TransportError(f"the server's inputRequests is not an object: {requests!r:.200}")
+        answers = await self._gather_inputs(requests or {})
+        retry = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+        retry["inputResponses"] = answers
+        if "requestState" in result:
+            retry["requestState"] = result["requestState"]
+        return retry
+
+    async def _gather_inputs(self, requests: Mapping[str, Any]) -> dict[str, Any]:
+        """Answer input requests (key -> ``{"method", "params"}``) concurrently with the callbacks.  A
+        handler's exception (there is no error answer to an input request) cancels the others and is
+        raised as it is."""
+        answers: dict[str, Any] = {}
+
+        async def answer(key: str, request: dict[str, Any]) -> None:
+            await trio.lowlevel.checkpoint_if_cancelled()  # a sibling failed already
+            params = request.get("params")
+            answers[key] = await self._serve(
+                str(request.get("method", "")), params if isinstance(params, dict) else {}
+            )
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for key, request in requests.items():
+                    nursery.start_soon(answer, key, request if isinstance(request, dict) else {})
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        return answers
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self._transport.post(message, self._dispatch)
+
+    async def _dispatch(self, message: dict[str, Any], call: _Call | None = None) -> None:
+        """A message from the server that is not the awaited response.  ``call`` is the request on
+        whose answer it arrived (None: the GET stream, stdio's reader).
+
+        A callback that raises fails the request it belongs to: the progress callback's own request,
+        else ``call``; with no request, the session (:meth:`_fail`)."""
+        if "method" in message and "id" in message:
+            self._nursery.start_soon(self._answer_server_request, message)
+            return
+        method = message.get("method")
+        if not isinstance(method, str) or (call is not None and call.failure is not None):
+            return  # a stray response, or the rest of the answer of a request that failed already
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method == "notifications/progress":
+            token = params.get("progressToken")
+            owner = self._progress.get(token) if valid_id(token) else None
+            if owner is not None and owner.progress is not None and owner.failure is None:
+                try:
+                    progress = params.get("progress", 0)
+                    await invoke(owner.progress, progress, params.get("total"), params.get("message"))
+                except Exception as exc:
+                    owner.fail(exc)
+                    await trio.lowlevel.checkpoint()  # the failed request, if it is this task, ends here
+                    return
+        elif method == "notifications/message" and self._on_log is not None:
+            try:
+                log = mt.LoggingMessageNotificationParams.model_validate(params)
+            except pydantic.ValidationError as exc:
+                logger.info("a malformed log notification was not passed to on_log: %s", exc)
+            else:
+                if not await self._run_callback(self._on_log, log, call):
+                    return
+        if self._on_notification is not None:
+            await self._run_callback(self._on_notification, message, call)
+
+    async def _run_callback(
+        self, fn: Callable[[Any], Awaitable[None] | None], arg: Any, call: _Call | None
+    ) -> bool:
+        """Run a notification callback; False if it raised (the failure is then routed)."""
+        try:
+            await invoke(fn, arg)
+        except Exception as exc:
+            if call is not None:
+                call.fail(exc)
+            else:
+                self._fail(exc)
+            await trio.lowlevel.checkpoint()  # whoever failed, if it is this task, ends here
+            return False
+        return True
+
+    async def _answer_server_request(self, message: dict[str, Any]) -> None:
+        params = message.get("params")
+        try:
+            if params is not None and not isinstance(params, dict):
+                raise RPCError(mt.INVALID_PARAMS, "params must be an object")
+            result = await self._serve(message["method"], params or {})
+            reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+        except RPCError as exc:
+            error = {"code": exc.code, "message": exc.message}
+            reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+        except Exception as exc:  # a handler of ours failed: the server gets an error, the session lives on
+            logger.exception("handler of the server's %s failed", message.get("method"))
+            reply = {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": mt.INTERNAL_ERROR, "message": str(exc)},
+            }
+        try:
+            await self._transport.post(reply, self._dispatch)
+        except (TransportError, httpx.HTTPError) as exc:
+            logger.info("could not answer the server's %s: %r", message["method"], exc)
+
+    async def _serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Run the handler of a server-to-client request (or input request)."""
+        result: object
+        if method == "ping":
+            return {}
+        if method == "sampling/createMessage" and self._sampling is not None:
+            name, expected = "sampling", "CreateMessageResult"
+            sampling_params = _params(mt.CreateMessageRequestParams, method, params)
+            result = await invoke(self._sampling, sampling_params)
+        elif method == "elicitation/create" and self._elicitation is not None:
+            name, expected = "elicitation", "ElicitResult"
+            elicit_params: mt.ElicitRequestParams = _params(_ELICIT_PARAMS, method, params)
+            result = await invoke(self._elicitation, elicit_params)
+        elif method == "roots/list" and self._roots is not None:
+            name, expected = "roots", "ListRootsResult"
+            result = await invoke(self._roots)
+        else:
+            raise RPCError(mt.METHOD_NOT_FOUND, f"the client does not handle {method}")
+        if not isinstance(result, pydantic.BaseModel):
+            raise TypeError(f"the {name}= callback returned {result!r:.200}, not a {expected}")
+        dumped: dict[str, Any] = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return dumped
