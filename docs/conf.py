@@ -18,6 +18,7 @@ import sphinx.util.inspect
 import sphinx.util.logging
 
 import mcp_trio
+import mcp_trio._app.tasks
 import mcp_trio._transport.config
 import mcp_trio.auth
 import mcp_trio.client
@@ -83,9 +84,13 @@ def _alias_repr(self):
 # prints the placeholder's repr, ``TypeAliasForwardRef('mcp_types.X')``. Print the name there too.
 sphinx.util.inspect.TypeAliasForwardRef.__repr__ = _alias_repr
 
-# ``SessionRegistry`` is imported for type checking only where ServerConfig is defined; autodoc
-# evaluates the annotations at run time, so give it the name (what ``typing.TYPE_CHECKING`` would).
+# ServerConfig is plain data: the types of its fields that belong to the features it configures
+# (``SessionRegistry``, ``TaskStore``, ``ProtectedResource``) are imported for type checking only;
+# autodoc evaluates the annotations at run time, so give it the names (what ``typing.TYPE_CHECKING``
+# would).
 mcp_trio._transport.config.SessionRegistry = mcp_trio.server.SessionRegistry
+mcp_trio._transport.config.TaskStore = mcp_trio.server.TaskStore
+mcp_trio._transport.config.ProtectedResource = mcp_trio.auth.ProtectedResource
 
 
 def _readable_defaults(app, what, name, obj, options, signature, return_annotation):

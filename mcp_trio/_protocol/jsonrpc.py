@@ -19,6 +19,7 @@ from . import safejson
 
 __all__ = [
     "Incoming",
+    "decode",
     "encode",
     "error_body",
     "error_envelope",
@@ -54,7 +55,7 @@ def parse_body(body: bytes, *, allow_batch: bool) -> Incoming:
     UTF-16 surrogate) and ``-32600`` for JSON that is not a valid message (or a batch where batches are
     not allowed).
     """
-    data = _decode(body)
+    data = decode(body)
     if isinstance(data, list):
         if not allow_batch:
             raise RemoteProtocolError("Invalid Request: JSON-RPC batches are not supported by this revision")
@@ -69,7 +70,7 @@ MAX_DEPTH = 512
 depends on it); values nested less deeply but too deeply for a tool's schema get that tool's error."""
 
 
-def _decode(body: bytes) -> Any:
+def decode(body: bytes) -> Any:
     """The JSON value of a body (by the one decoder of peers' JSON, :mod:`.safejson`: bounded nesting
     and numbers, strict UTF-8, no lone surrogates), or a -32700 :class:`RemoteProtocolError`."""
     try:

@@ -10,14 +10,13 @@ catch it) and ``KeyboardInterrupt``; everything else is contained where it happe
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 import trio
 
 from .peerlog import RateLimitedLog
 
-__all__ = ["Failure", "contained", "split_fatal"]
+__all__ = ["contained", "split_fatal"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,32 +33,39 @@ def split_fatal(exc: BaseException) -> tuple[BaseException | None, BaseException
     return None, exc
 
 
-class Failure:
-    """What :func:`contained` caught (None while nothing failed)."""
-
-    __slots__ = ("caught",)
-
-    def __init__(self) -> None:
-        self.caught: BaseException | None = None
-
-
-@contextmanager
-def contained(what: str, log: RateLimitedLog | None = None) -> Iterator[Failure]:
+class contained:
     """Run a block whose failure must end only itself: cancellation propagates, anything else is
     logged at ERROR (as ``"{what} failed"``, through ``log`` where given so that a flood of failures
-    is not a flood of tracebacks) and recorded in the yielded :class:`Failure`."""
-    failure = Failure()
-    try:
-        yield failure
-    except BaseException as exc:
+    is not a flood of tracebacks) and kept in :attr:`caught`.
+
+    A class rather than a ``@contextmanager`` generator: it runs around every request's handler, and a
+    generator-based context manager costs several times as much to enter and leave."""
+
+    __slots__ = ("_log", "_what", "caught")
+
+    def __init__(self, what: str, log: RateLimitedLog | None = None) -> None:
+        self._what = what
+        self._log = log
+        self.caught: BaseException | None = None
+        """What the block raised that was contained (None while nothing failed)."""
+
+    def __enter__(self) -> contained:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> bool:
+        if exc is None:
+            return False
         fatal, rest = split_fatal(exc)
         if rest is not None:
-            failure.caught = rest
-            if log is None:
-                logger.error("%s failed", what, exc_info=rest)
+            self.caught = rest
+            if self._log is None:
+                logger.error("%s failed", self._what, exc_info=rest)
             else:
-                log.log(logging.ERROR, "%s failed", what, exc_info=rest)
-        if fatal is not None:
-            if fatal is exc:
-                raise
-            raise fatal from None
+                self._log.log(logging.ERROR, "%s failed", self._what, exc_info=rest)
+        if fatal is None:
+            return True
+        if fatal is exc:
+            return False
+        raise fatal from None

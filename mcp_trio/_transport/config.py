@@ -1,18 +1,23 @@
-"""Server configuration: every policy duration and bound, in one place."""
+"""Server configuration: every policy duration and bound, in one place.
+
+Plain data: the features configured here (authentication, OAuth, tasks, sessions) read their settings
+from a :class:`ServerConfig`; this module imports none of them at run time (their types are named for
+type checkers only), so that the configuration does not depend on what it configures.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .._app.tasks import TaskStore
 from .._protocol.cluster import check_worker_id
 from .._protocol.session import new_session_id
-from ..auth.server._resource import ProtectedResource
 from .eventstore import EventStore, InMemoryEventStore
 
 if TYPE_CHECKING:
+    from .._app.tasks import TaskStore
+    from ..auth.server._resource import ProtectedResource
     from .session import SessionRegistry
 
 __all__ = ["Authenticate", "HTTPRequestInfo", "ServerConfig"]
@@ -34,6 +39,22 @@ class HTTPRequestInfo:
 
 
 Authenticate = Callable[[HTTPRequestInfo], Awaitable[object]]
+
+
+@runtime_checkable
+class _ProtectedResourceShape(Protocol):
+    """What ``ServerConfig.oauth`` must look like (a :class:`mcp_trio.auth.ProtectedResource` does), so
+    that a wrong value (a URL, say) is refused when the configuration is made, without this module
+    importing the OAuth code; the app's bearer guard checks the exact type where it uses it."""
+
+    resource: str
+    authorization_servers: Sequence[str]
+    required_scopes: Sequence[str]
+    method_scopes: Mapping[str, Sequence[str]]
+
+    def metadata(self) -> dict[str, Any]: ...
+
+    def scopes_for(self, method: str | None, name: str | None = None) -> tuple[str, ...]: ...
 
 
 def _local_registry() -> SessionRegistry:
@@ -166,7 +187,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         if self.oauth is not None:
-            if not isinstance(self.oauth, ProtectedResource):
+            if not isinstance(self.oauth, _ProtectedResourceShape):
                 raise TypeError("oauth must be a mcp_trio.auth.ProtectedResource")
             if self.authenticate is not None:
                 raise ValueError("oauth and authenticate are exclusive: each decides who sends a request")

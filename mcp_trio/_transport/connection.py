@@ -12,7 +12,8 @@ transport frames bytes into messages (:meth:`MessageConnection._read_loop`, whic
   and log notifications; the server's own notifications (once the session is initialized).  Requests
   other than ``ping`` before ``initialize`` get -32600.
 * **2026-07-28** (a request whose ``_meta`` names a protocol version): served by the HTTP transport's
-  public endpoint (:class:`~mcp_trio._transport.modern.ModernEndpoint`: ``answer`` and ``listener``);
+  public endpoint (:class:`~mcp_trio._transport.modern.ModernEndpoint`: ``answer``, and its
+  ``subscriptions`` for ``subscriptions/listen``);
   ``notifications/cancelled`` cancels such a request too.
 
 Bad input never ends the loop: a message that is not JSON gets -32700, one that is not a JSON-RPC message
@@ -36,8 +37,10 @@ from .._runtime.containment import contained
 from .._runtime.peerlog import RateLimitedLog
 from ..errors import RemoteProtocolError, RPCError
 from .config import ServerConfig
-from .modern import Listener, ModernEndpoint, Responder
+from .modern import ModernEndpoint
 from .peer import SessionPeer
+from .responder import Responder
+from .subscriptions import Listener
 
 __all__ = ["MessageConnection"]
 
@@ -312,7 +315,7 @@ class MessageConnection(SessionPeer):
         if not self.server.knows(request.method, revision):
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {request.method}")
         if request.method == "subscriptions/listen":
-            listener = self._modern.listener(request, self.principal)
+            listener = self._modern.subscriptions.listener(request, self.principal)
             self._start(request.id, self._run_listener, listener)
         else:
             self._start(request.id, self._run_modern, request, revision)
@@ -326,7 +329,7 @@ class MessageConnection(SessionPeer):
     async def _run_listener(self, call: _Call, listener: Listener) -> None:
         """A ``subscriptions/listen`` request: the modern endpoint runs it, each message written for it
         (until the client cancels it, or it falls behind: then it just ends)."""
-        await self._modern.listen(listener, lambda message: self.write(message, call))
+        await self._modern.subscriptions.listen(listener, lambda message: self.write(message, call))
 
     # -- tasks ----------------------------------------------------------------------------------
 

@@ -1,11 +1,11 @@
 """The modern (2026-07-28) era: every POST is a self-contained request owned by its ASGI request task.
 
-The handler runs in the request task, under the request's cancel scope: on mcp_trio's own servers the
-server cancels that scope when the client disconnects (the ``mcp_trio.disconnect_callback`` scope
-extension); elsewhere a sibling task watches ``receive()`` for ``http.disconnect``.  Either way a
-disconnect cancels the handler (JSON and SSE answers alike) and nothing is sent afterwards.  Nothing
-of a request outlives it.  ``subscriptions/listen`` streams are the one long-lived kind; each is
-registered with the server while open and ends gracefully at shutdown.
+:class:`ModernEndpoint` answers one request: it runs the handler with a :class:`RequestPeer` (what the
+client declared in ``_meta``, where notifications go, the input responses it brought), turns
+``InputRequired`` into an input-required result with a sealed ``requestState``, and hands the answer to
+a :class:`~.responder.Responder` (one JSON body or an SSE stream).  A client disconnect cancels the
+request (see :mod:`.responder`); nothing of a request outlives it.  ``subscriptions/listen`` streams
+are the one long-lived kind (see :mod:`.subscriptions`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types as mt
@@ -28,78 +27,24 @@ from .._app.context import LOG_LEVELS, Context
 from .._app.inputs import InputRequired
 from .._app.principal import PrincipalKeys
 from .._app.server import MCPServer
-from .._app.tasks import MemoryTaskStore, TaskManager, declares_tasks, missing_extension
-from .._protocol import jsonrpc, sse, versions
+from .._app.tasks import MemoryTaskStore, TaskManager
+from .._protocol import jsonrpc, versions
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._protocol.modern import RequestState
-from .._runtime.containment import split_fatal
+from .._runtime.containment import contained
 from .._runtime.contract import DisconnectHook
-from .._runtime.peerlog import RateLimitedLog
-from ..errors import RemoteProtocolError, RPCError
+from ..errors import RPCError
 from .config import ServerConfig
-from .streams import GuardedSend, content_length
-from .wire import JSON_HEADERS, SSE_HEADERS, Receive, Send
+from .responder import Responder, disconnected, watch_disconnect
+from .subscriptions import Listener, Subscriptions
+from .wire import Receive, Send
 
 __all__ = ["ModernEndpoint"]
 
 logger = logging.getLogger(__name__)
-peer_log = RateLimitedLog(logger)
-"""What peers do wrong (or too slowly): one line each, at most ten a minute."""
 
 HTTP_STATUS = {mt.METHOD_NOT_FOUND: 404, -32021: 400}
 """JSON-RPC errors of a modern request that the HTTP status reflects (others are answered with 200)."""
-SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
-_FILTERS = {
-    "notifications/tools/list_changed": "toolsListChanged",
-    "notifications/prompts/list_changed": "promptsListChanged",
-    "notifications/resources/list_changed": "resourcesListChanged",
-}
-
-
-class Responder:
-    """One HTTP answer whose kind is decided late: the first notification makes it an SSE stream; a
-    final message with no notification before it is sent as one JSON body (with a fitting status)."""
-
-    __slots__ = ("_json_only", "gone", "send", "streaming")
-
-    def __init__(self, send: Send, *, json_only: bool) -> None:
-        self.send = send
-        self._json_only = json_only
-        self.streaming = False
-        self.gone = False
-
-    async def notify(self, message: dict[str, Any]) -> None:
-        if self.gone or self._json_only:
-            return  # nobody listens, or a JSON answer cannot carry notifications
-        if not self.streaming:
-            self.streaming = True
-            await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await self._event(message)
-
-    async def _event(self, message: dict[str, Any]) -> None:
-        data = sse.encode_event(jsonrpc.encode(message).decode())
-        await self.send({"type": "http.response.body", "body": data, "more_body": True})
-
-    async def finish(self, message: dict[str, Any], status: int = 200, *, shield: bool = True) -> None:
-        """Send the final message (``shield``: see :meth:`GuardedSend.whole`)."""
-        if self.gone:
-            return
-        if self.streaming:
-            await self._event(message)
-            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
-            return
-        body = jsonrpc.encode(message)
-        start = {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*JSON_HEADERS, content_length(body)],
-        }
-        end = {"type": "http.response.body", "body": body, "more_body": False}
-        if isinstance(self.send, GuardedSend):  # one shielded scope for the two sends (or none)
-            await self.send.whole(start, end, shield=shield)
-        else:
-            await self.send(start)
-            await self.send(end)
 
 
 class RequestPeer:
@@ -155,78 +100,6 @@ class RequestPeer:
         """No resumable streams in the modern era: nothing to do."""
 
 
-class Listener:
-    """An open ``subscriptions/listen`` stream, registered with the server as a peer."""
-
-    session_id: str | None = None
-    log_level: mt.LoggingLevel | None = None
-    principal: object = None
-
-    def __init__(
-        self,
-        request_id: mt.RequestId,
-        wanted: mt.SubscriptionFilter,
-        buffer: int,
-        task_ids: frozenset[str] = frozenset(),
-    ) -> None:
-        self.request_id = request_id
-        self.task_ids = task_ids
-        """Tasks whose ``notifications/tasks`` this stream gets (its owner's, tasks extension)."""
-        self.protocol_version = versions.LATEST_MODERN.name
-        self.client_info: dict[str, Any] = {}
-        self.client_capabilities: dict[str, Any] = {}
-        self.wanted = wanted
-        self.subscriptions = set(wanted.resource_subscriptions or ())
-        self._send, self.receive = trio.open_memory_channel[dict[str, Any] | None](buffer)
-
-    def _wants(self, message: Mapping[str, Any]) -> bool:
-        method = message.get("method", "")
-        if method == "notifications/resources/updated":
-            return (message.get("params") or {}).get("uri") in self.subscriptions
-        if method == "notifications/tasks":
-            return (message.get("params") or {}).get("taskId") in self.task_ids
-        flag = _FILTERS.get(method)
-        return flag is not None and bool(getattr(self.wanted, _snake(flag)))
-
-    def tag(self, message: dict[str, Any]) -> dict[str, Any]:
-        params = dict(message.get("params") or {})
-        params["_meta"] = {**params.get("_meta", {}), SUBSCRIPTION_ID_KEY: self.request_id}
-        return {**message, "params": params}
-
-    async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
-        self.notify_nowait(message)
-
-    def notify_nowait(self, message: dict[str, Any]) -> None:
-        if self._wants(message):
-            self.push(self.tag(message))
-
-    def push(self, item: dict[str, Any] | None) -> None:
-        try:
-            self._send.send_nowait(item)
-        except trio.WouldBlock:  # a reader this far behind is cut; it re-subscribes
-            peer_log.log(logging.WARNING, "subscription %r fell behind; closing it", self.request_id)
-            self._send.close()
-        except trio.ClosedResourceError:
-            pass
-
-    def close(self) -> None:
-        """End gracefully: the stream gets its completion result, then ends."""
-        self.push(None)
-
-    async def request(
-        self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
-    ) -> dict[str, Any]:  # pragma: no cover - never a handler's peer
-        raise RPCError(mt.INTERNAL_ERROR, "a subscription cannot send requests")
-
-    async def ask(
-        self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None
-    ) -> dict[str, Any]:  # pragma: no cover - never a handler's peer
-        raise RPCError(mt.INTERNAL_ERROR, "a subscription cannot ask for input")
-
-    def close_sse_stream(self, related: mt.RequestId | None = None) -> None:  # pragma: no cover
-        pass
-
-
 def secret_ring(config: ServerConfig) -> list[bytes] | None:
     """The cluster's key ring: the config's key or ring, else the ring in the environment, else None
     (then each use makes a random key of this process alone).  A malformed ring in the environment is
@@ -251,10 +124,6 @@ def _only(exc: BaseException | None, kind: type[BaseException]) -> bool:
     return isinstance(exc, kind)
 
 
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
-
-
 class ModernEndpoint:
     """Serves modern requests for one app."""
 
@@ -266,7 +135,6 @@ class ModernEndpoint:
         self.principals = PrincipalKeys(ring)
         """Owner keys of principals, for tasks and sessions alike: under the cluster's ring when there
         is one (workers sharing a task store then agree on them), else a random key of this app."""
-        self.listeners: set[Listener] = set()
         self.inflight = 0
         factory = config.task_store_factory
         self.tasks = TaskManager(
@@ -285,8 +153,8 @@ class ModernEndpoint:
                 "task owners are recognised only by the worker that started each task",
                 REQUEST_STATE_SECRET_ENV,
             )
-        self._listeners_done = trio.Event()
-        self._closing = False
+        self.subscriptions = Subscriptions(server, config, self.tasks, self.principals)
+        """The open ``subscriptions/listen`` streams."""
         self.clock: Callable[[], float] = time.time
         """Wall-clock seconds for ``requestState`` expiry (replicas sharing a secret share this clock)."""
 
@@ -307,12 +175,13 @@ class ModernEndpoint:
         the request's own, already entered by the caller, or else one of its own); without one a
         sibling task watches ``receive()`` for the disconnect."""
         responder = Responder(send, json_only=self.config.json_response)
-        listener = self.listener(request, principal) if request.method == "subscriptions/listen" else None
+        listen = request.method == "subscriptions/listen"
+        listener = self.subscriptions.listener(request, principal) if listen else None
         self.inflight += 1
         try:
             if on_disconnect is None:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, responder)
+                    nursery.start_soon(watch_disconnect, receive, nursery.cancel_scope, responder)
                     await self._respond(request, revision, responder, principal, listener)
                     nursery.cancel_scope.cancel()
             else:
@@ -322,7 +191,7 @@ class ModernEndpoint:
                     if request_scope is not None
                     else trio.CancelScope() as scope
                 ):
-                    on_disconnect.set(functools.partial(_disconnected, scope, responder))
+                    on_disconnect.set(functools.partial(disconnected, scope, responder))
                     try:
                         await self._respond(request, revision, responder, principal, listener, on_disconnect)
                     finally:
@@ -345,7 +214,7 @@ class ModernEndpoint:
         mcp_trio's, where a cut send only closes its connection; a client that stops reading meets the
         server's write timeout, as under a shield)."""
         if listener is not None:
-            await self._listen(listener, responder.send)
+            await self.subscriptions.listen_sse(listener, responder.send)
             return
         message, status = await self.answer(request, revision, responder, principal)
         if on_disconnect is not None:
@@ -365,21 +234,19 @@ class ModernEndpoint:
         peer.principal = principal
         peer.tasks = self.tasks
         ctx = Context(request.id, request.method, peer, meta if isinstance(meta, dict) else {})
-        try:
-            peer.known = self._answers_brought(request.method, params)
-            result = await self.server.handle_request(ctx, request.method, params)
-        except RPCError as exc:
-            error = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
-            return error, HTTP_STATUS.get(exc.code, 200)
-        except BaseException as exc:
-            fatal, rest = split_fatal(exc)
-            if fatal is not None:
-                raise
-            if _only(rest, InputRequired) and peer.missing:  # from any number of the handler's tasks
-                return self._input_required(request, peer), 200
-            logger.error("handler of %s failed", request.method, exc_info=rest)
-            return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error"), 500
-        return jsonrpc.response(request.id, result), 200
+        with contained(f"handler of {request.method}"):
+            try:
+                peer.known = self._answers_brought(request.method, params)
+                result = await self.server.handle_request(ctx, request.method, params)
+            except RPCError as exc:
+                error = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
+                return error, HTTP_STATUS.get(exc.code, 200)
+            except BaseException as exc:
+                if _only(exc, InputRequired) and peer.missing:  # from any number of the handler's tasks
+                    return self._input_required(request, peer), 200
+                raise  # contained: logged, answered -32603 below (cancellation goes on)
+            return jsonrpc.response(request.id, result), 200
+        return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error"), 500
 
     def _binding(self, method: str, params: Mapping[str, Any]) -> str:
         return f"{method}\n{params.get('name') or params.get('uri') or ''}"
@@ -415,157 +282,10 @@ class ModernEndpoint:
         }
         return jsonrpc.response(request.id, result)
 
-    # -- subscriptions/listen -----------------------------------------------------------------
-
-    def listener(self, request: mt.JSONRPCRequest, principal: object = None) -> Listener:
-        """Validate a ``subscriptions/listen`` request (before anything is started for it)."""
-        task_ids = self._listened_tasks(request)
-        try:
-            params = mt.SubscriptionsListenRequestParams.model_validate(request.params or {})
-        except ValueError as exc:
-            raise RemoteProtocolError(
-                "Invalid params: subscriptions/listen needs a notifications filter",
-                code=mt.INVALID_PARAMS,
-                request_id=request.id,
-            ) from exc
-        if self._closing:
-            raise RemoteProtocolError(
-                "Service Unavailable: shutting down",
-                http_status=503,
-                code=mt.INTERNAL_ERROR,
-                request_id=request.id,
-            )
-        try:
-            accepted = self.server.subscription_filter(params.notifications)
-        except RPCError as exc:
-            raise RemoteProtocolError(
-                exc.message, code=exc.code, request_id=request.id, data=exc.data
-            ) from exc
-        listener = Listener(request.id, accepted, self.config.stream_buffer, task_ids)
-        listener.principal = principal
-        return listener
-
-    def _listened_tasks(self, request: mt.JSONRPCRequest) -> frozenset[str]:
-        """The ``taskIds`` of a listen filter (-32021 without the tasks extension declared); which of
-        them it gets is decided when it starts (:meth:`_owned_tasks`)."""
-        params = request.params or {}
-        wanted = (params.get("notifications") or {}) if isinstance(params, dict) else {}
-        task_ids = wanted.get("taskIds") if isinstance(wanted, dict) else None
-        if task_ids is None:
-            return frozenset()
-        meta = params.get("_meta")
-        caps = meta.get(mt.CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
-        if not declares_tasks(caps if isinstance(caps, dict) else {}):
-            error = missing_extension()
-            raise RemoteProtocolError(error.message, code=error.code, request_id=request.id, data=error.data)
-        if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
-            message = "Invalid params: taskIds must be a list of strings"
-            raise RemoteProtocolError(message, code=mt.INVALID_PARAMS, request_id=request.id)
-        if len(task_ids) > self.server.max_subscriptions:
-            error = self.server._too_many_subscriptions()
-            raise RemoteProtocolError(error.message, code=error.code, request_id=request.id)
-        return frozenset(task_ids)
-
-    async def _owned_tasks(self, listener: Listener) -> frozenset[str]:
-        """The listener's task ids that name tasks of its requester: the others (unknown, expired or
-        someone else's alike) are left out of the acknowledgement and get no notifications."""
-        principal = listener.principal
-        mine = set()
-        for task_id in listener.task_ids:
-            try:
-                record = await self.tasks.lookup(task_id)
-            except RPCError:
-                record = None
-            if record is not None and self.principals.owns(record.owner, principal):
-                mine.add(task_id)
-        return frozenset(mine)
-
-    async def listen(
-        self,
-        listener: Listener,
-        emit: Callable[[dict[str, Any]], Awaitable[None]],
-        keepalive: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        """Run a ``subscriptions/listen`` stream over any transport: ``emit`` its acknowledgement, then
-        each notification it asked for, until the client goes (cancel it), the server shuts down (then
-        the completion result) or it falls behind (it just ends).  ``keepalive`` is awaited whenever it
-        was idle for ``keepalive_interval``."""
-        self.listeners.add(listener)
-        self.server.attach(listener)
-        try:
-            if listener.task_ids:
-                listener.task_ids = await self._owned_tasks(listener)
-            accepted = listener.wanted.model_dump(by_alias=True, exclude_none=True, mode="json")
-            if listener.task_ids:
-                accepted["taskIds"] = sorted(listener.task_ids)
-            ack = {"notifications": accepted}
-            await emit(listener.tag(jsonrpc.notification("notifications/subscriptions/acknowledged", ack)))
-            idle_after = self.config.keepalive_interval if keepalive is not None else math.inf
-            while True:
-                with trio.move_on_after(idle_after) as idle:
-                    try:
-                        item = await listener.receive.receive()
-                    except (trio.EndOfChannel, trio.ClosedResourceError):
-                        return  # cut for falling behind: end without the completion result
-                    if item is None:
-                        done = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listener.request_id}}
-                        await emit(jsonrpc.response(listener.request_id, done))
-                        return
-                    await emit(item)
-                if idle.cancelled_caught and keepalive is not None:
-                    await keepalive()
-        finally:
-            self.server.detach(listener)
-            self.listeners.discard(listener)
-            if not self.listeners:
-                self._listeners_done.set()
-
-    async def _listen(self, listener: Listener, send: Send) -> None:
-        """A listen stream as an SSE response."""
-
-        async def emit(message: dict[str, Any]) -> None:
-            await _body(send, sse.encode_event(jsonrpc.encode(message).decode()))
-
-        async def keepalive() -> None:
-            await _body(send, sse.encode_comment("keep-alive"))
-
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await self.listen(listener, emit, keepalive)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
     async def aclose(self) -> None:
         """Shutdown: every open listen stream gets its completion result and ends (within the grace)."""
-        self._closing = True
-        if not self.listeners:
-            return
-        self._listeners_done = trio.Event()
-        for listener in list(self.listeners):
-            listener.close()
-        with trio.move_on_after(self.config.shutdown_grace):
-            await self._listeners_done.wait()
+        await self.subscriptions.aclose()
 
     def statistics(self) -> dict[str, int]:
-        return {"modern_inflight": self.inflight, "listeners": len(self.listeners), **self.tasks.statistics()}
-
-
-async def _body(send: Send, data: bytes) -> None:
-    await send({"type": "http.response.body", "body": data, "more_body": True})
-
-
-async def _watch_disconnect(receive: Receive, scope: trio.CancelScope, responder: Responder) -> None:
-    """The sibling of a modern request on a server without a :class:`DisconnectHook`: a client
-    disconnect cancels the request's scope (and cuts a send stuck on it)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            _disconnected(scope, responder)
-            return
-
-
-def _disconnected(scope: trio.CancelScope, responder: Responder) -> None:
-    """The client of a modern request went: nothing more is sent, a send under way is cut (where the
-    server allows), the request is cancelled."""
-    responder.gone = True
-    if isinstance(responder.send, GuardedSend):
-        responder.send.abort()
-    scope.cancel()
+        listeners = len(self.subscriptions.open)
+        return {"modern_inflight": self.inflight, "listeners": listeners, **self.tasks.statistics()}

@@ -8,21 +8,11 @@ are cancelled (and answer nothing), what is queued for stdout is flushed, and :f
 returns.
 A broken stdout (the client stopped reading for good) ends the server too.
 
-Both eras are served on the same connection, chosen per message as over HTTP:
-
-* **2025** (a session opened by ``initialize``): version negotiation, ``notifications/initialized``,
-  requests run as tasks, ``notifications/cancelled`` cancels a handler (no response is sent),
-  server-to-client requests (sampling, elicitation, roots) are written to stdout and the client's
-  responses are routed back to the waiting handler; progress and log notifications; the server's
-  list-changed and resource-updated notifications (only once the session is initialized).
-  Requests other than ``ping`` before ``initialize`` get -32600.
-* **2026-07-28** (a request whose ``_meta`` names ``io.modelcontextprotocol/protocolVersion``): served
-  by the HTTP transport's own public endpoint (:class:`~mcp_trio._transport.modern.ModernEndpoint`):
-  ``_meta`` validation (-32602), unsupported versions (-32022), unknown methods (-32601), results
-  with ``resultType``/``ttlMs``/``cacheScope``/``serverInfo``, ``server/discover``, input-required
-  results with a sealed ``requestState`` (MRTR), notifications related to the request, and
-  ``subscriptions/listen`` (its notifications carry ``io.modelcontextprotocol/subscriptionId``).
-  ``notifications/cancelled`` cancels such a request too.
+Both eras are served on the same connection, chosen per message as over HTTP, by the
+transport-neutral :class:`~mcp_trio._transport.connection.MessageConnection` (a 2025 session opened
+by ``initialize``; 2026-07-28 requests whose ``_meta`` names the protocol version, served by the HTTP
+transport's own endpoint, ``subscriptions/listen`` included).  ``notifications/cancelled`` cancels a
+request of either era.
 
 Bad input never ends the loop: a line that is not JSON gets -32700, one that is not a JSON-RPC
 message (or a request with an id already in flight) gets -32600, and a line longer than

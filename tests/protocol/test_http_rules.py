@@ -20,11 +20,13 @@ from mcp_trio._protocol.session import (
 )
 from mcp_trio.errors import RemoteProtocolError
 
-PROTOCOL_DIR = pathlib.Path(http.__file__).parent
+PROTOCOL_DIR = pathlib.Path(versions.__file__).parent
 FORBIDDEN = {"trio", "hypercorn", "httpx", "httpcore", "anyio", "asyncio", "h11", "socket"}
 
 
-@pytest.mark.parametrize("path", sorted(PROTOCOL_DIR.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(PROTOCOL_DIR.rglob("*.py")), ids=lambda p: str(p.relative_to(PROTOCOL_DIR))
+)
 def test_protocol_core_is_sans_io(path: pathlib.Path) -> None:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):

@@ -233,6 +233,8 @@ class BearerGuard:
     bearer check of each request, and its scope checks.  Sans-IO but for the verifier's call."""
 
     def __init__(self, resource: ProtectedResource, endpoint_path: str | None) -> None:
+        if not isinstance(resource, ProtectedResource):  # ServerConfig.oauth, checked where it is used
+            raise TypeError("oauth must be a mcp_trio.auth.ProtectedResource")
         self.resource = resource
         self.metadata_body = json.dumps(resource.metadata(), separators=(",", ":")).encode()
         own = urlsplit(resource.resource).path.rstrip("/")

@@ -1,72 +1,45 @@
-"""Rules of a server run as several workers, that need no I/O: worker ids, session ids that name their
-owner, the ``requestState`` key ring given in the environment, the messages of the notification bus
-and of the workers' inboxes that workers share through Redis, the task records a task store keeps
-there, and their signatures by that key ring.
+"""What workers write to Redis, and how it is read back: the notification bus's messages (server
+notifications every worker hands to its own peers), a worker's inbox entries (client messages of its
+sessions that reached another worker) and a task store's records, each signed by the cluster's key ring.
 
-Everything read here comes from outside (a client's ``Mcp-Session-Id``, an environment variable, a
-message on a Redis channel) and is checked as strictly as a message from a socket: what does not
-match exactly is refused (``None`` or :class:`ValueError`), never half-used.  What Redis hands over
-is trusted no more than the network: a message that the cluster's key ring does not verify is
-:class:`ForgedMessage`.
+Everything read here is checked as strictly as a message from a socket: what does not match exactly is
+refused with :class:`ValueError` (short, safe to log).  What Redis hands over is trusted no more than
+the network: what the key ring does not verify is :class:`ForgedMessage`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import os
 import re
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as mt
 
-from ..errors import RemoteProtocolError
-from . import jsonrpc
+from ...errors import RemoteProtocolError
+from .. import jsonrpc
+from .ids import INSTANCE_ID, session_owner
+from .keys import TAG_BYTES, ClusterKeys
 
 __all__ = [
     "BUS_MESSAGE_LIMIT",
     "FORWARDED_METHODS",
     "INBOX_MESSAGE_LIMIT",
     "MESSAGE_MAX_AGE",
-    "REQUEST_STATE_SECRET_ENV",
+    "PRINCIPAL_TAG",
+    "SESSION_TAG",
     "BusMessage",
-    "ClusterKeys",
     "ForgedMessage",
     "InboxEntry",
-    "check_channel_prefix",
-    "check_instance_id",
-    "check_worker_id",
     "decode_bus_message",
     "decode_inbox_entry",
     "encode_bus_message",
     "encode_inbox_entry",
-    "heartbeat_key",
-    "inbox_bytes_key",
-    "inbox_key",
     "open_bus_message",
     "open_task_record",
-    "parse_secret_ring",
     "seal_bus_message",
     "seal_task_record",
-    "session_owner",
-    "sessions_key",
 ]
-
-WORKER_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
-"""A worker id: short, and safe in a session id, a Redis key and a log line as it is."""
-_SESSION_REST = re.compile(r"[\x21-\x7e]{1,223}")
-"""What follows ``<worker>.`` in a session id: visible ASCII (the manager's limit is 256 in all)."""
-INSTANCE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-"""The id a worker's bus puts in each message it publishes (to recognise its own echo)."""
-CHANNEL_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-
-REQUEST_STATE_SECRET_ENV = "MCP_TRIO_REQUEST_STATE_SECRET"
-"""Environment variable with the ``requestState`` key ring: comma-separated base64 keys, first seals."""
-MIN_SECRET_BYTES = 32
 
 BUS_MESSAGE_LIMIT = 64 * 1024
 """Largest message accepted from the bus channel, in bytes."""
@@ -83,169 +56,16 @@ FORWARDED_METHODS = frozenset(
 URI_LIMIT = 8192
 
 
-def check_worker_id(value: object) -> str:
-    """``value`` if it is a usable worker id (1 to 32 of ``A-Z a-z 0-9 _ -``), else ValueError."""
-    if not isinstance(value, str) or not WORKER_ID.fullmatch(value):
-        raise ValueError(f"a worker id is 1 to 32 characters of A-Z, a-z, 0-9, '_' and '-'; got {value!r}")
-    return value
-
-
-def check_instance_id(value: object) -> str:
-    if not isinstance(value, str) or not INSTANCE_ID.fullmatch(value):
-        raise ValueError(
-            f"an instance id is 1 to 64 characters of A-Z, a-z, 0-9, '_', '.', '-'; got {value!r}"
-        )
-    return value
-
-
-def check_channel_prefix(value: object) -> str:
-    if not isinstance(value, str) or not CHANNEL_PREFIX.fullmatch(value):
-        raise ValueError(
-            f"a channel prefix is 1 to 64 characters of A-Z, a-z, 0-9, '_', '.', ':', '-'; got {value!r}"
-        )
-    return value
-
-
-def session_owner(session_id: str, known: Container[str] | None = None) -> str | None:
-    """The worker that owns ``session_id`` (``<worker>.<random>``), or None: the id is malformed, or
-    names a worker not in ``known`` (when given).  None means "not a session of any worker we know":
-    the request is answered as for an unknown session (404), and the id goes no further."""
-    if not isinstance(session_id, str):
-        return None
-    owner, dot, rest = session_id.partition(".")
-    if not dot or not WORKER_ID.fullmatch(owner) or not _SESSION_REST.fullmatch(rest):
-        return None
-    if known is not None and owner not in known:
-        return None
-    return owner
-
-
-def parse_secret_ring(text: str) -> tuple[bytes, ...]:
-    """The keys of a ``MCP_TRIO_REQUEST_STATE_SECRET`` value: comma-separated base64 (standard or
-    URL-safe alphabet, padding optional, spaces around each ignored), each of at least 32 bytes.  The
-    first seals new ``requestState``; every one verifies.  ValueError says what is wrong, never what
-    the keys are."""
-    entries = [entry.strip() for entry in text.split(",")]
-    if not any(entries):
-        raise ValueError(f"{REQUEST_STATE_SECRET_ENV} is set but empty")
-    keys = []
-    for position, entry in enumerate(entries, start=1):
-        if not entry:
-            raise ValueError(f"{REQUEST_STATE_SECRET_ENV}: key {position} is empty (a stray comma?)")
-        standard = entry.replace("-", "+").replace("_", "/")
-        try:
-            key = base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"{REQUEST_STATE_SECRET_ENV}: key {position} is not base64") from None
-        if len(key) < MIN_SECRET_BYTES:
-            raise ValueError(
-                f"{REQUEST_STATE_SECRET_ENV}: key {position} has {len(key)} bytes, at least "
-                f"{MIN_SECRET_BYTES} are needed (make one with 'openssl rand -base64 32')"
-            )
-        keys.append(key)
-    return tuple(keys)
-
-
 # -- authenticating what workers write to Redis ------------------------------------------------
 
 MESSAGE_MAX_AGE = 300.0
 """Seconds a signed bus message or inbox entry stays acceptable (either way from its ``ts``): a message
 copied from Redis cannot be replayed later than that.  Worker clocks must agree to well within it."""
-TAG_BYTES = 16
-"""Length of a keyed tag (a session's or a principal's), before hex."""
 
 
 class ForgedMessage(ValueError):
     """A message that does not carry a valid signature of the cluster's key ring (written by something
     without the secret, or too old or too far in the future): dropped and counted apart."""
-
-
-class ClusterKeys:
-    """The cluster's key ring (the ``requestState`` ring, ``MCP_TRIO_REQUEST_STATE_SECRET``) applied to
-    what workers write to Redis.  Each key of the ring gives, by HMAC-SHA256 with a fixed label, a
-    signing key and a tagging key (never the ring's key itself, so a signature here is never a valid
-    ``requestState``), and a key id (16 hex digits, that reveal nothing of the key).
-
-    :meth:`sign` signs with the first key (the current one); :meth:`verify` accepts a signature of any
-    key of the ring, so keys rotate as for ``requestState``: add the new key second on every worker,
-    then move it first, then drop the old one.  :meth:`tags` are keyed hashes of a value (a session id,
-    a principal's identity) that can be stored in Redis and compared without revealing the value."""
-
-    __slots__ = ("_by_id", "_keys")
-
-    def __init__(self, keys: Sequence[bytes]) -> None:
-        if not keys or not all(isinstance(key, bytes) and key for key in keys):
-            raise ValueError("the cluster's key ring: at least one key, each non-empty bytes")
-        derived = []
-        for key in keys:
-            kid = hashlib.sha256(b"mcp-trio cluster key id\0" + key).hexdigest()[:16]
-            signing = hmac.new(key, b"mcp-trio cluster messages v1", hashlib.sha256).digest()
-            tagging = hmac.new(key, b"mcp-trio cluster tags v1", hashlib.sha256).digest()
-            derived.append((kid, signing, tagging))
-        self._keys = tuple(derived)
-        self._by_id = {kid: signing for kid, signing, _ in reversed(derived)}
-
-    @classmethod
-    def of(cls, secret: bytes | Sequence[bytes] | None) -> ClusterKeys:
-        """The ring of ``secret`` (a key or a sequence of keys), else of the environment variable
-        :data:`REQUEST_STATE_SECRET_ENV`; ValueError if neither is given (workers that share Redis need
-        a shared secret: without one, whatever can write to Redis could speak for a worker)."""
-        if secret is None:
-            text = os.environ.get(REQUEST_STATE_SECRET_ENV)
-            if text is None:
-                raise ValueError(
-                    f"workers that share Redis sign what they write there with a shared key ring: set "
-                    f"{REQUEST_STATE_SECRET_ENV} on every worker (make a key with 'openssl rand -base64 "
-                    f"32'), or pass secret= to RedisNotificationBus"
-                )
-            return cls(parse_secret_ring(text))
-        return cls([secret] if isinstance(secret, bytes) else list(secret))
-
-    @property
-    def key_id(self) -> str:
-        """The id of the key that signs (the first of the ring)."""
-        return self._keys[0][0]
-
-    def sign(self, label: bytes, *parts: bytes) -> tuple[str, str]:
-        """The key id and the signature (hex) of ``parts`` under ``label``, with the current key."""
-        kid, signing, _ = self._keys[0]
-        return kid, _mac(signing, label, parts)
-
-    def verify(self, kid: object, signature: object, label: bytes, *parts: bytes) -> bool:
-        """Whether ``signature`` is one of ``parts`` under ``label`` by the key ``kid`` of the ring."""
-        if not isinstance(kid, str) or not isinstance(signature, str):
-            return False
-        signing = self._by_id.get(kid)
-        if signing is None:
-            return False
-        return hmac.compare_digest(_mac(signing, label, parts), signature)
-
-    def tags(self, label: bytes, value: bytes) -> tuple[str, ...]:
-        """A keyed hash of ``value`` (32 hex digits) by every key of the ring, the current key's first."""
-        return tuple(_mac(tagging, label, (value,))[: 2 * TAG_BYTES] for _, _, tagging in self._keys)
-
-    def tag(self, label: bytes, value: bytes) -> str:
-        """The current key's :meth:`tags`."""
-        return self.tags(label, value)[0]
-
-    def matches(self, label: bytes, value: bytes, tag: object) -> bool:
-        """Whether ``tag`` is a tag of ``value`` by any key of the ring."""
-        if not isinstance(tag, str):
-            return False
-        found = False
-        for candidate in self.tags(label, value):
-            found |= hmac.compare_digest(candidate, tag)
-        return found
-
-
-def _mac(key: bytes, label: bytes, parts: Sequence[bytes]) -> str:
-    """HMAC-SHA256 over ``label`` and ``parts``, each preceded by its length (so no two different
-    sequences of parts share their bytes)."""
-    mac = hmac.new(key, digestmod=hashlib.sha256)
-    for part in (label, *parts):
-        mac.update(len(part).to_bytes(8, "big"))
-        mac.update(part)
-    return mac.hexdigest()
 
 
 def _fresh(ts: object, now: float) -> int:
@@ -366,7 +186,7 @@ def decode_bus_message(data: object) -> BusMessage:
     if len(data) > BUS_MESSAGE_LIMIT:
         raise ValueError(f"{len(data)} bytes, more than {BUS_MESSAGE_LIMIT}")
     try:
-        envelope = jsonrpc._decode(data)  # the strict decoder of request bodies
+        envelope = jsonrpc.decode(data)  # the strict decoder of request bodies
     except RemoteProtocolError:
         raise ValueError("not UTF-8 JSON") from None
     if not isinstance(envelope, dict):
@@ -410,27 +230,6 @@ SESSION_TAG = b"session"
 PRINCIPAL_TAG = b"principal"
 """The label of a principal's tag (what travels with a forwarded answer, and a session record's value)."""
 _TAG = re.compile(f"[0-9a-f]{{{2 * TAG_BYTES}}}")
-
-
-def heartbeat_key(prefix: str, worker: str) -> str:
-    """The Redis key a live worker keeps (with a TTL): ``<prefix>:worker:<worker>``."""
-    return f"{check_channel_prefix(prefix)}:worker:{check_worker_id(worker)}"
-
-
-def inbox_key(prefix: str, worker: str) -> str:
-    """The Redis stream other workers add a worker's session messages to: ``<prefix>:inbox:<worker>``."""
-    return f"{check_channel_prefix(prefix)}:inbox:{check_worker_id(worker)}"
-
-
-def inbox_bytes_key(prefix: str, worker: str) -> str:
-    """The counter of the bytes waiting in a worker's inbox: ``<prefix>:inbox-bytes:<worker>``."""
-    return f"{check_channel_prefix(prefix)}:inbox-bytes:{check_worker_id(worker)}"
-
-
-def sessions_key(prefix: str, worker: str) -> str:
-    """The hash of a worker's live sessions (``<prefix>:sessions:<worker>``, with the heartbeat's
-    TTL): a session id's tag -> its principal's tag."""
-    return f"{check_channel_prefix(prefix)}:sessions:{check_worker_id(worker)}"
 
 
 @dataclass(frozen=True, slots=True)
