@@ -44,10 +44,12 @@ class Failure:
 
 
 @contextmanager
-def contained(what: str, log: RateLimitedLog | None = None) -> Iterator[Failure]:
+def contained(what: str, log: RateLimitedLog | None = None, *, report: bool = True) -> Iterator[Failure]:
     """Run a block whose failure must end only itself: cancellation propagates, anything else is
     logged at ERROR (as ``"{what} failed"``, through ``log`` where given so that a flood of failures
-    is not a flood of tracebacks) and recorded in the yielded :class:`Failure`."""
+    is not a flood of tracebacks) and recorded in the yielded :class:`Failure`.  With
+    ``report=False`` nothing is logged: the caller reports ``failure.caught`` its own way (a lost
+    Redis connection is one WARNING per outage, not a traceback per attempt)."""
     failure = Failure()
     try:
         yield failure
@@ -55,7 +57,9 @@ def contained(what: str, log: RateLimitedLog | None = None) -> Iterator[Failure]
         fatal, rest = split_fatal(exc)
         if rest is not None:
             failure.caught = rest
-            if log is None:
+            if not report:
+                pass  # the caller reports failure.caught
+            elif log is None:
                 logger.error("%s failed", what, exc_info=rest)
             else:
                 log.log(logging.ERROR, "%s failed", what, exc_info=rest)
