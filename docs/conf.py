@@ -127,7 +127,7 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._app.server.F"),  # the decorators' type variable: they return what they got
     ("py:class", "mcp_trio._app.server.Initialized"),
     ("py:class", "mcp_trio._app.bus.Subscriber"),  # a peer a NotificationBus delivers to
-    ("py:class", "mcp_trio._app.tasks.TaskManager"),  # RedisTaskStore.run(): the app's task manager
+    ("py:class", "mcp_trio._app.tasks.manager.TaskManager"),  # RedisTaskStore.run(): the app's task manager
     ("py:class", "mcp_trio._app.context.Peer"),
     ("py:class", "mcp_trio._transport.session.Session"),
     ("py:class", "mcp_trio._transport.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]

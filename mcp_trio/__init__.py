@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "TaskError": ".errors",
     "TaskInfo": "._client.tasks",
     "TaskRecord": "._app.tasks",
-    "TaskStatus": "._app.tasks",
+    "TaskStarter": "._app.tasks",
     "TaskStore": "._app.tasks",
     "TaskStoreFull": ".errors",
     "TaskStoreUnavailable": ".errors",
@@ -84,7 +84,7 @@ __all__ = [
     "TaskError",
     "TaskInfo",
     "TaskRecord",
-    "TaskStatus",
+    "TaskStarter",
     "TaskStore",
     "TaskStoreFull",
     "TaskStoreUnavailable",
@@ -106,7 +106,7 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._app.server import MCPServer as MCPServer
     from ._app.tasks import MemoryTaskStore as MemoryTaskStore
     from ._app.tasks import TaskRecord as TaskRecord
-    from ._app.tasks import TaskStatus as TaskStatus
+    from ._app.tasks import TaskStarter as TaskStarter
     from ._app.tasks import TaskStore as TaskStore
     from ._client.session import ClientSession as ClientSession
     from ._client.session import open_client_session as open_client_session

@@ -21,10 +21,10 @@ from .context import LOG_LEVELS, Context
 from .prompts import PromptFn, PromptSpec
 from .resources import ResourceFn, ResourceSpec
 from .tasks import (
+    NOT_A_TASK,
     TASK_METHODS,
-    TASK_STATUS_IGNORED,
     TASKS_EXTENSION,
-    TaskStatus,
+    TaskStarter,
     TaskSupport,
     declares_tasks,
     missing_extension,
@@ -54,6 +54,8 @@ class Initialized:
     client_info: dict[str, Any]
     client_capabilities: dict[str, Any]
     result: dict[str, Any]
+
+
 CompletionFn = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -141,7 +143,7 @@ class MCPServer:
         ``"forbidden"`` (default), ``"optional"`` (a task when the client declared the extension, else an
         ordinary call) or ``"required"`` (a client without the extension gets -32021).  A task-capable
         tool may take a ``task_status`` parameter and call ``task_status.started()`` when it becomes a
-        task (see :class:`~mcp_trio.TaskStatus`); without one it is a task from the start."""
+        task (see :class:`~mcp_trio.TaskStarter`); without one it is a task from the start."""
         options = {
             "name": name,
             "title": title,
@@ -447,7 +449,7 @@ class MCPServer:
                     )
             elif spec.task_support == "required":
                 raise missing_extension()
-        return await self._run_tool(spec, ctx, params, TASK_STATUS_IGNORED)
+        return await self._run_tool(spec, ctx, params, NOT_A_TASK)
 
     async def _task_method(self, ctx: Context, params: dict[str, Any] | None) -> dict[str, Any]:
         """``tasks/get``, ``tasks/update``, ``tasks/cancel`` (2026 era, where the app runs tasks)."""
@@ -459,7 +461,7 @@ class MCPServer:
         return result
 
     async def _run_tool(
-        self, spec: ToolSpec, ctx: Context, params: mt.CallToolRequestParams, task_status: TaskStatus
+        self, spec: ToolSpec, ctx: Context, params: mt.CallToolRequestParams, task_status: TaskStarter
     ) -> dict[str, Any]:
         try:
             value = await spec.call(ctx, params.arguments or {}, task_status)

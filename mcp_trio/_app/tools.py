@@ -17,7 +17,7 @@ import trio
 
 from .._protocol.modern import header_parameters
 from .context import Context
-from .tasks import TASK_STATUS_IGNORED, TaskStatus, TaskSupport
+from .tasks import NOT_A_TASK, TaskStarter, TaskSupport
 
 __all__ = ["ArgumentsSchema", "InvalidArguments", "ToolSpec", "to_call_tool_result"]
 
@@ -100,7 +100,7 @@ class ToolSpec:
         return self.definition.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     async def call(
-        self, ctx: Context, arguments: dict[str, Any], task_status: TaskStatus = TASK_STATUS_IGNORED
+        self, ctx: Context, arguments: dict[str, Any], task_status: TaskStarter = NOT_A_TASK
     ) -> Any:
         """Validate ``arguments`` and run the tool.  Invalid arguments raise ``pydantic.ValidationError``
         (schema from type hints) or :class:`InvalidArguments` (explicit schema); the tool does not run.

@@ -32,7 +32,7 @@ from mcp_trio import (
     RPCError,
     ServerConfig,
     TaskRecord,
-    TaskStatus,
+    TaskStarter,
     TaskStoreFull,
 )
 from mcp_trio.demo import build_demo_server
@@ -167,25 +167,25 @@ def add_test_tools(server: MCPServer, probe: Probe) -> MCPServer:
         return "ran"
 
     @server.tool(task="optional")
-    async def hold_then_start(task_status: TaskStatus) -> str:
+    async def hold_then_start(task_status: TaskStarter) -> str:
         """Waits for ``probe.release`` in the request, then becomes a task."""
         await probe.hold()
         task_status.started()
         return "started late"
 
     @server.tool(task="optional")
-    async def start_then_hold(task_status: TaskStatus) -> str:
+    async def start_then_hold(task_status: TaskStarter) -> str:
         task_status.started()
         await probe.hold()
         return "finished"
 
     @server.tool(task="optional")
-    async def never_starts(task_status: TaskStatus) -> str:
+    async def never_starts(task_status: TaskStarter) -> str:
         probe.runs += 1
         return f"plain answer (is_task={task_status.is_task})"
 
     @server.tool(task="optional")
-    async def refuses(task_status: TaskStatus) -> str:
+    async def refuses(task_status: TaskStarter) -> str:
         raise RPCError(mt.INVALID_PARAMS, "Refused before the task", {"why": "test"})
 
     @server.tool(task="optional")
@@ -245,7 +245,7 @@ def stats(app: MCPApp) -> tuple[int, int]:
 def test_tool_registration_checks_the_task_option() -> None:
     server = MCPServer("reg")
 
-    async def tool(task_status: TaskStatus) -> str:
+    async def tool(task_status: TaskStarter) -> str:
         return "x"
 
     async def plain(x: int) -> str:
