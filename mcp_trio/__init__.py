@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "MCPApp": "._transport.asgi",
     "MCPServer": "._app.server",
     "MCPTrioError": ".errors",
-    "MemoryTaskStore": "._app.tasks",
+    "MemoryTaskStore": "._app.tasks.store",
     "NotificationBus": "._app.bus",
     "ProtocolError": ".errors",
     "RPCError": ".errors",
@@ -40,9 +40,9 @@ _EXPORTS: dict[str, str] = {
     "TaskCancelled": ".errors",
     "TaskError": ".errors",
     "TaskInfo": "._client.tasks",
-    "TaskRecord": "._app.tasks",
-    "TaskStarter": "._app.tasks",
-    "TaskStore": "._app.tasks",
+    "TaskRecord": "._app.tasks.record",
+    "TaskStarter": "._app.tasks.starter",
+    "TaskStore": "._app.tasks.store",
     "TaskStoreFull": ".errors",
     "TaskStoreUnavailable": ".errors",
     "TransportError": ".errors",
@@ -104,10 +104,10 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._app.context import Context as Context
     from ._app.inputs import InputRequest as InputRequest
     from ._app.server import MCPServer as MCPServer
-    from ._app.tasks import MemoryTaskStore as MemoryTaskStore
-    from ._app.tasks import TaskRecord as TaskRecord
-    from ._app.tasks import TaskStarter as TaskStarter
-    from ._app.tasks import TaskStore as TaskStore
+    from ._app.tasks.record import TaskRecord as TaskRecord
+    from ._app.tasks.starter import TaskStarter as TaskStarter
+    from ._app.tasks.store import MemoryTaskStore as MemoryTaskStore
+    from ._app.tasks.store import TaskStore as TaskStore
     from ._client.session import ClientSession as ClientSession
     from ._client.session import open_client_session as open_client_session
     from ._client.session import open_stdio_client as open_stdio_client

@@ -50,13 +50,13 @@ class ToolSpec:
         cls,
         fn: ToolFn,
         *,
-        name: str | None = None,
-        title: str | None = None,
-        description: str | None = None,
-        input_schema: dict[str, Any] | None = None,
-        output_schema: dict[str, Any] | None = None,
-        annotations: mt.ToolAnnotations | None = None,
-        task: TaskSupport = "forbidden",
+        name: str | None,
+        title: str | None,
+        description: str | None,
+        input_schema: dict[str, Any] | None,
+        output_schema: dict[str, Any] | None,
+        annotations: mt.ToolAnnotations | None,
+        task: TaskSupport,
     ) -> ToolSpec:
         if task not in ("forbidden", "optional", "required"):
             raise ValueError(f"task must be 'forbidden', 'optional' or 'required', not {task!r}")
