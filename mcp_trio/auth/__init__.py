@@ -19,7 +19,7 @@ _EXPORTS: dict[str, str] = {
     "VerifierUnavailable": "server._token",
     "ProtectedResource": "server._resource",
     "JWTVerifier": "server._verify",
-    "IntrospectionVerifier": "server._verify",
+    "IntrospectionVerifier": "server._introspect",
     # --- end of the protected resource ---
     # --- the OAuth client ---
     "OAuth": "client._oauth",
@@ -42,12 +42,12 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     # --- the protected resource (server side) ---
+    from .server._introspect import IntrospectionVerifier as IntrospectionVerifier
     from .server._resource import ProtectedResource as ProtectedResource
     from .server._token import AccessToken as AccessToken
     from .server._token import InvalidToken as InvalidToken
     from .server._token import TokenVerifier as TokenVerifier
     from .server._token import VerifierUnavailable as VerifierUnavailable
-    from .server._verify import IntrospectionVerifier as IntrospectionVerifier
     from .server._verify import JWTVerifier as JWTVerifier
 
     # --- end of the protected resource ---
