@@ -23,9 +23,9 @@ _EXPORTS: dict[str, str] = {
     # --- end of the protected resource ---
     # --- the OAuth client ---
     "OAuth": "client._oauth",
-    "ClientCredentials": "client._oauth",
-    "JWTBearer": "client._oauth",
-    "IDJAGExchange": "client._oauth",
+    "ClientCredentials": "client._client_credentials",
+    "JWTBearer": "client._jwt_bearer",
+    "IDJAGExchange": "client._jwt_bearer",
     "OAuthError": "client._errors",
     "RedirectHandler": "client._redirect",
     "LoopbackRedirect": "client._redirect",
@@ -53,10 +53,10 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     # --- end of the protected resource ---
     # isort: split
     # --- the OAuth client ---
+    from .client._client_credentials import ClientCredentials as ClientCredentials
     from .client._errors import OAuthError as OAuthError
-    from .client._oauth import ClientCredentials as ClientCredentials
-    from .client._oauth import IDJAGExchange as IDJAGExchange
-    from .client._oauth import JWTBearer as JWTBearer
+    from .client._jwt_bearer import IDJAGExchange as IDJAGExchange
+    from .client._jwt_bearer import JWTBearer as JWTBearer
     from .client._oauth import OAuth as OAuth
     from .client._redirect import HeadlessRedirect as HeadlessRedirect
     from .client._redirect import LoopbackRedirect as LoopbackRedirect
