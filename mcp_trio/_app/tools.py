@@ -143,8 +143,9 @@ class InvalidArguments(ValueError):
 MAX_ERROR_TEXT = 240
 """Longest description of invalid arguments (or of an invalid schema) put in an error."""
 INLINE_VALIDATION_VALUES = 2_000
-"""Arguments holding more JSON values than this are validated in a worker thread: validation costs a few
-microseconds per value, and a 4 MiB body of numbers would otherwise stall the event loop for seconds."""
+"""Arguments holding more JSON values than this are validated in a worker thread: validation takes time
+per value, and a large body of numbers would otherwise stall the event loop (docs/performance.md, "The
+server API")."""
 _NO_REMOTE_REFS = referencing.Registry()
 """Where a ``$ref`` may resolve besides inside the schema itself: nowhere (no network, no files)."""
 
