@@ -12,7 +12,15 @@ heartbeat, session hash, inbox and forwarding), :mod:`~mcp_trio.redis.tasks` (th
 
 from __future__ import annotations
 
+# The two classes are the API; the other names below were importable from mcp_trio.redis before it
+# became a package, and stay so.
 from .bus import RedisNotificationBus
+from .connection import MALFORMED_LOG_INTERVAL as MALFORMED_LOG_INTERVAL
+from .connection import State as State
+from .connection import redact as redact
+from .tasks import SIGNAL_LIMIT as SIGNAL_LIMIT
 from .tasks import RedisTaskStore
+from .workers import Deliver as Deliver
+from .workers import Forwarded as Forwarded
 
 __all__ = ["RedisNotificationBus", "RedisTaskStore"]

@@ -81,8 +81,8 @@ def check_url(url: str) -> None:
 
 class RedisLink:
     """A connection to Redis kept until cancelled: what :class:`~mcp_trio.redis.RedisNotificationBus`
-    and :class:`~mcp_trio.redis.RedisTaskStore` share.  Each attempt (:meth:`_serve_once` of the
-    subclass) runs until its connection fails; the next one follows with exponential backoff
+    and :class:`~mcp_trio.redis.RedisTaskStore` share.  Each attempt (one connection, run by
+    :meth:`_contain_attempt`) lasts until its connection fails; the next one follows with exponential backoff
     (``retry_initial`` doubling up to ``retry_max`` seconds, with jitter).  An outage is logged once,
     and its end once."""
 
@@ -182,6 +182,7 @@ class RedisLink:
         self._outage_since = None
 
     def _describe_failure(self, leaf: BaseException) -> str:
+        """A failure as ``last_error`` and the log lines show it."""
         return f"{type(leaf).__name__}: {leaf}"[:300]
 
     def _on_failure(self, exc: BaseException, *, was_connected: bool) -> None:
