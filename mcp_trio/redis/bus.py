@@ -68,7 +68,7 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
     for the other workers.  ``command_timeout``: a Redis command (a ``PUBLISH``, the subscriber's
     keep-alive ``PING``) that takes longer counts as a lost connection.  ``inbox_maxlen`` and
     ``inbox_max_bytes`` bound a worker's inbox (entries not yet read: forwarding past them is
-    refused), and ``inbox_ttl`` is how long an inbox nobody reads is kept (see :meth:`attach_worker`).
+    refused), and ``inbox_ttl`` is how long an inbox nobody reads is kept (see ``attach_worker``).
     """
 
     _name = "Redis notification bus"
