@@ -168,6 +168,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(trio|mcp_types|pydantic|hypercorn|httpx)(\..*)?"),
     (r"py:.*", r"collections\.abc\..*"),
     (r"py:.*", r"ssl\..*"),
+    (r"py:.*", r"typing\.Unpack"),
 ]
 # Private types that public signatures mention; they are not part of the API (and not importable from
 # mcp_trio), so they are named here one by one: a new one must be documented or added on purpose.
@@ -175,7 +176,8 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._app.server.F"),  # the decorators' type variable: they return what they got
     ("py:class", "mcp_trio._app.server.Initialized"),
     ("py:class", "mcp_trio._app.bus.Subscriber"),  # a peer a NotificationBus delivers to
-    ("py:class", "mcp_trio._app.tasks.TaskManager"),  # RedisTaskStore.run(): the app's task manager
+    ("py:class", "mcp_trio.auth.client._grant.GrantOptions"),  # **options of ClientCredentials, JWTBearer
+    ("py:class", "mcp_trio._app.tasks.manager.TaskManager"),  # RedisTaskStore.run(): the app's task manager
     ("py:class", "mcp_trio._app.context.Peer"),
     ("py:class", "mcp_trio._transport.session.Session"),
     ("py:class", "mcp_trio._transport.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]

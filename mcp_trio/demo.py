@@ -15,7 +15,7 @@ import mcp_types as mt
 import trio
 
 from . import Context, InputRequest, MCPServer, RPCError
-from ._app.tasks import TaskStatus
+from ._app.tasks import TaskStarter
 from ._demo_data import JSON_SCHEMA_2020_12, PNG, SEP1034_DEFAULTS, SEP1330_ENUMS, WAV
 
 __all__ = ["build_demo_server"]
@@ -211,7 +211,7 @@ def _add_task_tools(server: MCPServer) -> None:
         return "Got " + " and ".join(map(str, names))
 
     @server.tool(description="Asks the user's name first, then works on as a task.", task="required")
-    async def test_tool_with_task(ctx: Context, task_status: TaskStatus) -> str:
+    async def test_tool_with_task(ctx: Context, task_status: TaskStarter) -> str:
         answer = (await ctx.ask({"user_name": _form("What is your name?", "name")}))["user_name"]
         task_status.started()  # the answer came with the request: from here on, a task
         await trio.sleep(0.5)

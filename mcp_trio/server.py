@@ -31,13 +31,13 @@ _EXPORTS: dict[str, str] = {
     "InMemoryEventStore": "._transport.eventstore",
     "LocalNotificationBus": "._app.bus",
     "LocalSessionRegistry": "._transport.session",
-    "MemoryTaskStore": "._app.tasks",
+    "MemoryTaskStore": "._app.tasks.store",
     "NotificationBus": "._app.bus",
     "SessionRegistry": "._transport.session",
     "StoredEvent": "._transport.eventstore",
-    "TaskRecord": "._app.tasks",
-    "TaskStarter": "._app.tasks",
-    "TaskStore": "._app.tasks",
+    "TaskRecord": "._app.tasks.record",
+    "TaskStarter": "._app.tasks.starter",
+    "TaskStore": "._app.tasks.store",
     "hypercorn_config": "._http.hypercorn_server",
     "wait_for_signal": "._serve",
 }
@@ -63,10 +63,10 @@ __all__ = [
 if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._app.bus import LocalNotificationBus as LocalNotificationBus
     from ._app.bus import NotificationBus as NotificationBus
-    from ._app.tasks import MemoryTaskStore as MemoryTaskStore
-    from ._app.tasks import TaskRecord as TaskRecord
-    from ._app.tasks import TaskStarter as TaskStarter
-    from ._app.tasks import TaskStore as TaskStore
+    from ._app.tasks.record import TaskRecord as TaskRecord
+    from ._app.tasks.starter import TaskStarter as TaskStarter
+    from ._app.tasks.store import MemoryTaskStore as MemoryTaskStore
+    from ._app.tasks.store import TaskStore as TaskStore
     from ._http.h11_server import H11Config as H11Config
     from ._http.hypercorn_server import hypercorn_config as hypercorn_config
     from ._serve import wait_for_signal as wait_for_signal

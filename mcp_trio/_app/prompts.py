@@ -31,10 +31,10 @@ class PromptSpec:
         cls,
         fn: PromptFn,
         *,
-        name: str | None = None,
-        title: str | None = None,
-        description: str | None = None,
-        argument_descriptions: dict[str, str] | None = None,
+        name: str | None,
+        title: str | None,
+        description: str | None,
+        argument_descriptions: dict[str, str] | None,
     ) -> PromptSpec:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"prompt {fn!r} must be an async function")

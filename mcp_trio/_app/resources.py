@@ -40,12 +40,12 @@ class ResourceSpec:
         uri: str,
         fn: ResourceFn,
         *,
-        name: str | None = None,
-        title: str | None = None,
-        description: str | None = None,
-        mime_type: str | None = None,
-        size: int | None = None,
-        annotations: dict[str, Any] | None = None,
+        name: str | None,
+        title: str | None,
+        description: str | None,
+        mime_type: str | None,
+        size: int | None,
+        annotations: dict[str, Any] | None,
     ) -> ResourceSpec:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"resource {uri}: {fn!r} must be an async function")

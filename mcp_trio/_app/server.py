@@ -1,9 +1,11 @@
-"""The MCP server object users register tools, resources and prompts on, and its request dispatcher."""
+"""The MCP server object users register tools, resources and prompts on, and its request dispatcher.
+
+The handlers of the core protocol's requests are in :mod:`.handlers`; parsing a request's params and
+serializing its result in :mod:`.codec`.
+"""
 
 from __future__ import annotations
 
-import functools
-import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -12,31 +14,20 @@ import mcp_types as mt
 import mcp_types.methods as mtm
 import pydantic
 import pydantic_core
-from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 
 from .._protocol import jsonrpc, versions
 from ..errors import RPCError
 from .bus import LocalNotificationBus, NotificationBus, Subscriber
-from .context import LOG_LEVELS, Context
+from .codec import Layout, first_error, parse_params, text_result
+from .context import Context
+from .handlers import RESOURCE_NOT_FOUND, CompletionFn, CoreHandlers
 from .prompts import PromptFn, PromptSpec
 from .resources import ResourceFn, ResourceSpec
-from .tasks import (
-    TASK_METHODS,
-    TASK_STATUS_IGNORED,
-    TASKS_EXTENSION,
-    TaskStatus,
-    TaskSupport,
-    declares_tasks,
-    missing_extension,
-)
-from .tools import InvalidArguments, ToolFn, ToolSpec, to_call_tool_result
+from .tasks import TASK_METHODS, TaskSupport
+from .tools import ToolFn, ToolSpec
 
 __all__ = ["RESOURCE_NOT_FOUND", "MCPServer"]
 
-logger = logging.getLogger(__name__)
-
-RESOURCE_NOT_FOUND = -32002
-"""The spec's error code for ``resources/read`` of an unknown URI."""
 MAX_URI_LENGTH = 8192
 """Default of :attr:`MCPServer.max_uri_length`: the usual limit of a URL in HTTP servers and proxies."""
 
@@ -54,11 +45,12 @@ class Initialized:
     client_info: dict[str, Any]
     client_capabilities: dict[str, Any]
     result: dict[str, Any]
-CompletionFn = Callable[..., Awaitable[Any]]
+
+
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
-class MCPServer:
+class MCPServer(CoreHandlers):
     """An MCP server: a name, a version, and what it offers (tools, resources, prompts, completion).
 
     Handlers are ``async`` functions (blocking work goes through ``trio.to_thread.run_sync``). Each runs
@@ -94,9 +86,9 @@ class MCPServer:
         self._templates: dict[str, ResourceSpec] = {}
         self._prompts: dict[str, PromptSpec] = {}
         self._completion: CompletionFn | None = None
-        self._text_layouts: dict[str, tuple[Any, _Layout | None]] = {}
+        self._text_layouts: dict[str, tuple[Any, Layout | None]] = {}
         """Per revision: how ``serialize_server_result`` lays out a text-only ``tools/call`` result
-        (see :meth:`_text_result`)."""
+        (see :func:`.codec.text_result`)."""
         self.notifications: NotificationBus = (
             LocalNotificationBus() if notification_bus is None else notification_bus
         )
@@ -141,8 +133,8 @@ class MCPServer:
         ``"forbidden"`` (default), ``"optional"`` (a task when the client declared the extension, else an
         ordinary call) or ``"required"`` (a client without the extension gets -32021).  A task-capable
         tool may take a ``task_status`` parameter and call ``task_status.started()`` when it becomes a
-        task (see :class:`~mcp_trio.TaskStatus`); without one it is a task from the start."""
-        options = {
+        task (see :class:`~mcp_trio.TaskStarter`); without one it is a task from the start."""
+        options: dict[str, Any] = {
             "name": name,
             "title": title,
             "description": description,
@@ -151,10 +143,13 @@ class MCPServer:
             "annotations": annotations,
             "task": task,
         }
-        return self._decorator(lambda fn: self.add_tool(fn, **options))
+        return self._decorator(lambda fn: self._add_tool(ToolSpec.build(fn, **options)))
 
     def add_tool(self, fn: ToolFn, **options: Any) -> None:
-        spec = ToolSpec.build(fn, **options)
+        """Register ``fn`` as a tool: ``@tool(**options)`` without the decorator."""
+        self.tool(**options)(fn)
+
+    def _add_tool(self, spec: ToolSpec) -> None:
         self._tools[spec.definition.name] = spec
 
     def resource(
@@ -171,7 +166,7 @@ class MCPServer:
         """Decorator: register an async function as the resource at ``uri``.  A URI with ``{name}``
         parts is a template; the function takes those parts as arguments.  Return ``str`` (text),
         ``bytes`` (a blob) or contents models."""
-        options = {
+        options: dict[str, Any] = {
             "name": name,
             "title": title,
             "description": description,
@@ -179,11 +174,15 @@ class MCPServer:
             "size": size,
             "annotations": annotations,
         }
-        return self._decorator(lambda fn: self.add_resource(uri, fn, **options))
+        return self._decorator(lambda fn: self._add_resource(ResourceSpec.build(uri, fn, **options)))
 
     def add_resource(self, uri: str, fn: ResourceFn, **options: Any) -> None:
-        spec = ResourceSpec.build(uri, fn, **options)
-        (self._templates if spec.is_template else self._resources)[uri] = spec
+        """Register ``fn`` as the resource at ``uri``: ``@resource(uri, **options)`` without the
+        decorator."""
+        self.resource(uri, **options)(fn)
+
+    def _add_resource(self, spec: ResourceSpec) -> None:
+        (self._templates if spec.is_template else self._resources)[spec.uri] = spec
 
     def prompt(
         self,
@@ -196,16 +195,19 @@ class MCPServer:
         """Decorator: register an async function as a prompt; its parameters are the arguments.
         Return a string (one user message), content blocks, ``PromptMessage`` models, or a
         ``GetPromptResult``."""
-        options = {
+        options: dict[str, Any] = {
             "name": name,
             "title": title,
             "description": description,
             "argument_descriptions": argument_descriptions,
         }
-        return self._decorator(lambda fn: self.add_prompt(fn, **options))
+        return self._decorator(lambda fn: self._add_prompt(PromptSpec.build(fn, **options)))
 
     def add_prompt(self, fn: PromptFn, **options: Any) -> None:
-        spec = PromptSpec.build(fn, **options)
+        """Register ``fn`` as a prompt: ``@prompt(**options)`` without the decorator."""
+        self.prompt(**options)(fn)
+
+    def _add_prompt(self, spec: PromptSpec) -> None:
         self._prompts[spec.name] = spec
 
     def completion(self) -> Callable[[F], F]:
@@ -275,7 +277,7 @@ class MCPServer:
             capabilities = request.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
             jsonrpc.encode({"i": client_info, "c": capabilities})
         except pydantic.ValidationError as exc:
-            raise RPCError(mt.INVALID_PARAMS, f"Invalid params: {_first_error(exc)}") from exc
+            raise RPCError(mt.INVALID_PARAMS, f"Invalid params: {first_error(exc)}") from exc
         except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
             raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
         revision = versions.negotiate(request.protocol_version)
@@ -301,9 +303,9 @@ class MCPServer:
         if handler is None:
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {method}")
         try:
-            request_params = _parse_params(method, ctx.protocol_version, params)
+            request_params = parse_params(method, ctx.protocol_version, params)
         except pydantic.ValidationError as exc:
-            raise RPCError(mt.INVALID_PARAMS, f"Invalid params: {_first_error(exc)}") from exc
+            raise RPCError(mt.INVALID_PARAMS, f"Invalid params: {first_error(exc)}") from exc
         except (KeyError, ValueError) as exc:
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {method}") from exc
         result = await handler(ctx, request_params)
@@ -311,42 +313,10 @@ class MCPServer:
         if result.get("resultType") == "task":  # a CreateTaskResult: no model in mcp-types
             return result
         if method == "tools/call":
-            text = self._text_result(ctx.protocol_version, result)
+            text = text_result(self._text_layouts, ctx.protocol_version, result)
             if text is not None:
                 return text
         return mtm.serialize_server_result(method, ctx.protocol_version, result)
-
-    def _text_result(self, version: str, result: dict[str, Any]) -> dict[str, Any] | None:
-        """What ``serialize_server_result`` makes of a ``tools/call`` result of text blocks alone (the
-        usual one), without a validation pass: None for any other result.  Its layout is taken, once per
-        revision and ``_meta``, from the serializer itself (a one-block probe), and text is any ``str``
-        to it, so the answer is the same.  Our results of this shape are built by
-        :func:`to_call_tool_result` and :meth:`_add_result_metadata`."""
-        content = result.get("content")
-        if type(content) is not list:
-            return None
-        meta = result.get("_meta")
-        if len(result) != (1 if meta is None else 3):
-            return None
-        if meta is not None and result.get("resultType") != "complete":
-            return None
-        for item in content:
-            if type(item) is not dict or len(item) != 2 or item.get("type") != "text":
-                return None
-            if type(item.get("text")) is not str:
-                return None
-        cached = self._text_layouts.get(version)
-        if cached is None or cached[0] != meta:
-            cached = self._text_layouts[version] = (_copy_json(meta), _text_layout(version, meta))
-        layout = cached[1]
-        if layout is None:
-            return None
-        head, text_first, tail = layout
-        if text_first:
-            blocks = [{"text": item["text"], "type": "text"} for item in content]
-        else:
-            blocks = [{"type": "text", "text": item["text"]} for item in content]
-        return {**_copy_json(head), "content": blocks, **_copy_json(tail)}  # a fresh answer each time
 
     def _add_metadata_if_modern(self, ctx: Context, method: str, result: dict[str, Any]) -> None:
         revision = versions.revision(ctx.protocol_version)
@@ -409,235 +379,6 @@ class MCPServer:
             resource_subscriptions=(wanted.resource_subscriptions if has_resources else None) or None,
         )
 
-    # -- handlers ---------------------------------------------------------------------------
-
-    async def _ping(self, ctx: Context, params: Any) -> dict[str, Any]:
-        return {}
-
     def has_tasks(self) -> bool:
         """Whether a tool may run as a task (then ``server/discover`` advertises the extension)."""
         return any(spec.task_support != "forbidden" for spec in self._tools.values())
-
-    async def _discover(self, ctx: Context, params: Any) -> dict[str, Any]:
-        capabilities = self.capabilities()
-        if self.has_tasks():
-            capabilities["extensions"] = {TASKS_EXTENSION: {}}
-        result: dict[str, Any] = {
-            "supportedVersions": versions.supported_versions(),
-            "capabilities": capabilities,
-        }
-        if self.instructions is not None:
-            result["instructions"] = self.instructions
-        return result
-
-    async def _list_tools(self, ctx: Context, params: Any) -> dict[str, Any]:
-        return {"tools": [spec.wire() for spec in self._tools.values()]}
-
-    async def _call_tool(self, ctx: Context, params: mt.CallToolRequestParams) -> dict[str, Any]:
-        spec = self._tools.get(params.name)
-        if spec is None:
-            raise RPCError(mt.INVALID_PARAMS, f"Unknown tool: {params.name}")
-        revision = versions.revision(ctx.protocol_version)
-        if spec.task_support != "forbidden" and revision is not None and revision.modern:
-            if declares_tasks(ctx.peer.client_capabilities):
-                tasks = getattr(ctx.peer, "tasks", None)
-                if tasks is not None:
-                    return await tasks.call_tool(  # type: ignore[no-any-return]
-                        ctx, lambda ctx, status: self._run_tool(spec, ctx, params, status)
-                    )
-            elif spec.task_support == "required":
-                raise missing_extension()
-        return await self._run_tool(spec, ctx, params, TASK_STATUS_IGNORED)
-
-    async def _task_method(self, ctx: Context, params: dict[str, Any] | None) -> dict[str, Any]:
-        """``tasks/get``, ``tasks/update``, ``tasks/cancel`` (2026 era, where the app runs tasks)."""
-        tasks = getattr(ctx.peer, "tasks", None)
-        if tasks is None:
-            raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
-        handler = {"tasks/get": tasks.get, "tasks/update": tasks.update, "tasks/cancel": tasks.cancel}
-        result: dict[str, Any] = await handler[ctx.method](ctx, params)
-        return result
-
-    async def _run_tool(
-        self, spec: ToolSpec, ctx: Context, params: mt.CallToolRequestParams, task_status: TaskStatus
-    ) -> dict[str, Any]:
-        try:
-            value = await spec.call(ctx, params.arguments or {}, task_status)
-        except RPCError:
-            raise
-        except pydantic.ValidationError as exc:
-            return _tool_error(f"Invalid arguments for tool {params.name}: {_first_error(exc)}")
-        except InvalidArguments as exc:
-            return _tool_error(f"Invalid arguments for tool {params.name}: {exc}")
-        except Exception as exc:
-            logger.info("tool %s raised %r", params.name, exc)
-            return _tool_error(str(exc) or type(exc).__name__)
-        return to_call_tool_result(value)
-
-    async def _list_resources(self, ctx: Context, params: Any) -> dict[str, Any]:
-        return {"resources": [spec.wire() for spec in self._resources.values()]}
-
-    async def _list_templates(self, ctx: Context, params: Any) -> dict[str, Any]:
-        return {"resourceTemplates": [spec.wire() for spec in self._templates.values()]}
-
-    async def _read_resource(self, ctx: Context, params: mt.ReadResourceRequestParams) -> dict[str, Any]:
-        uri = str(params.uri)
-        spec = self._resources.get(uri)
-        if spec is not None:
-            return await spec.read(ctx, uri, {})
-        for template in self._templates.values():
-            variables = template.match(uri)
-            if variables is not None:
-                return await template.read(ctx, uri, variables)
-        revision = versions.revision(ctx.protocol_version)
-        code = revision.resource_not_found_code if revision is not None else RESOURCE_NOT_FOUND
-        raise RPCError(code, "Resource not found", {"uri": uri})
-
-    async def _subscribe(self, ctx: Context, params: mt.SubscribeRequestParams) -> dict[str, Any]:
-        """Subscribe the session to a URI: at most :attr:`max_subscriptions` of them (subscribing again
-        to one it has is fine), none longer than :attr:`max_uri_length`."""
-        uri = self._check_uri(str(params.uri))
-        subscriptions = ctx.peer.subscriptions
-        if uri not in subscriptions and len(subscriptions) >= self.max_subscriptions:
-            raise self._too_many_subscriptions()
-        subscriptions.add(uri)
-        return {}
-
-    def _check_uri(self, uri: str) -> str:
-        """``uri`` itself, or :class:`RPCError` (-32602) if it is longer than :attr:`max_uri_length`."""
-        if len(uri) > self.max_uri_length:
-            limit = self.max_uri_length
-            raise RPCError(mt.INVALID_PARAMS, f"Resource URI too long (limit {limit} characters)")
-        return uri
-
-    def _too_many_subscriptions(self) -> RPCError:
-        return RPCError(mt.INVALID_PARAMS, f"Too many subscriptions (limit {self.max_subscriptions})")
-
-    async def _unsubscribe(self, ctx: Context, params: mt.UnsubscribeRequestParams) -> dict[str, Any]:
-        ctx.peer.subscriptions.discard(str(params.uri))
-        return {}
-
-    async def _list_prompts(self, ctx: Context, params: Any) -> dict[str, Any]:
-        return {"prompts": [spec.wire() for spec in self._prompts.values()]}
-
-    async def _get_prompt(self, ctx: Context, params: mt.GetPromptRequestParams) -> dict[str, Any]:
-        spec = self._prompts.get(params.name)
-        if spec is None:
-            raise RPCError(mt.INVALID_PARAMS, f"Unknown prompt: {params.name}")
-        return await spec.get(ctx, params.arguments or {})
-
-    async def _complete(self, ctx: Context, params: mt.CompleteRequestParams) -> dict[str, Any]:
-        values: Any = []
-        if self._completion is not None:
-            ref = params.ref.model_dump(by_alias=True, exclude_none=True, mode="json")
-            argument = params.argument.model_dump(by_alias=True, exclude_none=True, mode="json")
-            context = (
-                params.context.model_dump(by_alias=True, exclude_none=True, mode="json")
-                if params.context
-                else None
-            )
-            values = await self._completion(ref, argument, context)
-        if isinstance(values, mt.Completion):
-            return {"completion": values.model_dump(by_alias=True, exclude_none=True, mode="json")}
-        values = list(values)[:100]
-        return {"completion": {"values": values, "total": len(values), "hasMore": False}}
-
-    async def _set_level(self, ctx: Context, params: mt.SetLevelRequestParams) -> dict[str, Any]:
-        ctx.peer.log_level = params.level if params.level in LOG_LEVELS else None
-        return {}
-
-
-_REQUEST_STUB = {"jsonrpc": "2.0", "id": 0}
-_PLAIN_PARAMS = {
-    "tools/call": frozenset({"name", "arguments", "_meta"}),
-    "ping": frozenset({"_meta"}),
-    "tools/list": frozenset({"_meta"}),
-    "resources/list": frozenset({"_meta"}),
-    "resources/templates/list": frozenset({"_meta"}),
-    "prompts/list": frozenset({"_meta"}),
-    "server/discover": frozenset({"_meta"}),
-}
-"""Per method, the params members whose monolith (version-free) model in mcp-types accepts whatever
-the revision's surface model accepted: requests holding no others need only the surface pass.  Their
-handlers read nothing but these (``tools/call``: ``name`` and ``arguments``; the others: nothing).
-``requestState`` counts too in a revision whose surface has it (typed ``str | None`` in both)."""
-_PROGRESS_KEYS = ("progressToken", "progress_token")
-"""``_meta`` members the monolith types more narrowly than a surface does (a null token, say)."""
-
-
-def _parse_params(method: str, version: str, params: dict[str, Any] | None) -> Any:
-    """The params of a client request, as ``mtm.parse_client_request(...).params`` gives them, with
-    the same errors (ValueError: unknown version; KeyError: not in that revision; ValidationError);
-    when the monolith model cannot refuse what the surface accepted (:data:`_PLAIN_PARAMS`), the
-    surface model's params stand in for it and the second validation pass is skipped."""
-    if version not in KNOWN_PROTOCOL_VERSIONS:
-        raise ValueError(f"version must be a known protocol version, got {version!r}")
-    surface = mtm.CLIENT_REQUESTS[(method, version)]
-    body: dict[str, Any] = {"method": method}
-    if params is not None:
-        body["params"] = params
-    validated = surface.model_validate({**_REQUEST_STUB, **body}, by_name=False)
-    plain = _plain_params(method, version)
-    if plain is not None and (params is None or plain.issuperset(params)):
-        meta = params.get("_meta") if params is not None else None
-        if not isinstance(meta, dict) or not any(key in meta for key in _PROGRESS_KEYS):
-            return getattr(validated, "params", None)
-    return mtm.MONOLITH_REQUESTS[method].model_validate(body, by_name=False).params
-
-
-_Layout = tuple[dict[str, Any], bool, dict[str, Any]]
-
-
-@functools.cache
-def _plain_params(method: str, version: str) -> frozenset[str] | None:
-    """:data:`_PLAIN_PARAMS` of ``method`` in ``version`` (with ``requestState`` where it is typed)."""
-    plain = _PLAIN_PARAMS.get(method)
-    if plain is None:
-        return None
-    fields = mtm.CLIENT_REQUESTS[(method, version)].model_fields["params"].annotation
-    typed = getattr(fields, "model_fields", {}).get("request_state")
-    if typed is not None and typed.alias == "requestState" and typed.annotation == (str | None):
-        return plain | {"requestState"}
-    return plain
-
-
-def _text_layout(version: str, meta: Any) -> _Layout | None:
-    """How the serializer lays out a text-only ``tools/call`` result with this ``_meta`` in
-    ``version``: (members before ``content``, whether a block starts with ``text``, members after), or
-    None if its answer is not of that plain shape."""
-    probe: dict[str, Any] = {"content": [{"type": "text", "text": "probe"}]}
-    if meta is not None:
-        probe.update(resultType="complete", _meta=_copy_json(meta))
-    answer = mtm.serialize_server_result("tools/call", version, probe)
-    blocks = answer.get("content")
-    if blocks not in ([{"type": "text", "text": "probe"}],) or set(answer) != set(probe):
-        return None
-    if meta is not None and (answer["_meta"] != meta or answer["resultType"] != "complete"):
-        return None
-    keys = list(answer)
-    where = keys.index("content")
-    head = {key: answer[key] for key in keys[:where]}
-    tail = {key: answer[key] for key in keys[where + 1 :]}
-    return head, next(iter(blocks[0])) == "text", tail
-
-
-def _copy_json(value: Any) -> Any:
-    """A copy of a JSON value made of dicts, lists and scalars (so no answer shares the layout's)."""
-    if type(value) is dict:
-        return {key: _copy_json(item) if type(item) in _CONTAINERS else item for key, item in value.items()}
-    if type(value) is list:
-        return [_copy_json(item) if type(item) in _CONTAINERS else item for item in value]
-    return value
-
-
-_CONTAINERS = (dict, list)
-
-
-def _tool_error(text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}], "isError": True}
-
-
-def _first_error(exc: pydantic.ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}" if where else str(err["msg"])

@@ -17,7 +17,7 @@ import trio
 
 from .._protocol.modern import header_parameters
 from .context import Context
-from .tasks import TASK_STATUS_IGNORED, TaskStatus, TaskSupport
+from .tasks import NOT_A_TASK, TaskStarter, TaskSupport
 
 __all__ = ["ArgumentsSchema", "InvalidArguments", "ToolSpec", "to_call_tool_result"]
 
@@ -50,13 +50,13 @@ class ToolSpec:
         cls,
         fn: ToolFn,
         *,
-        name: str | None = None,
-        title: str | None = None,
-        description: str | None = None,
-        input_schema: dict[str, Any] | None = None,
-        output_schema: dict[str, Any] | None = None,
-        annotations: mt.ToolAnnotations | None = None,
-        task: TaskSupport = "forbidden",
+        name: str | None,
+        title: str | None,
+        description: str | None,
+        input_schema: dict[str, Any] | None,
+        output_schema: dict[str, Any] | None,
+        annotations: mt.ToolAnnotations | None,
+        task: TaskSupport,
     ) -> ToolSpec:
         if task not in ("forbidden", "optional", "required"):
             raise ValueError(f"task must be 'forbidden', 'optional' or 'required', not {task!r}")
@@ -100,7 +100,7 @@ class ToolSpec:
         return self.definition.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     async def call(
-        self, ctx: Context, arguments: dict[str, Any], task_status: TaskStatus = TASK_STATUS_IGNORED
+        self, ctx: Context, arguments: dict[str, Any], task_status: TaskStarter = NOT_A_TASK
     ) -> Any:
         """Validate ``arguments`` and run the tool.  Invalid arguments raise ``pydantic.ValidationError``
         (schema from type hints) or :class:`InvalidArguments` (explicit schema); the tool does not run.
@@ -143,8 +143,9 @@ class InvalidArguments(ValueError):
 MAX_ERROR_TEXT = 240
 """Longest description of invalid arguments (or of an invalid schema) put in an error."""
 INLINE_VALIDATION_VALUES = 2_000
-"""Arguments holding more JSON values than this are validated in a worker thread: validation costs a few
-microseconds per value, and a 4 MiB body of numbers would otherwise stall the event loop for seconds."""
+"""Arguments holding more JSON values than this are validated in a worker thread: validation takes time
+per value, and a large body of numbers would otherwise stall the event loop (docs/performance.md, "The
+server API")."""
 _NO_REMOTE_REFS = referencing.Registry()
 """Where a ``$ref`` may resolve besides inside the schema itself: nowhere (no network, no files)."""
 

@@ -19,13 +19,13 @@ _EXPORTS: dict[str, str] = {
     "VerifierUnavailable": "server._token",
     "ProtectedResource": "server._resource",
     "JWTVerifier": "server._verify",
-    "IntrospectionVerifier": "server._verify",
+    "IntrospectionVerifier": "server._introspect",
     # --- end of the protected resource ---
     # --- the OAuth client ---
     "OAuth": "client._oauth",
-    "ClientCredentials": "client._oauth",
-    "JWTBearer": "client._oauth",
-    "IDJAGExchange": "client._oauth",
+    "ClientCredentials": "client._client_credentials",
+    "JWTBearer": "client._jwt_bearer",
+    "IDJAGExchange": "client._jwt_bearer",
     "OAuthError": "client._errors",
     "RedirectHandler": "client._redirect",
     "LoopbackRedirect": "client._redirect",
@@ -42,21 +42,21 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     # --- the protected resource (server side) ---
+    from .server._introspect import IntrospectionVerifier as IntrospectionVerifier
     from .server._resource import ProtectedResource as ProtectedResource
     from .server._token import AccessToken as AccessToken
     from .server._token import InvalidToken as InvalidToken
     from .server._token import TokenVerifier as TokenVerifier
     from .server._token import VerifierUnavailable as VerifierUnavailable
-    from .server._verify import IntrospectionVerifier as IntrospectionVerifier
     from .server._verify import JWTVerifier as JWTVerifier
 
     # --- end of the protected resource ---
     # isort: split
     # --- the OAuth client ---
+    from .client._client_credentials import ClientCredentials as ClientCredentials
     from .client._errors import OAuthError as OAuthError
-    from .client._oauth import ClientCredentials as ClientCredentials
-    from .client._oauth import IDJAGExchange as IDJAGExchange
-    from .client._oauth import JWTBearer as JWTBearer
+    from .client._jwt_bearer import IDJAGExchange as IDJAGExchange
+    from .client._jwt_bearer import JWTBearer as JWTBearer
     from .client._oauth import OAuth as OAuth
     from .client._redirect import HeadlessRedirect as HeadlessRedirect
     from .client._redirect import LoopbackRedirect as LoopbackRedirect

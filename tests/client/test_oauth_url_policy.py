@@ -1,4 +1,4 @@
-"""The OAuth client's URL policy (auth.client._discovery.URLPolicy): where a server may send the client
+"""The OAuth client's URL policy (auth.client._urls.URLPolicy): where a server may send the client
 during discovery, and what the client refuses before any connection.
 
 Against the stub authorization server and protected resource (oauth_stub.py, real hypercorn on
@@ -18,8 +18,10 @@ import pytest
 import trio
 
 from mcp_trio.auth import OAuth, OAuthError
-from mcp_trio.auth.client._discovery import BearerChallenge, URLPolicy, discover, host_kind
+from mcp_trio.auth.client._challenge import BearerChallenge
+from mcp_trio.auth.client._discovery import discover
 from mcp_trio.auth.client._flow import read_callback
+from mcp_trio.auth.client._urls import URLPolicy, host_kind
 
 from .conftest import IGNORE_HTTPX_ASYNCGEN_WARNINGS
 from .oauth_stub import BrowserRedirect, oauth_world

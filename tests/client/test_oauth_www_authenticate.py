@@ -11,12 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_trio.auth.client._discovery import (
+from mcp_trio.auth.client._challenge import (
     BearerChallenge,
     Challenge,
     bearer_challenge,
-    canonical_url,
     parse_www_authenticate,
+)
+from mcp_trio.auth.client._urls import (
+    canonical_url,
     resource_matches,
     resource_metadata_urls,
     server_metadata_urls,

@@ -24,10 +24,9 @@ import trio
 import trio.testing
 
 from mcp_trio import Context, MCPApp, MCPServer, RPCError, ServerConfig
-from mcp_trio._app.tasks import TaskStatus
 from mcp_trio.demo import build_demo_server
 from mcp_trio.errors import TaskStoreFull
-from mcp_trio.server import HTTPRequestInfo, MemoryTaskStore, TaskRecord
+from mcp_trio.server import HTTPRequestInfo, MemoryTaskStore, TaskRecord, TaskStarter
 from mcp_trio.testing import ASGIClient, NoResponse, open_asgi_client
 
 from .conftest import Client, settle
@@ -159,25 +158,25 @@ def add_test_tools(server: MCPServer, probe: Probe) -> MCPServer:
         return "ran"
 
     @server.tool(task="optional")
-    async def hold_then_start(task_status: TaskStatus) -> str:
+    async def hold_then_start(task_status: TaskStarter) -> str:
         """Waits for ``probe.release`` in the request, then becomes a task."""
         await probe.hold()
         task_status.started()
         return "started late"
 
     @server.tool(task="optional")
-    async def start_then_hold(task_status: TaskStatus) -> str:
+    async def start_then_hold(task_status: TaskStarter) -> str:
         task_status.started()
         await probe.hold()
         return "finished"
 
     @server.tool(task="optional")
-    async def never_starts(task_status: TaskStatus) -> str:
+    async def never_starts(task_status: TaskStarter) -> str:
         probe.runs += 1
         return f"plain answer (is_task={task_status.is_task})"
 
     @server.tool(task="optional")
-    async def refuses(task_status: TaskStatus) -> str:
+    async def refuses(task_status: TaskStarter) -> str:
         raise RPCError(mt.INVALID_PARAMS, "Refused before the task", {"why": "test"})
 
     @server.tool(task="optional")
@@ -237,7 +236,7 @@ def stats(app: MCPApp) -> tuple[int, int]:
 def test_tool_registration_checks_the_task_option() -> None:
     server = MCPServer("reg")
 
-    async def tool(task_status: TaskStatus) -> str:
+    async def tool(task_status: TaskStarter) -> str:
         return "x"
 
     async def plain(x: int) -> str:

@@ -192,7 +192,16 @@ def test_unknown_keywords_are_accepted_and_headers_still_found() -> None:
     async def tool(**arguments: Any) -> str:
         return "ok"  # pragma: no cover
 
-    spec = ToolSpec.build(tool, input_schema=STRICT)
+    spec = ToolSpec.build(
+        tool,
+        name=None,
+        title=None,
+        description=None,
+        input_schema=STRICT,
+        output_schema=None,
+        annotations=None,
+        task="forbidden",
+    )
     assert spec.header_params == {"region": ("region",)}
     assert spec.wire()["inputSchema"] == STRICT  # the schema is listed as given
 

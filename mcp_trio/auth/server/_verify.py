@@ -1,5 +1,5 @@
-"""Two :class:`~mcp_trio.auth.TokenVerifier` s: :class:`JWTVerifier` (RFC 9068 JWT access tokens, signed
-with the issuer's published keys) and :class:`IntrospectionVerifier` (RFC 7662 token introspection).
+"""Verifying JWT access tokens (RFC 9068) signed with the issuer's published keys: :class:`JWTVerifier`.
+(:class:`~mcp_trio.auth.IntrospectionVerifier`, the other verifier, is in :mod:`._introspect`.)
 
 Everything read from the network is bounded: each fetch in time (``timeout``) and in size, the key set
 in keys, and the refetches of the issuer's keys in rate (one at a time, at most one per
@@ -12,21 +12,20 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import hashlib
 import logging
 import re
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote_plus, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 import trio
 
 from ..._protocol import safejson
+from ._claims import access_token, number, strings
+from ._fetch import bounded_client, read_json
 from ._resource import MAX_TOKEN_SIZE, check_url
 from ._token import AccessToken, InvalidToken, VerifierUnavailable
 
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from joserfc.jwk import Key
     from joserfc.jws import JWSRegistry
 
-__all__ = ["DEFAULT_ALGORITHMS", "IntrospectionVerifier", "JWTVerifier"]
+__all__ = ["DEFAULT_ALGORITHMS", "JWTVerifier"]
 
 logger = logging.getLogger("mcp_trio.auth")
 
@@ -54,8 +53,6 @@ DEFAULT_ALGORITHMS = (
 """The signature algorithms :class:`JWTVerifier` accepts by default: asymmetric ones only."""
 _KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
 """The JWK ``kty`` each family of accepted algorithms needs (by the first two letters)."""
-MAX_DOCUMENT_SIZE = 256 * 1024
-"""Largest metadata, key set or introspection answer read (bytes)."""
 MAX_KEYS = 64
 """Keys kept from one key set (the rest are ignored)."""
 _JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
@@ -93,77 +90,6 @@ def _b64_json(segment: str) -> Any:
         return safejson.loads(raw)
     except (binascii.Error, ValueError):
         return None
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _strings(value: object) -> tuple[str, ...] | None:
-    """A claim that is one string or a list of strings, as a tuple; None for anything else."""
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(item, str) for item in value):
-        return tuple(value)
-    return None
-
-
-def _scopes(claims: Mapping[str, Any]) -> frozenset[str]:
-    """``scope`` (space-separated) or else ``scp`` (a list, or space-separated)."""
-    value = claims.get("scope")
-    if value is None:
-        value = claims.get("scp")
-    if isinstance(value, str):
-        return frozenset(value.split())
-    if isinstance(value, list):
-        return frozenset(item for item in value if isinstance(item, str) and item)
-    return frozenset()
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _access_token(token: str, claims: dict[str, Any], audience: tuple[str, ...]) -> AccessToken:
-    return AccessToken(
-        token=token,
-        subject=_text(claims.get("sub")),
-        scopes=_scopes(claims),
-        client_id=_text(claims.get("client_id")) or _text(claims.get("azp")),
-        issuer=_text(claims.get("iss")),
-        audience=audience,
-        expires_at=_number(claims.get("exp")),
-        claims=claims,
-    )
-
-
-# -- fetching, bounded ------------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def _client(http: httpx.AsyncClient | None, seconds: float) -> AsyncIterator[httpx.AsyncClient]:
-    """``http``, or a new client (no redirects) whose every operation is bounded by ``seconds``."""
-    if http is not None:
-        yield http
-        return
-    async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client:
-        yield client
-
-
-async def _read_json(response: httpx.Response, what: str) -> Any:
-    """The JSON body of ``response``, read to at most :data:`MAX_DOCUMENT_SIZE` bytes (decoded)."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_DOCUMENT_SIZE:
-        raise VerifierUnavailable(f"{what} is larger than {MAX_DOCUMENT_SIZE} bytes")
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > MAX_DOCUMENT_SIZE:
-            raise VerifierUnavailable(f"{what} is larger than {MAX_DOCUMENT_SIZE} bytes")
-    try:
-        return safejson.loads(bytes(body))
-    except ValueError:
-        raise VerifierUnavailable(f"{what} is not JSON") from None
 
 
 def _metadata_urls(issuer: str) -> list[str]:
@@ -333,17 +259,17 @@ class JWTVerifier:
         now = time.time()
         if claims.get("iss") != self.issuer:
             raise InvalidToken("the token was issued by another issuer")
-        audience = _strings(claims.get("aud"))
+        audience = strings(claims.get("aud"))
         if audience is None or not set(audience) & set(self.audience):
             raise InvalidToken("the token is meant for another resource (aud)")
-        expires = _number(claims.get("exp"))
+        expires = number(claims.get("exp"))
         if expires is None:
             raise InvalidToken("the token has no valid expiry (exp)")
         if now > expires + self.leeway:
             raise InvalidToken("the token has expired")
         for name in ("nbf", "iat"):
             if name in claims:
-                moment = _number(claims[name])
+                moment = number(claims[name])
                 if moment is None:
                     raise InvalidToken(f"the token's {name} is not a number")
                 if moment > now + self.leeway:
@@ -351,7 +277,7 @@ class JWTVerifier:
         for name in ("sub", "client_id"):
             if name in claims and not isinstance(claims[name], str):
                 raise InvalidToken(f"the token's {name} is not a string")
-        return _access_token(token, claims, audience)
+        return access_token(token, claims, audience)
 
     # -- the issuer's keys ---------------------------------------------------------------------------
 
@@ -402,7 +328,7 @@ class JWTVerifier:
 
     async def _load(self) -> _KeySet:
         try:
-            async with _client(self._http, self.timeout) as client:
+            async with bounded_client(self._http, self.timeout) as client:
                 uri = self.jwks_uri or self._discovered_uri or await self._discover(client)
                 self._discovered_uri = None  # found again next time unless this fetch works
                 data = await self._get(client, uri, "the key set")
@@ -417,7 +343,7 @@ class JWTVerifier:
         async with client.stream("GET", url, headers={"accept": "application/json"}) as response:
             if response.status_code != 200:
                 raise VerifierUnavailable(f"{what} ({url}): HTTP {response.status_code}")
-            return await _read_json(response, what)
+            return await read_json(response, what)
 
     async def _discover(self, client: httpx.AsyncClient) -> str:
         """The issuer's ``jwks_uri``, from the first of its metadata documents that answers."""
@@ -466,117 +392,3 @@ def _b64_json_bytes(payload: bytes) -> Any:
         return safejson.loads(payload)
     except ValueError:
         return None
-
-
-# -- token introspection -------------------------------------------------------------------------------
-
-
-class IntrospectionVerifier:
-    """Verifies tokens by asking the authorization server (RFC 7662 token introspection).
-
-    ``endpoint`` gets ``POST token=...&token_type_hint=access_token``, authenticated with
-    ``client_id``/``client_secret`` (HTTP Basic) when given.  A token passes when the answer says
-    ``"active": true``, its ``exp`` (if any) is not past, and, with ``audience`` (str or a sequence),
-    its ``aud`` names one of them (RFC 8707: give the resource URL unless your server leaves ``aud``
-    out), and with ``issuer`` its ``iss`` is that.  An active answer is kept for ``cache_ttl``
-    seconds at most (never past the token's ``exp``), for up to ``cache_size`` tokens (0: no cache), so
-    a session's requests do not each ask; a revoked token may thus pass for up to ``cache_ttl``.
-
-    :class:`~mcp_trio.auth.VerifierUnavailable` (503) when the endpoint refuses, answers anything but
-    200 with a JSON object, or is slower than ``timeout``.
-    """
-
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        client_id: str | None = None,
-        client_secret: str | None = None,
-        audience: str | Sequence[str] | None = None,
-        issuer: str | None = None,
-        http: httpx.AsyncClient | None = None,
-        timeout: float = 5.0,
-        cache_size: int = 1024,
-        cache_ttl: float = 300.0,
-    ) -> None:
-        self.endpoint = check_url(endpoint, "introspection endpoint")
-        if client_secret is not None and client_id is None:
-            raise ValueError("client_secret needs client_id")
-        if timeout <= 0 or cache_size < 0 or cache_ttl < 0:
-            raise ValueError("timeout > 0, cache_size and cache_ttl >= 0")
-        self.client_id = client_id
-        self._secret = client_secret
-        if isinstance(audience, str):
-            audience = (audience,)
-        self.audience = None if audience is None else tuple(audience)
-        self.issuer = issuer
-        self.timeout = timeout
-        self.cache_size = cache_size
-        self.cache_ttl = cache_ttl
-        self._http = http
-        self._cache: OrderedDict[bytes, tuple[AccessToken, float]] = OrderedDict()
-        self.requests = 0
-        """How many introspection requests were sent."""
-
-    async def verify(self, token: str) -> AccessToken:
-        if len(token) > MAX_TOKEN_SIZE:
-            raise InvalidToken("the token is too large")
-        key = hashlib.sha256(token.encode()).digest()
-        now = time.time()
-        cached = self._cache.get(key)
-        if cached is not None:
-            if now < cached[1]:
-                self._cache.move_to_end(key)
-                return cached[0]
-            del self._cache[key]
-        answer = await self._introspect(token)
-        access = self._check(token, answer, time.time())
-        if self.cache_size:
-            until = now + self.cache_ttl
-            if access.expires_at is not None:
-                until = min(until, access.expires_at)
-            self._cache[key] = (access, until)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        return access
-
-    async def _introspect(self, token: str) -> dict[str, Any]:
-        form = {"token": token, "token_type_hint": "access_token"}
-        headers = {"accept": "application/json"}
-        if self._secret is not None and self.client_id is not None:
-            pair = f"{quote_plus(self.client_id)}:{quote_plus(self._secret)}"
-            headers["authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        elif self.client_id is not None:
-            form["client_id"] = self.client_id
-        self.requests += 1
-        answer: Any = None
-        with trio.move_on_after(self.timeout):
-            try:
-                async with _client(self._http, self.timeout) as client:
-                    request = client.build_request("POST", self.endpoint, data=form, headers=headers)
-                    response = await client.send(request, stream=True)
-                    try:
-                        if response.status_code != 200:
-                            raise VerifierUnavailable(f"introspection: HTTP {response.status_code}")
-                        answer = await _read_json(response, "the introspection answer")
-                    finally:
-                        await response.aclose()
-            except httpx.HTTPError as exc:
-                raise VerifierUnavailable(f"introspection: {type(exc).__name__}: {exc}") from None
-            if not isinstance(answer, dict):
-                raise VerifierUnavailable("introspection: the answer is not a JSON object")
-            return answer
-        raise VerifierUnavailable(f"introspection: no answer within {self.timeout:g} s")
-
-    def _check(self, token: str, answer: dict[str, Any], now: float) -> AccessToken:
-        if answer.get("active") is not True:
-            raise InvalidToken("the token is not active")
-        expires = answer.get("exp")
-        if expires is not None and (_number(expires) is None or now > float(expires)):
-            raise InvalidToken("the token has expired")
-        if self.issuer is not None and answer.get("iss") != self.issuer:
-            raise InvalidToken("the token was issued by another issuer")
-        audience = _strings(answer.get("aud")) or ()
-        if self.audience is not None and not set(audience) & set(self.audience):
-            raise InvalidToken("the token is meant for another resource (aud)")
-        return _access_token(token, answer, audience)

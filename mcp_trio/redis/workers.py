@@ -1,0 +1,429 @@
+"""A worker's link through Redis: its heartbeat, the hash of its live sessions, its inbox, and the
+forwarding of a session's messages to the worker that has the session.
+
+:class:`WorkerLink` is the part of :class:`~mcp_trio.redis.RedisNotificationBus` that
+:meth:`~WorkerLink.attach_worker` turns on; the bus's connection runs :meth:`~WorkerLink._worker_link`
+while it is connected.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+import trio
+
+from .._protocol.cluster import (
+    PRINCIPAL_TAG,
+    SESSION_TAG,
+    ClusterKeys,
+    ForgedMessage,
+    check_worker_id,
+    decode_inbox_entry,
+    encode_inbox_entry,
+    heartbeat_key,
+    inbox_bytes_key,
+    inbox_key,
+    sessions_key,
+)
+from .connection import State, as_bytes, leaf_of, logger, stream_id
+
+if TYPE_CHECKING:
+    import coredis
+
+__all__ = ["Deliver", "Forwarded", "WorkerLink"]
+
+Forwarded = Literal["sent", "unknown", "full", "gone", "unavailable"]
+Deliver = Callable[[str, bytes, str], bool]
+"""What the app gives :meth:`RedisNotificationBus.attach_worker`: hand a forwarded POST body to the
+session it names, sent by the principal of the given tag; False if this worker has no such session or
+it belongs to another principal (the message is dropped and counted)."""
+
+_FORWARD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local pairs = tonumber(ARGV[5])
+local found = false
+for i = 0, pairs - 1 do
+  local owner = redis.call('HGET', KEYS[2], ARGV[6 + 2 * i])
+  if owner and owner == ARGV[7 + 2 * i] then found = true end
+end
+if not found then return -1 end
+local size = tonumber(ARGV[4])
+if redis.call('XLEN', KEYS[3]) >= tonumber(ARGV[1]) then return -2 end
+if tonumber(redis.call('GET', KEYS[4]) or '0') + size > tonumber(ARGV[2]) then return -2 end
+local f = 6 + 2 * pairs
+redis.call('XADD', KEYS[3], '*', 'v', ARGV[f], 'kid', ARGV[f + 1], 'sig', ARGV[f + 2], 'ts', ARGV[f + 3],
+  'session', ARGV[f + 4], 'principal', ARGV[f + 5], 'body', ARGV[f + 6])
+redis.call('INCRBY', KEYS[4], size)
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
+return 1
+"""
+"""Add an entry to a worker's inbox, atomically, only if the worker is alive (its heartbeat key), has
+the session (its tag, under one of the forwarder's keys, is a field of the worker's session hash) with
+the same principal (the field's value), and the inbox holds fewer than ARGV[1] entries and ARGV[2]
+bytes with this one: 1 sent, 0 gone, -1 unknown session, -2 full.  The inbox and its byte counter
+expire ARGV[3] ms after the last entry added."""
+_KNOWN = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for i = 1, #ARGV, 2 do
+  local owner = redis.call('HGET', KEYS[2], ARGV[i])
+  if owner and owner == ARGV[i + 1] then return 1 end
+end
+return -1
+"""
+"""The first check of :data:`_FORWARD`, without the body: 1 known, 0 gone, -1 unknown.  (So that a
+flood of bodies for made-up sessions does not even travel to Redis.)"""
+_TAKE = """
+local size = tonumber(ARGV[1])
+if #ARGV > 1 then redis.call('XDEL', KEYS[1], unpack(ARGV, 2)) end
+if redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+elseif size > 0 then
+  redis.call('DECRBY', KEYS[2], size)
+end
+return 1
+"""
+"""Delete the inbox entries read (ids ARGV[2..]) and their bytes (ARGV[1]) from the counter; an empty
+inbox is deleted with its counter (which also forgets bytes of entries that expired unread)."""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end
+return 0
+"""
+"""Delete a heartbeat key and the session hash only if the heartbeat is still this instance's."""
+_PUBLISH_SESSIONS = """
+if #ARGV > 1 then redis.call('HSET', KEYS[2], unpack(ARGV, 2)) end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('RENAME', KEYS[2], KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+"""Replace a worker's session hash at once by the one built in KEYS[2] (plus the field/value pairs
+ARGV[2..]), with the TTL ARGV[1] ms."""
+_SESSION_CHUNK = 512
+"""Session records written per command when the whole hash is written again (after a reconnection)."""
+_INBOX_BATCH = 16
+"""Inbox entries read per XREAD (each up to 4 MiB)."""
+
+
+class WorkerLink:
+    """A worker's heartbeat, session hash, inbox and forwarding: the part of a notification bus that
+    :meth:`attach_worker` turns on."""
+
+    # What the bus that this link is part of provides:
+    _keys: ClusterKeys
+    _live: coredis.Redis[bytes] | None
+    _state: State
+    prefix: str
+    instance_id: str
+    command_timeout: float
+
+    def _client(self) -> coredis.Redis[bytes]:
+        raise NotImplementedError
+
+    def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
+        raise NotImplementedError
+
+    def _init_worker_link(
+        self,
+        heartbeat_interval: float,
+        heartbeat_ttl: float,
+        inbox_maxlen: int,
+        inbox_max_bytes: int,
+        inbox_ttl: float,
+    ) -> None:
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_ttl = heartbeat_ttl
+        self.inbox_maxlen = inbox_maxlen
+        self.inbox_max_bytes = inbox_max_bytes
+        self.inbox_ttl = inbox_ttl
+        self.worker_id: str | None = None
+        self._deliver: Deliver | None = None
+        self._inbox_last: bytes | None = None
+        """The id of the last inbox entry read (kept across reconnections)."""
+        self._sessions: dict[str, str] = {}
+        """This worker's live sessions (their ids) and their principals' identities hashed (see
+        :meth:`session_opened`), as published in its session hash."""
+        self._session_changes: dict[str, bool] = {}
+        """Sessions opened (True) or closed (False) here and not yet written to the session hash (kept
+        only while the hash is being kept: a new connection writes it whole)."""
+        self._recording = False
+        self._sessions_changed = trio.Event()
+        self._worker_counts = dict.fromkeys(
+            (
+                "forwarded",
+                "forward_unknown",
+                "forward_full",
+                "forward_gone",
+                "forward_unavailable",
+                "inbox_received",
+                "inbox_delivered",
+                "inbox_dropped",
+                "inbox_malformed",
+                "inbox_forged",
+            ),
+            0,
+        )
+
+    def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
+        """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
+        ``worker_id``).  While connected it keeps
+
+        - the heartbeat key ``<prefix>:worker:<id>`` (TTL ``heartbeat_ttl``, refreshed every
+          ``heartbeat_interval``);
+        - the hash ``<prefix>:sessions:<id>`` of its live sessions (:meth:`session_opened`), with the
+          same TTL: a keyed hash of each session id -> a keyed hash of its principal's identity, so
+          that another worker forwards only what is for a session this one has, sent by that
+          session's principal, and no session id or principal is stored in Redis;
+        - and reads the stream ``<prefix>:inbox:<id>``, hands each entry signed by the key ring to
+          ``deliver``, and deletes what it read.  The stream and its byte counter
+          ``<prefix>:inbox-bytes:<id>`` expire ``inbox_ttl`` after the last entry added."""
+        check_worker_id(worker_id)
+        if self.worker_id is not None and self.worker_id != worker_id:
+            raise RuntimeError("this RedisNotificationBus already serves another worker")
+        self.worker_id = worker_id
+        self._deliver = deliver
+
+    def session_opened(self, session_id: str, principal: bytes) -> None:
+        """Record a session of this worker in its session hash (written soon after, in order),
+        with the identity of its principal."""
+        self._sessions[session_id] = self._keys.tag(PRINCIPAL_TAG, principal)
+        if self._recording:
+            self._session_changes[session_id] = True
+            self._sessions_changed.set()
+
+    def session_closed(self, session_id: str) -> None:
+        """Remove a session of this worker from its session hash."""
+        if self._sessions.pop(session_id, None) is not None and self._recording:
+            self._session_changes[session_id] = False
+            self._sessions_changed.set()
+
+    def principal_matches(self, principal: bytes, tag: str) -> bool:
+        """Whether ``tag`` (what came with a forwarded body) stands for the principal identity
+        ``principal`` (a session's owner) under a key of the ring."""
+        return self._keys.matches(PRINCIPAL_TAG, principal, tag)
+
+    async def worker_alive(self, worker: str) -> bool | None:
+        """Whether ``worker``'s heartbeat key exists; None if Redis cannot tell now."""
+        client = self._live
+        if client is None or self._state != "connected":
+            return None
+        try:
+            with trio.fail_after(self.command_timeout):
+                found = await client.exists([heartbeat_key(self.prefix, worker)])
+        except Exception as exc:
+            logger.debug("Redis: EXISTS failed (%s)", leaf_of(exc))
+            return None
+        return bool(found)
+
+    def _known_args(self, worker: str, session_id: str, principal: bytes) -> tuple[list[str], list[str]]:
+        """The keys and arguments of :data:`_KNOWN` (and the start of :data:`_FORWARD`'s): the
+        session's and the principal's tags under each key of the ring, the current key's first."""
+        keys = self._keys
+        pairs: list[str] = []
+        for session_tag, principal_tag in zip(
+            keys.tags(SESSION_TAG, session_id.encode()), keys.tags(PRINCIPAL_TAG, principal), strict=True
+        ):
+            pairs += [session_tag, principal_tag]
+        return [heartbeat_key(self.prefix, worker), sessions_key(self.prefix, worker)], pairs
+
+    async def has_session(self, worker: str, session_id: str, principal: bytes) -> bool | None:
+        """Whether ``worker`` is alive and has the session ``session_id`` of the principal of identity
+        ``principal`` (in its session hash); None if Redis cannot tell now."""
+        client = self._live
+        if client is None or self._state != "connected":
+            return None
+        redis_keys, pairs = self._known_args(worker, session_id, principal)
+        try:
+            with trio.fail_after(self.command_timeout):
+                known = await client.eval(_KNOWN, keys=redis_keys, args=pairs)
+        except Exception as exc:
+            logger.debug("Redis: looking up a session of worker %s failed (%s)", worker, leaf_of(exc))
+            return None
+        return bool(known == 1)
+
+    async def forward_to_worker(
+        self, worker: str, session_id: str, body: bytes, principal: bytes
+    ) -> Forwarded:
+        """Add ``body`` (responses and notifications of the session ``session_id``, sent by the
+        principal of identity ``principal``), signed, to ``worker``'s inbox, if that worker is alive
+        and has that session with that principal (decided in Redis, before anything is written):
+        ``sent``; ``unknown`` (no such session there, or another principal's); ``full`` (the inbox
+        holds ``inbox_maxlen`` entries or ``inbox_max_bytes`` bytes); ``gone`` (no heartbeat);
+        ``unavailable`` (Redis cannot be reached now).  Nothing is added but when ``sent``."""
+        client = self._live
+        if client is None or self._state != "connected":
+            self._worker_counts["forward_unavailable"] += 1
+            return "unavailable"
+        known_keys, pairs = self._known_args(worker, session_id, principal)
+        redis_keys = [*known_keys, inbox_key(self.prefix, worker), inbox_bytes_key(self.prefix, worker)]
+        try:
+            with trio.fail_after(self.command_timeout):
+                added = await client.eval(_KNOWN, keys=known_keys, args=pairs)
+                if added == 1:  # checked again, with the inbox's bounds, as the entry is added
+                    tag = pairs[1]  # the principal's, under the key that signs
+                    fields = encode_inbox_entry(self._keys, worker, session_id, body, tag, time.time())
+                    limits = [self.inbox_maxlen, self.inbox_max_bytes, int(self.inbox_ttl * 1000), len(body)]
+                    names = ("v", "kid", "sig", "ts", "session", "principal", "body")
+                    args: list[str | bytes] = [*map(str, limits), str(len(pairs) // 2), *pairs]
+                    args += [fields[name] for name in names]
+                    added = await client.eval(_FORWARD, keys=redis_keys, args=args)
+        except Exception as exc:
+            logger.debug("Redis: forwarding to worker %s failed (%s)", worker, leaf_of(exc))
+            self._worker_counts["forward_unavailable"] += 1
+            return "unavailable"
+        outcomes: dict[object, Forwarded] = {1: "sent", 0: "gone", -1: "unknown", -2: "full"}
+        outcome = outcomes.get(added, "unavailable")
+        self._worker_counts["forwarded" if outcome == "sent" else f"forward_{outcome}"] += 1
+        return outcome
+
+    async def _worker_link(
+        self, client: coredis.Redis[bytes], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The heartbeat, the session hash and the inbox reader of one connection.  Started once the
+        inbox's read position is known, the session hash written and the heartbeat key set, so that
+        no entry added afterwards is missed."""
+        assert self.worker_id is not None
+        key = inbox_key(self.prefix, self.worker_id)
+        with trio.fail_after(self.command_timeout):
+            tail = await client.xrevrange(key, count=1)
+        tail_id = as_bytes(tail[0].identifier) if tail else b"0-0"
+        last = self._inbox_last
+        # Go on from the last entry read if the stream still has it (a lost connection: catch up);
+        # otherwise (first connection, or a Redis that restarted empty) from the start: what is there
+        # was not read (each entry read is deleted), and is read now, delivered or dropped, and deleted.
+        start = last if last is not None and stream_id(last) <= stream_id(tail_id) else b"0-0"
+        try:
+            await self._publish_sessions(client)
+            await self._beat(client)
+            reader = self._client()
+            async with reader, trio.open_nursery() as nursery:
+                nursery.start_soon(self._heartbeat, client)
+                nursery.start_soon(self._session_writer, client)
+                nursery.start_soon(self._inbox_reader, reader, key, start)
+                task_status.started()
+        finally:
+            self._recording = False  # the next connection writes the hash whole
+            self._session_changes.clear()
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                try:  # a clean end: the other workers answer 404 at once, not after the TTL
+                    await client.eval(
+                        _RELEASE,
+                        keys=[
+                            heartbeat_key(self.prefix, self.worker_id),
+                            sessions_key(self.prefix, self.worker_id),
+                        ],
+                        args=[self.instance_id],
+                    )
+                except Exception as exc:
+                    logger.debug("Redis: releasing the heartbeat key failed (%s)", leaf_of(exc))
+
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.heartbeat_ttl * 1000))
+
+    async def _beat(self, client: coredis.Redis[bytes]) -> None:
+        assert self.worker_id is not None
+        with trio.fail_after(self.command_timeout):
+            await client.set(heartbeat_key(self.prefix, self.worker_id), self.instance_id, px=self._ttl_ms())
+            await client.pexpire(sessions_key(self.prefix, self.worker_id), self._ttl_ms())
+
+    async def _heartbeat(self, client: coredis.Redis[bytes]) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_interval)
+            await self._beat(client)
+
+    async def _publish_sessions(self, client: coredis.Redis[bytes]) -> None:
+        """Write the whole session hash again (a new connection: Redis may have lost it, or missed
+        changes): built aside in chunks, then put in place at once."""
+        assert self.worker_id is not None
+        target = sessions_key(self.prefix, self.worker_id)
+        building = f"{target}:building:{self.instance_id}"
+        self._session_changes.clear()  # all of them are in the snapshot; later ones are recorded
+        self._recording = True
+        snapshot = list(self._sessions.items())
+        with trio.fail_after(self.command_timeout):
+            await client.delete([building])
+        for at in range(0, len(snapshot), _SESSION_CHUNK):
+            chunk = {
+                self._keys.tag(SESSION_TAG, sid.encode()): tag
+                for sid, tag in snapshot[at : at + _SESSION_CHUNK]
+            }
+            with trio.fail_after(self.command_timeout):
+                await client.hset(building, chunk)
+                await client.pexpire(building, max(self._ttl_ms(), int(self.command_timeout * 2000)))
+        with trio.fail_after(self.command_timeout):
+            await client.eval(_PUBLISH_SESSIONS, keys=[target, building], args=[str(self._ttl_ms())])
+
+    async def _session_writer(self, client: coredis.Redis[bytes]) -> None:
+        """Write each session opened or closed here to the session hash, in batches."""
+        assert self.worker_id is not None
+        target = sessions_key(self.prefix, self.worker_id)
+        while True:
+            await self._sessions_changed.wait()
+            self._sessions_changed = trio.Event()
+            changes, self._session_changes = self._session_changes, {}
+            added = {
+                self._keys.tag(SESSION_TAG, sid.encode()): self._sessions[sid]
+                for sid, opened in changes.items()
+                if opened and sid in self._sessions
+            }
+            removed = [
+                self._keys.tag(SESSION_TAG, sid.encode()) for sid, opened in changes.items() if not opened
+            ]
+            with trio.fail_after(self.command_timeout):
+                if removed:
+                    await client.hdel(target, removed)
+                if added:
+                    await client.hset(target, added)
+                    await client.pexpire(target, self._ttl_ms())
+
+    async def _inbox_reader(self, reader: coredis.Redis[bytes], key: str, start: bytes) -> None:
+        """XREAD BLOCK on this worker's inbox (on a connection of its own), a few entries at a time;
+        each batch read is handled, then deleted (with its bytes taken off the inbox's counter)."""
+        assert self.worker_id is not None
+        counter = inbox_bytes_key(self.prefix, self.worker_id)
+        last = start
+        block_ms = max(1, int(min(1.0, self.command_timeout / 2) * 1000))
+        while True:
+            reply = await reader.xread({key: last}, count=_INBOX_BATCH, block=block_ms)
+            read: list[bytes] = []
+            size = 0
+            for entries in (reply or {}).values():
+                for entry in entries:
+                    last = as_bytes(entry.identifier)
+                    self._inbox_last = last
+                    read.append(last)
+                    size += self._on_inbox_entry(entry.field_values)
+            if read:
+                with trio.fail_after(self.command_timeout):
+                    await reader.eval(_TAKE, keys=[key, counter], args=[str(size), *read])
+
+    def _on_inbox_entry(self, fields: object) -> int:
+        """Handle one inbox entry; the bytes it counted in the inbox (0 for one that was not signed,
+        whose writer counted nothing)."""
+        assert self.worker_id is not None and self._deliver is not None
+        self._worker_counts["inbox_received"] += 1
+        try:
+            entry = decode_inbox_entry(fields, self.worker_id, self._keys, time.time())
+        except ForgedMessage as exc:
+            self._worker_counts["inbox_forged"] += 1
+            self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_forged"], forged=True)
+            return 0
+        except ValueError as exc:
+            self._worker_counts["inbox_malformed"] += 1
+            self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_malformed"])
+            return 0
+        if self._deliver(entry.session_id, entry.body, entry.principal):
+            self._worker_counts["inbox_delivered"] += 1
+        else:
+            self._worker_counts["inbox_dropped"] += 1
+            logger.info(
+                "Redis inbox: dropped a forwarded message for session %.12s… (not here, or another "
+                "principal's)",
+                entry.session_id,
+            )
+        return len(entry.body)
