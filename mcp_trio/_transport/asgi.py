@@ -119,7 +119,7 @@ class MCPApp:
             bus.attach_worker(self.config.worker_id, self._deliver_forwarded)  # type: ignore[attr-defined]
             link: WorkerLink = bus  # type: ignore[assignment]
             self._link = link
-            self._manager.on_forget = lambda session: link.session_closed(session.id)
+            self._manager.on_forget = lambda session: link.session_closed(session.session_id)
         bus_run = getattr(bus, "run", None)
         tasks = self._modern.tasks
         tasks.publish = bus.publish
@@ -533,11 +533,11 @@ class MCPApp:
             raise http.server_busy() from exc
         session.principal = principal
         if self._link is not None:  # other workers may forward this session's answers here
-            self._link.session_opened(session.id, principal_identity(principal))
+            self._link.session_opened(session.session_id, principal_identity(principal))
         result = session.accept(accepted)
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
-            exchange = Exchange(send, head=((b"mcp-session-id", session.id.encode()),))
+            exchange = Exchange(send, head=((b"mcp-session-id", session.session_id.encode()),))
             with session.connection(stream, exchange):
                 await session.answer_now(request.id, jsonrpc.response(request.id, result))
                 await _wait(exchange, receive)
@@ -645,11 +645,7 @@ class MCPApp:
             return
         session = self._session(facts, principal)
         http.check_protocol_version(facts)
-        stream, replay_after = session.get_stream, None
-        parsed = parse_event_id(facts.last_event_id) if facts.last_event_id else None
-        if parsed is not None:
-            stream_id, replay_after = parsed
-            stream = session.stream_for_resume(stream_id) or Stream(stream_id)
+        stream, replay_after = session.streams.resume(facts.last_event_id)
         with session.activity():
             exchange = Exchange(send)
             with session.connection(stream, exchange, replay_after):
