@@ -16,14 +16,24 @@ from typing import Any
 
 import trio
 
-from .._protocol import sse
+from .._protocol import jsonrpc, sse
 from .._protocol.exchange import ExchangeEvent, ExchangeState, transition
 from .._protocol.session import CUT, END, Outgoing, SessionStreams, StreamRecord
 from .._runtime.peerlog import RateLimitedLog
+from ..errors import RemoteProtocolError
 from .eventstore import StoredEvent
 from .wire import SSE_HEADERS
 
-__all__ = ["Exchange", "GuardedSend", "Stream", "content_length", "pump_sse", "send_whole"]
+__all__ = [
+    "Exchange",
+    "GuardedSend",
+    "Stream",
+    "content_length",
+    "pump_sse",
+    "reject",
+    "respond",
+    "send_whole",
+]
 
 logger = logging.getLogger(__name__)
 peer_log = RateLimitedLog(logger)
@@ -411,3 +421,31 @@ async def send_whole(
         logger.exception("response of session %s: send failed", session_id)
     finally:
         exchange.writer_done()
+
+
+async def respond(
+    send: ASGISend,
+    status: int,
+    body: bytes,
+    *,
+    content_type: bytes | None = b"application/json",
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Send a whole response that no stream carries (a refusal, a 202, a 204, a DELETE's 200)."""
+    headers = [(b"content-type", content_type)] if content_type and body else []
+    headers.extend(extra or ())
+    if status != 204:
+        headers.append(content_length(body))
+    start = {"type": "http.response.start", "status": status, "headers": headers}
+    end = {"type": "http.response.body", "body": body, "more_body": False}
+    if isinstance(send, GuardedSend):  # one shielded scope for the two sends
+        await send.whole(start, end)
+    else:
+        await send(start)
+        await send(end)
+
+
+async def reject(send: ASGISend, exc: RemoteProtocolError) -> None:
+    """Answer a refused request: its HTTP status, headers and JSON-RPC error body."""
+    headers = [(name.encode(), value.encode()) for name, value in exc.headers]
+    await respond(send, exc.http_status, jsonrpc.error_body(exc), extra=headers)
