@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-import mcp_types as mt
-
 from .._app.principal import principal_identity
 from .._protocol import http, jsonrpc
 from .._protocol.admission import lives_elsewhere
@@ -109,11 +107,7 @@ class Forwarding:
             if incoming.requests or (incoming.batch and not session.revision.batches):
                 return False
             with session.activity():
-                for message in incoming.messages:
-                    if isinstance(message, mt.JSONRPCNotification):
-                        session.receive_notification(message)
-                    elif not isinstance(message, mt.JSONRPCRequest):
-                        session.receive_response(message)
+                session.receive_messages(incoming.messages)
         except RemoteProtocolError:
             return False
         return True

@@ -88,11 +88,7 @@ class LegacyEndpoint:
         check_batch(incoming.batch, len(incoming.messages), session.revision, self.config.stream_buffer)
         session.check_request_ids(incoming.requests)
         with session.activity():
-            for message in incoming.messages:
-                if isinstance(message, mt.JSONRPCNotification):
-                    session.receive_notification(message)
-                elif not isinstance(message, mt.JSONRPCRequest):
-                    session.receive_response(message)
+            session.receive_messages(incoming.messages)
             requests = incoming.requests
             if not requests:
                 await respond(send, 202, b"", content_type=None)
