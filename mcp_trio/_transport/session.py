@@ -42,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 
 class SessionRegistry(Protocol):
-    """Where a server finds its live 2025 sessions by id.  The default keeps them in this process; a
+    """Where a server finds its live 2025 sessions by id (``session.session_id``).  The default keeps
+    them in this process; a
     deployment across workers can also record, say, which worker owns which id.  Sessions are added when
     their ``initialize`` is answered and removed (in a ``finally``) when they end."""
 
