@@ -178,7 +178,7 @@ class MCPApp:
         abortable = isinstance(extensions, dict) and CANCELLABLE_SEND in extensions
         facts = http.RequestFacts.from_headers(scope["method"], scope.get("headers", ()))
         metadata = self._oauth is not None and scope.get("path", "/").rstrip("/") in self._oauth.paths
-        if not metadata:  # every response of this request carries its CORS headers
+        if self._admission.cors is not None and not metadata:  # every response carries its CORS headers
             cors_headers = self._admission.cors_headers(facts.origin)
             if cors_headers:
                 raw_send = _with_headers(raw_send, cors_headers)
@@ -202,10 +202,11 @@ class MCPApp:
                 await self._statistics_endpoint(scope, facts, send)
                 return
             self._admission.check_path(path)
-            preflight = self._admission.preflight(facts, _local_address(scope))
-            if preflight is not None:
-                await respond(send, 204, b"", content_type=None, extra=preflight)
-                return
+            if self._admission.cors is not None and facts.method == "OPTIONS":
+                preflight = self._admission.preflight(facts, _local_address(scope))
+                if preflight is not None:
+                    await respond(send, 204, b"", content_type=None, extra=preflight)
+                    return
             http.check_method(facts)
             principal = await self._admit(scope, facts)
             if facts.method == "POST":
