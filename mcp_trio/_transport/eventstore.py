@@ -45,9 +45,9 @@ class _Session:
     def __init__(self) -> None:
         self.streams: dict[int, list[StoredEvent]] = {}
         """Each stream's kept events, oldest first; the least recently written stream first.  Plain
-        ``dict`` and ``list``: an idle session's one stream costs about 150 bytes, where an
-        ``OrderedDict`` and a ``deque`` took over 1 KiB (the bounds keep both small, so moving a
-        stream to the end and dropping a list's first event are cheap)."""
+        ``dict`` and ``list``, not ``OrderedDict`` and ``deque``: far smaller for an idle session (see
+        docs/performance.md), and the bounds keep both small, so moving a stream to the end and
+        dropping a list's first event are cheap."""
         self.bytes = 0
         """The size of the data of every kept event."""
 

@@ -126,7 +126,7 @@ class SessionManager:
         session.quota = quota
         # start_soon, not start: no round trip to the session's task; what the session is given to run
         # before its task has opened the nursery starts there first (Session._spawn).
-        self._nursery.start_soon(session.run, name=f"mcp session {session.id[:8]}")
+        self._nursery.start_soon(session.run, name=f"mcp session {session.session_id[:8]}")
         self._sessions.add(session)  # its task's ``finally`` removes it, whatever happens
         self.sessions_created += 1
         try:

@@ -10,7 +10,7 @@ handler's answer as a JSON-RPC message, ``notifications/cancelled``, and server-
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as mt
@@ -56,6 +56,15 @@ class SessionPeer:
         return accepted.result
 
     # -- incoming -------------------------------------------------------------------------------
+
+    def receive_messages(self, messages: Iterable[jsonrpc.Message]) -> None:
+        """The notifications and responses among a POST body's ``messages`` (its requests are the
+        caller's to start)."""
+        for message in messages:
+            if isinstance(message, mt.JSONRPCNotification):
+                self.receive_notification(message)
+            elif not isinstance(message, mt.JSONRPCRequest):
+                self.receive_response(message)
 
     def receive_notification(self, message: mt.JSONRPCNotification) -> None:
         if message.method == "notifications/initialized":

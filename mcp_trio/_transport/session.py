@@ -15,14 +15,22 @@ from typing import TYPE_CHECKING, Any, Protocol
 import mcp_types as mt
 import trio
 
-from .._protocol import jsonrpc, sse
-from .._protocol.session import SessionEvent, SessionState, make_event_id, transition
+from .._protocol.session import (
+    CUT,
+    END,
+    GET_STREAM,
+    Outgoing,
+    Route,
+    SessionEvent,
+    SessionState,
+    SessionStreams,
+    transition,
+)
 from .._protocol.versions import Revision
-from .._runtime.containment import split_fatal
-from ..errors import RemoteProtocolError
+from .._runtime.containment import contained
 from .eventstore import EventStore, InMemoryEventStore, StoredEvent
 from .peer import SessionPeer
-from .streams import CUT, END, TRANSPORT_ERRORS, Exchange, Outgoing, Stream, content_length
+from .streams import TRANSPORT_ERRORS, Exchange, Stream, content_length, pump_sse, send_whole
 from .wire import JSON_HEADERS, SSE_HEADERS
 
 if TYPE_CHECKING:
@@ -32,11 +40,10 @@ __all__ = ["LocalSessionRegistry", "Session", "SessionRegistry"]
 
 logger = logging.getLogger(__name__)
 
-GET_STREAM = 0
-
 
 class SessionRegistry(Protocol):
-    """Where a server finds its live 2025 sessions by id.  The default keeps them in this process; a
+    """Where a server finds its live 2025 sessions by id (``session.session_id``).  The default keeps
+    them in this process; a
     deployment across workers can also record, say, which worker owns which id.  Sessions are added when
     their ``initialize`` is answered and removed (in a ``finally``) when they end."""
 
@@ -62,14 +69,14 @@ class LocalSessionRegistry:
         self._sessions: dict[str, Session] = {}
 
     def add(self, session: Session) -> None:
-        self._sessions[session.id] = session
+        self._sessions[session.session_id] = session
 
     def get(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
 
     def remove(self, session: Session) -> None:
-        if self._sessions.get(session.id) is session:
-            del self._sessions[session.id]
+        if self._sessions.get(session.session_id) is session:
+            del self._sessions[session.session_id]
 
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._sessions
@@ -81,8 +88,9 @@ class LocalSessionRegistry:
         return len(self._sessions)
 
 
-class _Connection:
-    """What :meth:`Session.connection` returns: its ``with`` block ends the exchange's membership."""
+class _ExchangeMembership:
+    """What :meth:`Session.connection` returns: its ``with`` block ends the exchange's membership of
+    the session's open exchanges."""
 
     __slots__ = ("_exchange", "_exchanges")
 
@@ -98,10 +106,16 @@ class _Connection:
 
 
 class Session(SessionPeer):
-    """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`."""
+    """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`.
+
+    The driver of the session's :class:`SessionStreams` (which stream each message goes to, its
+    event id, JSON bodies): it feeds it what happens and does what it answers, with the session's
+    nursery, queues and exchanges."""
+
+    session_id: str
 
     def __init__(self, manager: SessionManager, session_id: str, revision: Revision) -> None:
-        self.id = session_id
+        self.session_id = session_id
         self.revision = revision
         self.state = SessionState.INITIALIZING
         self.closing = False
@@ -111,7 +125,6 @@ class Session(SessionPeer):
         self.server = manager.server
         self._config = manager.config
         self._store: EventStore | None = manager.event_store
-        self.session_id: str | None = session_id
         self.principal: object = None
         """Who created the session (``ServerConfig.authenticate`` or ``oauth``); only they may use it."""
         self.owner = ""
@@ -121,9 +134,14 @@ class Session(SessionPeer):
         """What the session counts against the manager's quotas, given back when it ends."""
         self.protocol_version = revision.name
         self._init_session()
-        self._streams: dict[int, Stream] = {GET_STREAM: Stream(GET_STREAM)}
-        self._next_stream_id = 1
-        self._request_streams: dict[mt.RequestId, Stream] = {}
+        config = self._config
+        self.streams = SessionStreams(
+            Stream.make,
+            json_mode=config.json_response,
+            event_ids=self._store is not None,
+            revision=revision,
+            retry=config.sse_retry_ms,
+        )
         self._inflight: dict[mt.RequestId, trio.CancelScope] = {}
         self._exchanges: set[Exchange] = set()
         """Every exchange (HTTP response) of the session not yet done: closing aborts their sends."""
@@ -144,30 +162,23 @@ class Session(SessionPeer):
         session is offered before its nursery is open wait in :attr:`_early` and start first in it,
         and a session closed before this task ran ends at once (its early tasks start cancelled)."""
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                early, self._early = self._early, None
-                if self.closing:
+            with contained(f"session {self.session_id}"):
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    early, self._early = self._early, None
+                    if self.closing:
+                        nursery.cancel_scope.cancel()
+                    for fn, args, name in early or ():
+                        nursery.start_soon(fn, *args, name=name)
+                    task_status.started()
+                    await self._watch_expiry()
+                    self.closing = True  # before the nursery can close: no new task is offered to it
                     nursery.cancel_scope.cancel()
-                for fn, args, name in early or ():
-                    nursery.start_soon(fn, *args, name=name)
-                task_status.started()
-                await self._watch_expiry()
-                self.closing = True  # before the nursery can close: no new task is offered to it
-                nursery.cancel_scope.cancel()
-        except BaseException as exc:  # containment (see .containment.contained), inline: cheaper
-            fatal, rest = split_fatal(exc)
-            if rest is not None:
-                logger.error("session %s failed", self.id, exc_info=rest)
-            if fatal is not None:
-                if fatal is exc:
-                    raise
-                raise fatal from None
         finally:
             self.closing = True
             self._manager.server.detach(self)
             self.state = transition(self.state, SessionEvent.CLOSE)
-            for stream in self._streams.values():
+            for stream in self.streams.streams.values():
                 self._manager.undefer(stream)
                 stream.detach_current()
             self._manager.forget(self)
@@ -179,10 +190,10 @@ class Session(SessionPeer):
                 if isinstance(store, InMemoryEventStore) and (
                     type(store).forget_session is InMemoryEventStore.forget_session
                 ):
-                    store.forget_session_nowait(self.id)  # no await, no shielded scope
+                    store.forget_session_nowait(self.session_id)  # no await, no shielded scope
                 else:
                     with trio.CancelScope(shield=True), trio.move_on_after(self._config.shutdown_grace):
-                        await store.forget_session(self.id)
+                        await store.forget_session(self.session_id)
 
     def close(self) -> None:
         """End the session now: cancels its nursery, so every stream and handler of it ends; a send
@@ -214,8 +225,8 @@ class Session(SessionPeer):
 
     def activity(self) -> Session:
         """Held (``with session.activity():``) by each HTTP request of the session while it is open:
-        pauses idle expiry.  The session is its own context manager for this (a class's ``__enter__``
-        and ``__exit__`` cost a quarter of a generator's, and nothing is allocated)."""
+        pauses idle expiry.  The session is its own context manager for this (cheaper than a
+        generator-based one, and nothing is allocated)."""
         return self
 
     def __enter__(self) -> None:
@@ -242,7 +253,7 @@ class Session(SessionPeer):
             if self.state is SessionState.INITIALIZING:
                 deadline = min(deadline, self._created + config.init_timeout)
             if now >= deadline:
-                logger.info("session %s expired", self.id)
+                logger.info("session %s expired", self.session_id)
                 return
             with trio.move_on_at(deadline):
                 await wake.wait()
@@ -279,30 +290,17 @@ class Session(SessionPeer):
     def close_sse_stream(self, related: mt.RequestId | None = None) -> None:
         """Cut the live connection of a stream (the request's, or the GET stream); the stream goes on
         in the event store and the client resumes it with ``Last-Event-ID``."""
-        stream = self._request_streams.get(related) if related is not None else self._streams[GET_STREAM]
-        if stream is not None and not stream.json_mode and self._store is not None:
-            self._queue(stream, CUT)  # without a store the client could not resume: then nothing
+        stream = self.streams.close_target(related)
+        if stream is not None:  # without a store the client could not resume: then nothing
+            self._queue(stream, CUT)
 
     def open_post_stream(self, requests: tuple[mt.JSONRPCRequest, ...], *, batch: bool) -> Stream:
-        stream = Stream(self._next_stream_id, json_mode=self._config.json_response, batch=batch)
-        self._next_stream_id += 1
-        self._streams[stream.id] = stream
-        for request in requests:
-            stream.pending.add(request.id)
-            self._request_streams[request.id] = stream
-        return stream
+        """The stream of a POST's requests, once :meth:`check_request_ids` passed them."""
+        return self.streams.open_post(requests, batch=batch)
 
     def check_request_ids(self, requests: tuple[mt.JSONRPCRequest, ...]) -> None:
-        """400 for a request whose id is already in flight in this session (or repeated in its batch):
-        its answer could not be told apart.  Nothing of the session changes."""
-        seen: set[mt.RequestId] = set()
-        for request in requests:
-            if request.id in self._request_streams or request.id in self._inflight or request.id in seen:
-                raise RemoteProtocolError(
-                    f"Invalid Request: request id {request.id!r} is already in use in this session",
-                    request_id=request.id,
-                )
-            seen.add(request.id)
+        """400 for a request id already in flight in this session (or repeated in its batch)."""
+        self.streams.check_request_ids(requests, self._inflight)
 
     def start_request(self, request: mt.JSONRPCRequest) -> None:
         self._spawn(self._run_request, request, name=f"mcp request {request.id!r}")
@@ -315,18 +313,10 @@ class Session(SessionPeer):
             finally:
                 del self._inflight[request.id]
         if not scope.cancelled_caught:  # (notifications/cancelled: no response is sent)
-            try:
+            with contained(f"answer to {request.method}"):
                 await self.send_message(message, request.id)
                 return
-            except BaseException as exc:  # contained (see .containment.contained), inline: cheaper
-                fatal, rest = split_fatal(exc)
-                if rest is not None:
-                    logger.error("answer to %s failed", request.method, exc_info=rest)
-                if fatal is not None:
-                    if fatal is exc:
-                        raise
-                    raise fatal from None
-        await self._flush_json(self._forget_request(request.id))
+        await self._answered(request.id)
 
     async def answer_now(self, request_id: mt.RequestId, message: dict[str, Any]) -> None:
         """Send a response computed without a handler task (``initialize``)."""
@@ -336,23 +326,22 @@ class Session(SessionPeer):
 
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
         """Send a message on exactly one stream: the related request's own SSE stream if it has one,
-        else the standalone GET stream."""
-        stream = self._request_streams.get(related) if related is not None else None
-        if related is not None and stream is not None and "method" not in message:
-            if stream.json_mode:
-                # A response on a JSON-mode stream: no queue and no writer task; the task that queues
-                # a stream's last response sends the whole body (the common one-request POST: one task).
-                stream.bodies.append(jsonrpc.encode(message))
-                await self._flush_json(self._forget_request(related))
-                return
-            if stream.deferred is not None and stream.pending == {related}:
-                # The last response of an SSE stream whose writer has not started: this task sends
-                # the whole stream (head, priming event, response, end) itself.
-                await self._send_whole_sse(stream, related, message)
-                return
-        event = self._route(message, related)
-        if event is not None and self._store is not None:
-            await self._store.store(self.id, event)
+        else the standalone GET stream (see :meth:`SessionStreams.outgoing`)."""
+        route, stream, item = self.streams.outgoing(message, related)
+        if route is Route.QUEUE or route is Route.QUEUE_LAST:
+            self._queue(stream, item)
+            if route is Route.QUEUE_LAST:
+                self._end(stream)
+            if self._store is not None:
+                await self._store.store(self.session_id, StoredEvent(stream.id, item.seq, item.data))
+        elif route is Route.JSON_DONE:
+            # The task that queues a JSON-mode stream's last response sends the whole body (the common
+            # one-request POST: one task, no queue, no writer).
+            await self._flush_json(stream)
+        elif route is Route.WHOLE:
+            # The last response of an SSE stream whose writer has not started: this task sends the
+            # whole stream (head, priming event, response, end) itself.
+            await self._send_whole_sse(stream, item)
 
     def notify_nowait(self, message: dict[str, Any]) -> None:
         """A server notification (from the notification bus): queued on the GET stream now; stored with
@@ -360,86 +349,59 @@ class Session(SessionPeer):
         if self.closing or message.get("method") == "notifications/tasks":  # for listen streams only
             return
         event = self._route(message, None)
-        if event is None or self._store is None:
+        if self._store is None:
             return
         store_nowait = getattr(self._store, "store_nowait", None)
         if store_nowait is not None:
-            store_nowait(self.id, event)
+            store_nowait(self.session_id, event)
         else:
-            self._spawn(self._store.store, self.id, event)
+            self._spawn(self._store.store, self.session_id, event)
 
-    def _route(self, message: dict[str, Any], related: mt.RequestId | None) -> StoredEvent | None:
-        """Queue a message for its SSE stream (a response on a JSON-mode stream goes through
-        :meth:`send_message` instead)."""
-        is_response = "id" in message and "method" not in message
-        stream = self._request_streams.get(related) if related is not None else None
-        if stream is None or stream.json_mode:
-            stream = self._streams[GET_STREAM]
-        data = jsonrpc.encode(message)
-        item = Outgoing(stream.allocate_seq(), data)
+    def _route(self, message: dict[str, Any], related: mt.RequestId | None) -> StoredEvent:
+        """Queue a message that is not a response for its SSE stream; the event to store."""
+        _, stream, item = self.streams.outgoing(message, related)
         self._queue(stream, item)
-        if is_response and related is not None:
-            self._forget_request(related)
-        return StoredEvent(stream.id, item.seq, data)
+        return StoredEvent(stream.id, item.seq, item.data)
 
     def _queue(self, stream: Stream, item: Outgoing) -> None:
         if stream.deferred is not None:  # its first message: the writer starts now (the stream stays
             self._start_writer(stream)  # with the timer, which rouses its request task when due)
         stream.push(item)
 
-    def _forget_request(self, request_id: mt.RequestId) -> Stream | None:
-        """The request will get no more messages; returns its JSON-mode stream if that is now
-        complete (the caller sends it with :meth:`_flush_json`)."""
-        stream = self._request_streams.pop(request_id, None)
-        if stream is None:
-            return None
-        stream.pending.discard(request_id)
-        if not stream.complete:
-            return None
-        if stream.json_mode:
-            self._forget_stream(stream)
-            return stream
+    def _end(self, stream: Stream) -> None:
+        """A complete SSE stream: its writer ends the response; the stream is forgotten now unless a
+        connection still carries it (then its writer forgets it)."""
         self._queue(stream, END)
         if stream.exchange is None:
-            self._forget_stream(stream)
-        return None
+            self.streams.forget_stream(stream)
 
-    def _forget_stream(self, stream: Stream) -> None:
-        if self._streams.get(stream.id) is stream:
-            del self._streams[stream.id]
+    async def _answered(self, request_id: mt.RequestId) -> None:
+        """The request will get no answer (it was cancelled, or sending its answer failed)."""
+        stream = self.streams.answered(request_id)
+        if stream is None:
+            return
+        if stream.json_mode:
+            await self._flush_json(stream)
+        else:
+            self._end(stream)
 
-    async def _flush_json(self, stream: Stream | None) -> None:
+    async def _flush_json(self, stream: Stream) -> None:
         """Send a complete JSON-mode stream as one HTTP response, unless its client has gone."""
-        if stream is None or stream.exchange is None:
+        if stream.exchange is None:
             return
         self._manager.undefer(stream)
         exchange, stream.exchange = stream.exchange, None
-        bodies = stream.bodies
-        if not bodies:  # every request of it was cancelled
-            await self._send_whole(exchange, 204, [], b"")
+        body = self.streams.json_body(stream)
+        if not body:  # every request of it was cancelled
+            await send_whole(exchange, self.session_id, 204, [], b"")
             return
-        body = b"[" + b",".join(bodies) + b"]" if stream.batch else bodies[0]
-        await self._send_whole(exchange, 200, [*JSON_HEADERS, content_length(body)], body)
-
-    async def _send_whole(
-        self, exchange: Exchange, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> None:
-        """Send a whole response from the task that completed it (no writer task), unless its client
-        has gone (the exchange was abandoned: client disconnect, session closed)."""
-        if not exchange.claim():
-            return
-        try:
-            await exchange.whole(status, headers, body)
-        except TRANSPORT_ERRORS as exc:
-            logger.debug("response of session %s: send failed: %r", self.id, exc)
-        except Exception:
-            logger.exception("response of session %s: send failed", self.id)
-        finally:
-            exchange.writer_done()
+        await send_whole(exchange, self.session_id, 200, [*JSON_HEADERS, content_length(body)], body)
 
     # -- stream connections -----------------------------------------------------------------
 
-    def connection(self, stream: Stream, exchange: Exchange, replay_after: int | None = None) -> _Connection:
+    def connection(
+        self, stream: Stream, exchange: Exchange, replay_after: int | None = None
+    ) -> _ExchangeMembership:
         """While its request task waits (``with session.connection(...):``): ``exchange`` carries
         ``stream`` (see :meth:`connect`), and the session's end cuts a send of it that is stuck."""
         self._exchanges.add(exchange)
@@ -448,7 +410,7 @@ class Session(SessionPeer):
         except BaseException:
             self._exchanges.discard(exchange)
             raise
-        return _Connection(self._exchanges, exchange)
+        return _ExchangeMembership(self._exchanges, exchange)
 
     def connect(self, stream: Stream, exchange: Exchange, replay_after: int | None = None) -> None:
         """Start the writer of ``exchange`` in the session's nursery (the caller waits on it); a
@@ -459,12 +421,7 @@ class Session(SessionPeer):
             if quick:  # the timer rouses its request task (which parks first: see asgi._wait)
                 self._manager.defer(self, stream)
             return
-        if replay_after is not None:
-            first = replay_after
-        elif self.revision.priming_event and self._store is not None:
-            first = -stream.allocate_seq() - 2  # the priming event's id comes before any message
-        else:
-            first = -1
+        first = self.streams.first_event(stream, replay_after)
         if quick:
             stream.detach_current()
             stream.attach_deferred(exchange, first)
@@ -488,52 +445,22 @@ class Session(SessionPeer):
         receive = stream.open_queue(self._config.stream_buffer)
         self._spawn(self._write_sse, stream, exchange, receive, first)
 
-    async def _send_whole_sse(self, stream: Stream, related: mt.RequestId, message: dict[str, Any]) -> None:
-        """Send a deferred stream's only remaining message, its last response, as the whole stream."""
+    async def _send_whole_sse(self, stream: Stream, item: Outgoing) -> None:
+        """Send a deferred stream's only remaining message, its last response, as the whole stream
+        (the bookkeeping has forgotten the request and the stream: ``Route.WHOLE``)."""
         exchange, first = stream.exchange, stream.deferred
         assert exchange is not None and first is not None
         self._manager.undefer(stream)
         stream.deferred = None
         stream.exchange = None
-        del self._request_streams[related]
-        stream.pending.discard(related)
-        self._forget_stream(stream)
-        data = jsonrpc.encode(message)
-        seq = stream.allocate_seq()
         if self._store is not None:  # if the client has gone, the response stays in the event store
-            await self._store.store(self.id, StoredEvent(stream.id, seq, data))
-        body = self._sse_event(stream.id, seq, data)
-        if first <= -2:
-            body = self._priming_event(stream.id, -first - 2) + body
-        await self._send_whole(exchange, 200, [*SSE_HEADERS, content_length(body)], body)
-
-    def _priming_event(self, stream_id: int, seq: int) -> bytes:
-        retry = self._config.sse_retry_ms
-        if type(retry) is int and retry >= 0:  # what sse.encode_event writes, without its checks
-            return b"id: %d-%d\nretry: %d\ndata:\n\n" % (stream_id, seq, retry)
-        return sse.encode_event("", id=make_event_id(stream_id, seq), retry=retry)
-
-    def _sse_event(self, stream_id: int, seq: int, data: bytes) -> bytes:
-        """A message as an SSE event: with its id when there is an event store to resume from."""
-        text = data.decode()
-        if not text or "\n" in text or "\r" in text:  # never for a message we serialized
-            event_id = make_event_id(stream_id, seq) if self._store is not None else None
-            return sse.encode_event(text, id=event_id)
-        # one ``data`` line: what sse.encode_event writes, without its checks (an id of two ints
-        # holds nothing they refuse)
-        if self._store is not None:
-            return f"id: {stream_id}-{seq}\ndata: {text}\n\n".encode()
-        return f"data: {text}\n\n".encode()
-
-    def stream_for_resume(self, stream_id: int) -> Stream | None:
-        """The live SSE stream a ``Last-Event-ID`` names (a JSON-mode answer is never resumed: its
-        request keeps it)."""
-        stream = self._streams.get(stream_id)
-        return None if stream is None or stream.json_mode else stream
+            await self._store.store(self.session_id, StoredEvent(stream.id, item.seq, item.data))
+        body = self.streams.whole_body(stream.id, first, item)
+        await send_whole(exchange, self.session_id, 200, [*SSE_HEADERS, content_length(body)], body)
 
     @property
     def get_stream(self) -> Stream:
-        return self._streams[GET_STREAM]
+        return self.streams.get_stream
 
     async def _write_sse(
         self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int
@@ -542,81 +469,28 @@ class Session(SessionPeer):
             if not exchange.claim():
                 return  # abandoned before this task could run
             with trio.CancelScope() as exchange.writer_scope:
-                await self._pump_sse(stream, exchange, receive, first)
+                keepalive = self._config.keepalive_interval
+                await pump_sse(stream, exchange, receive, first, self.streams, self._replay, keepalive)
         except TRANSPORT_ERRORS as exc:  # the connection is gone, or was cut
-            logger.debug("stream %s of session %s: send failed: %r", stream.id, self.id, exc)
+            logger.debug("stream %s of session %s: send failed: %r", stream.id, self.session_id, exc)
         except Exception:
-            logger.exception("stream %s of session %s: writer failed", stream.id, self.id)
+            logger.exception("stream %s of session %s: writer failed", stream.id, self.session_id)
         finally:
             stream.detach(exchange)
             if stream.complete:
-                self._forget_stream(stream)
+                self.streams.forget_stream(stream)
             exchange.writer_done()
-
-    async def _pump_sse(
-        self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int
-    ) -> None:
-        """Send the stream: replay or priming event first, then live messages and keep-alives.
-
-        ``first``: replay stored events with a larger seq (>= 0), prime with seq ``-first - 2``
-        (<= -2), or neither (-1).  Whatever is queued when the writer gets to run goes out in one
-        body chunk, and the chunk that holds the stream's end also ends the response: a request
-        answered while the head was being written costs two sends (head, then events and end).
-        """
-        await exchange.start(200, SSE_HEADERS)
-        out: list[bytes] = []
-        last = -1
-        if first >= 0:
-            last = first
-            for event in await self._replay(stream.id, first):
-                out.append(self._sse_event(stream.id, event.seq, event.data))  # replays need a store
-                last = event.seq
-            if self._streams.get(stream.id) is not stream:
-                await exchange.body(b"".join(out), more=False)
-                return  # resumed a finished (or unknown) stream: the replay was all of it
-        elif first <= -2:
-            last = -first - 2
-            out.append(self._priming_event(stream.id, last))
-        if not out:  # nothing to send yet: an empty body makes servers that hold a head for one send it
-            await exchange.body(b"")
-        keepalive = self._config.keepalive_interval
-        while True:
-            try:
-                item: Outgoing | None = receive.receive_nowait()
-            except trio.WouldBlock:
-                item = None
-            except (trio.EndOfChannel, trio.ClosedResourceError):
-                item = END  # replaced by a newer connection, or cut for falling behind
-            if item is None:
-                if out:  # nothing more is queued: send what is
-                    await exchange.body(b"".join(out))
-                    out.clear()
-                    continue
-                with trio.move_on_after(keepalive):
-                    try:
-                        item = await receive.receive()
-                    except (trio.EndOfChannel, trio.ClosedResourceError):
-                        item = END
-                if item is None:
-                    out.append(sse.encode_comment("keep-alive"))
-                    continue
-            if item is END or item is CUT:
-                await exchange.body(b"".join(out), more=False)
-                return
-            if item.seq > last:
-                out.append(self._sse_event(stream.id, item.seq, item.data))
-                last = item.seq
 
     async def _replay(self, stream_id: int, after: int) -> list[StoredEvent]:
         if self._store is None:
             return []
-        return await self._store.replay_after(self.id, stream_id, after)
+        return await self._store.replay_after(self.session_id, stream_id, after)
 
     def statistics(self) -> dict[str, Any]:
         return {
             "state": self.state.value,
-            "streams": len(self._streams),
-            "connections": sum(s.exchange is not None for s in self._streams.values()),
+            "streams": len(self.streams.streams),
+            "connections": sum(s.exchange is not None for s in self.streams.streams.values()),
             "inflight": len(self._inflight),
-            "pending_responses": len(self._request_streams),
+            "pending_responses": len(self.streams.requests),
         }

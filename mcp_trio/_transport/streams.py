@@ -11,16 +11,29 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import mcp_types as mt
 import trio
 
+from .._protocol import jsonrpc, sse
 from .._protocol.exchange import ExchangeEvent, ExchangeState, transition
+from .._protocol.session import CUT, END, Outgoing, SessionStreams, StreamRecord
 from .._runtime.peerlog import RateLimitedLog
+from ..errors import RemoteProtocolError
+from .eventstore import StoredEvent
+from .wire import SSE_HEADERS
 
-__all__ = ["CUT", "END", "Exchange", "GuardedSend", "Outgoing", "Stream", "content_length"]
+__all__ = [
+    "Exchange",
+    "GuardedSend",
+    "Stream",
+    "content_length",
+    "pump_sse",
+    "reject",
+    "respond",
+    "send_whole",
+]
 
 logger = logging.getLogger(__name__)
 peer_log = RateLimitedLog(logger)
@@ -125,24 +138,9 @@ class GuardedSend:
             scope.deadline = min(scope.deadline, trio.current_time() + ABORT_GRACE)
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One serialized message queued for a stream; ``seq`` orders it within the stream."""
-
-    seq: int
-    data: bytes
-
-
 def content_length(body: bytes) -> tuple[bytes, bytes]:
     """The header of a response whose whole body is known: the HTTP server need not chunk it."""
     return (b"content-length", str(len(body)).encode())
-
-
-END = Outgoing(-1, b"")
-"""Queued after a stream's last message: the writer ends the HTTP response."""
-
-CUT = Outgoing(-2, b"")
-"""Queued to end the current connection (once what is queued before it is sent) but not the stream."""
 
 
 class Exchange:
@@ -282,32 +280,18 @@ class Exchange:
 
 
 @dataclass(eq=False, slots=True)
-class Stream:
-    """A logical stream of a session: where its messages go, and the connection now carrying it."""
+class Stream(StreamRecord):
+    """A logical stream of a session (its bookkeeping: :class:`StreamRecord`) and the connection now
+    carrying it, with the queue its writer reads."""
 
-    id: int
-    json_mode: bool = False
-    pending: set[mt.RequestId] = field(default_factory=set)
-    """Requests whose responses this stream still owes (empty for the GET stream)."""
-    bodies: list[bytes] = field(default_factory=list)
-    """The responses of a JSON-mode stream, sent in one body by whoever queues the last one."""
-    deferred: int | None = None
-    """An SSE connection whose writer has not started yet: the ``first`` it will be given."""
-    batch: bool = False
-    next_seq: int = 0
     exchange: Exchange | None = None
     _send: trio.MemorySendChannel[Outgoing] | None = None
     receive: trio.MemoryReceiveChannel[Outgoing] | None = None
 
-    def allocate_seq(self) -> int:
-        seq = self.next_seq
-        self.next_seq += 1
-        return seq
-
-    @property
-    def complete(self) -> bool:
-        """A POST stream whose every response has been queued."""
-        return self.id != 0 and not self.pending
+    @classmethod
+    def make(cls, stream_id: int, json_mode: bool, batch: bool) -> Stream:
+        """The stream factory of :class:`SessionStreams`."""
+        return cls(stream_id, json_mode, batch=batch)
 
     def attach_json(self, exchange: Exchange) -> None:
         """Make ``exchange`` the connection of this JSON-mode stream (no writer task, no queue)."""
@@ -358,3 +342,110 @@ class Stream:
             self.detach_current()
         except trio.ClosedResourceError:  # pragma: no cover - detach clears _send first
             self._send = None
+
+
+async def pump_sse(
+    stream: Stream,
+    exchange: Exchange,
+    receive: trio.MemoryReceiveChannel[Outgoing],
+    first: int,
+    streams: SessionStreams[Stream],
+    replay: Callable[[int, int], Awaitable[list[StoredEvent]]],
+    keepalive: float,
+) -> None:
+    """The writer of an SSE connection (a task of its session), once it has claimed ``exchange``:
+    send ``stream``'s events as ``streams`` frames them: replay or priming event first, then live
+    messages and keep-alives.
+
+    ``first``: replay stored events with a larger seq (>= 0), prime with seq ``-first - 2``
+    (<= -2), or neither (-1).  Whatever is queued when the writer gets to run goes out in one
+    body chunk, and the chunk that holds the stream's end also ends the response: a request
+    answered while the head was being written costs two sends (head, then events and end).
+    """
+    await exchange.start(200, SSE_HEADERS)
+    out: list[bytes] = []
+    last = -1
+    if first >= 0:
+        last = first
+        for event in await replay(stream.id, first):
+            out.append(streams.sse_event(stream.id, event.seq, event.data))  # replays need a store
+            last = event.seq
+        if not streams.is_live(stream):
+            await exchange.body(b"".join(out), more=False)
+            return  # resumed a finished (or unknown) stream: the replay was all of it
+    elif first <= -2:
+        last = -first - 2
+        out.append(streams.priming_event(stream.id, last))
+    if not out:  # nothing to send yet: an empty body makes servers that hold a head for one send it
+        await exchange.body(b"")
+    while True:
+        try:
+            item: Outgoing | None = receive.receive_nowait()
+        except trio.WouldBlock:
+            item = None
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            item = END  # replaced by a newer connection, or cut for falling behind
+        if item is None:
+            if out:  # nothing more is queued: send what is
+                await exchange.body(b"".join(out))
+                out.clear()
+                continue
+            with trio.move_on_after(keepalive):
+                try:
+                    item = await receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    item = END
+            if item is None:
+                out.append(sse.encode_comment("keep-alive"))
+                continue
+        if item is END or item is CUT:
+            await exchange.body(b"".join(out), more=False)
+            return
+        if item.seq > last:
+            out.append(streams.sse_event(stream.id, item.seq, item.data))
+            last = item.seq
+
+
+async def send_whole(
+    exchange: Exchange, session_id: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    """Send a whole response from the task that completed it (no writer task), unless its client has
+    gone (the exchange was abandoned: client disconnect, session closed)."""
+    if not exchange.claim():
+        return
+    try:
+        await exchange.whole(status, headers, body)
+    except TRANSPORT_ERRORS as exc:
+        logger.debug("response of session %s: send failed: %r", session_id, exc)
+    except Exception:
+        logger.exception("response of session %s: send failed", session_id)
+    finally:
+        exchange.writer_done()
+
+
+async def respond(
+    send: ASGISend,
+    status: int,
+    body: bytes,
+    *,
+    content_type: bytes | None = b"application/json",
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Send a whole response that no stream carries (a refusal, a 202, a 204, a DELETE's 200)."""
+    headers = [(b"content-type", content_type)] if content_type and body else []
+    headers.extend(extra or ())
+    if status != 204:
+        headers.append(content_length(body))
+    start = {"type": "http.response.start", "status": status, "headers": headers}
+    end = {"type": "http.response.body", "body": body, "more_body": False}
+    if isinstance(send, GuardedSend):  # one shielded scope for the two sends
+        await send.whole(start, end)
+    else:
+        await send(start)
+        await send(end)
+
+
+async def reject(send: ASGISend, exc: RemoteProtocolError) -> None:
+    """Answer a refused request: its HTTP status, headers and JSON-RPC error body."""
+    headers = [(name.encode(), value.encode()) for name, value in exc.headers]
+    await respond(send, exc.http_status, jsonrpc.error_body(exc), extra=headers)

@@ -122,11 +122,11 @@ async def test_sessions_are_found_through_the_registry() -> None:
             self.log: list[str] = []
 
         def add(self, session: Any) -> None:
-            self.log.append(f"add {session.id}")
+            self.log.append(f"add {session.session_id}")
             super().add(session)
 
         def remove(self, session: Any) -> None:
-            self.log.append(f"remove {session.id}")
+            self.log.append(f"remove {session.session_id}")
             super().remove(session)
 
     registry = Recording()
