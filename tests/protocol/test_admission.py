@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_trio import RemoteProtocolError
 from mcp_trio._protocol import admission, http
+from mcp_trio.errors import RemoteProtocolError
 
 APP = "https://app.example"
 

@@ -7,7 +7,6 @@ import json
 import mcp_types as mt
 import pytest
 
-from mcp_trio import RemoteProtocolError
 from mcp_trio._protocol import versions
 from mcp_trio._protocol.session import (
     END,
@@ -17,6 +16,7 @@ from mcp_trio._protocol.session import (
     StreamRecord,
     check_batch,
 )
+from mcp_trio.errors import RemoteProtocolError
 
 REVISION = versions.revision("2025-06-18")
 PRIMING = versions.revision("2025-11-25")
