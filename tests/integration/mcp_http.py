@@ -8,6 +8,7 @@ Every wait here is bounded in time (a helper that polls gives up after a set tim
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
@@ -25,6 +26,7 @@ import trio
 
 from mcp_trio import MCPApp, serve
 from mcp_trio._protocol.sse import ServerSentEvent, SSEDecoder
+from mcp_trio._transport.asgi import STATS_MAX_AGE
 from mcp_trio.server import hypercorn_config
 
 __all__ = [
@@ -372,10 +374,23 @@ def tcp_states(pid: int) -> list[str]:
     return sorted(found)
 
 
+_last_stats: dict[str, float] = {}
+"""When each server's statistics were last fetched (``time.monotonic()``), by stats URL."""
+
+
 async def fetch_stats(server: DemoServer) -> dict[str, Any]:
-    """``GET /stats`` on a fresh connection that is closed right after (``Connection: close``)."""
+    """``GET /stats`` on a fresh connection that is closed right after (``Connection: close``).
+
+    The server answers statistics computed at most ``STATS_MAX_AGE`` ago, so a fetch that follows the
+    last one sooner waits out the rest of that age first: what it returns was computed after it was
+    asked for (a test comparing two snapshots taken a few milliseconds apart would otherwise get the
+    same one twice)."""
+    since = time.monotonic() - _last_stats.get(server.stats_url, -math.inf)
+    if since < STATS_MAX_AGE:
+        await trio.sleep(STATS_MAX_AGE - since)
     async with httpx.AsyncClient(timeout=5) as client:
         response = await client.get(server.stats_url, headers={"connection": "close"})
+    _last_stats[server.stats_url] = time.monotonic()  # after the answer: after the server computed it
     assert response.status_code == 200, response.text
     stats: dict[str, Any] = response.json()
     return stats
