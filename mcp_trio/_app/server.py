@@ -92,7 +92,7 @@ class MCPServer(CoreHandlers):
         self.notifications: NotificationBus = (
             LocalNotificationBus() if notification_bus is None else notification_bus
         )
-        """Where ``notify_*`` publishes (see :class:`~mcp_trio.NotificationBus`)."""
+        """Where ``notify_*`` publishes (see :class:`~mcp_trio.server.NotificationBus`)."""
         modern = frozenset(r.name for r in versions.MODERN)
         self._extensions: dict[str, tuple[MethodHandler, frozenset[str] | None]] = {
             method: (self._task_method, modern) for method in TASK_METHODS
@@ -133,7 +133,7 @@ class MCPServer(CoreHandlers):
         ``"forbidden"`` (default), ``"optional"`` (a task when the client declared the extension, else an
         ordinary call) or ``"required"`` (a client without the extension gets -32021).  A task-capable
         tool may take a ``task_status`` parameter and call ``task_status.started()`` when it becomes a
-        task (see :class:`~mcp_trio.TaskStarter`); without one it is a task from the start."""
+        task (see :class:`~mcp_trio.server.TaskStarter`); without one it is a task from the start."""
         options: dict[str, Any] = {
             "name": name,
             "title": title,

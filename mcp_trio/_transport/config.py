@@ -99,7 +99,7 @@ class ServerConfig:
     address: raise it, or turn it off with None or 0 and rely on ``max_sessions_per_principal`` and
     the proxy's own limits."""
     max_event_store_bytes: int = 128 * 1024 * 1024
-    """The bound on the event data the default event store (:class:`~mcp_trio.InMemoryEventStore`)
+    """The bound on the event data the default event store (:class:`~mcp_trio.server.InMemoryEventStore`)
     keeps for all sessions together (its ``max_bytes``); beyond it the streams idle the longest are
     dropped first.  A custom ``event_store_factory`` brings its own bounds."""
     stream_buffer: int = 256
@@ -147,11 +147,12 @@ class ServerConfig:
     it, 2025 session ids are ``<worker_id>.<id from session_id_factory>``, so a balancer can route each
     session to its owner, and a session id naming another worker is 404 here (see docs/deploy/workers)."""
     session_registry_factory: Callable[[], SessionRegistry] = field(default=_local_registry)
-    """Makes the app's registry of live sessions (:class:`~mcp_trio.LocalSessionRegistry` by default)."""
+    """Makes the app's registry of live sessions (:class:`~mcp_trio.server.LocalSessionRegistry` by
+    default)."""
     authenticate: Authenticate | None = None
-    """Called with each HTTP request's :class:`~mcp_trio.HTTPRequestInfo` before any JSON-RPC is read;
+    """Called with each HTTP request's :class:`~mcp_trio.server.HTTPRequestInfo` before any JSON-RPC is read;
     returns the principal (any object, reachable as ``Context.principal``) or raises
-    :class:`~mcp_trio.RemoteProtocolError` (``http_status=401`` with a ``www-authenticate`` header, or
+    :class:`~mcp_trio.errors.RemoteProtocolError` (``http_status=401`` with a ``www-authenticate`` header, or
     403).  A 2025 session belongs to the principal that created it: the same session id with another
     principal is 404.  None: no authentication."""
     oauth: ProtectedResource | None = None
@@ -170,7 +171,7 @@ class ServerConfig:
     """How long a ``requestState`` stays valid."""
     task_store_factory: Callable[[], TaskStore] | None = None
     """Makes the app's store of tasks (tasks extension, 2026 era): None for a
-    :class:`~mcp_trio.MemoryTaskStore` (this process only); :class:`mcp_trio.redis.RedisTaskStore` lets
+    :class:`~mcp_trio.server.MemoryTaskStore` (this process only); :class:`mcp_trio.redis.RedisTaskStore` lets
     every worker of a deployment answer for any task."""
     task_ttl: float | None = 3600.0
     """How long a task and its result are kept after it was created (its ``ttlMs``); a task still running

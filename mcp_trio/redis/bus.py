@@ -40,10 +40,10 @@ __all__ = ["RedisNotificationBus"]
 
 
 class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
-    """A :class:`~mcp_trio.NotificationBus` shared by every worker subscribed to one Redis channel.
+    """A :class:`~mcp_trio.server.NotificationBus` shared by every worker subscribed to one Redis channel.
 
     A notification published in this worker reaches its own peers at once (as with
-    :class:`~mcp_trio.LocalNotificationBus`, without a round trip) and is published on the channel
+    :class:`~mcp_trio.server.LocalNotificationBus`, without a round trip) and is published on the channel
     ``<channel_prefix>:notifications``; every other worker's bus hands it to that worker's peers (2025
     sessions, 2026 ``subscriptions/listen`` streams).  Each message names the ``instance_id`` of the bus
     that sent it, so a bus ignores its own echo: each worker delivers each notification once.  The bus

@@ -92,7 +92,7 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "input_requests": (dict,),
     "worker": (str, type(None)),
 }
-"""The JSON type of each field of a stored :class:`~mcp_trio.TaskRecord`."""
+"""The JSON type of each field of a stored :class:`~mcp_trio.server.TaskRecord`."""
 
 
 def _decode_record(raw: object, task_id: str) -> TaskRecord:
@@ -121,21 +121,22 @@ def _decode_record(raw: object, task_id: str) -> TaskRecord:
 
 
 class RedisTaskStore(RedisLink):
-    """A :class:`~mcp_trio.TaskStore` in Redis, shared by the workers of a deployment: a task created on
-    one worker is found by ``tasks/get`` on any other, and ``tasks/cancel`` or ``tasks/update`` sent to
-    another worker reach the one that runs it.  Give each app its own store and its worker id::
+    """A :class:`~mcp_trio.server.TaskStore` in Redis, shared by the workers of a deployment: a task
+    created on one worker is found by ``tasks/get`` on any other, and ``tasks/cancel`` or
+    ``tasks/update`` sent to another worker reach the one that runs it.  Give each app its own store
+    and its worker id::
 
         ServerConfig(task_store_factory=lambda: RedisTaskStore(url), worker_id="w1")
 
     Each task is the key ``<prefix>:task:<taskId>`` (its record as JSON, signed with the cluster's key
     ring for that key), which Redis expires after the task's TTL; the sorted set
     ``<prefix>:tasks:index`` counts the live tasks (by expiry) so that no more than ``max_tasks`` are
-    stored: :meth:`create` then raises :class:`~mcp_trio.TaskStoreFull` (tasks without a TTL count
+    stored: :meth:`create` then raises :class:`~mcp_trio.errors.TaskStoreFull` (tasks without a TTL count
     until they are deleted).  A stored value that the ring does not verify for its key (unsigned,
     altered, signed by another ring, or copied from another task's key) reads as no task and is counted
     (``records_forged``), as is a signed value that is not a valid record (``malformed_records``); both
     are logged, rate-limited.  Every command is bounded by ``timeout`` seconds: a Redis that is down or
-    too slow raises :class:`~mcp_trio.TaskStoreUnavailable` (answered -32603), never hangs.
+    too slow raises :class:`~mcp_trio.errors.TaskStoreUnavailable` (answered -32603), never hangs.
 
     Signals between workers go through Redis pub/sub: :meth:`signal` publishes on the channel
     ``<prefix>:tasks:worker:<worker>`` of the worker that runs a task, and :meth:`run` (which
@@ -241,7 +242,7 @@ class RedisTaskStore(RedisLink):
 
     async def create(self, record: TaskRecord) -> None:
         """Store a new record (SET NX, expiring with its TTL) unless ``max_tasks`` live tasks are
-        stored (:class:`~mcp_trio.TaskStoreFull`).  Atomic across workers."""
+        stored (:class:`~mcp_trio.errors.TaskStoreFull`).  Atomic across workers."""
         value = self._encode(record, self.task_key(record.task_id))
         now = time.time()
         if record.ttl_ms is None:
@@ -444,7 +445,7 @@ class RedisTaskStore(RedisLink):
 
     async def _command(self, what: str, call: Callable[[coredis.Redis[bytes]], Awaitable[_T]]) -> _T:
         """``call`` on the connected client (or, while there is none, on a connection of its own),
-        within ``timeout``; any failure is :class:`~mcp_trio.TaskStoreUnavailable`."""
+        within ``timeout``; any failure is :class:`~mcp_trio.errors.TaskStoreUnavailable`."""
         client = self._live
         in_store = IN_BUS.set(True)  # what coredis logs of a connection of its own is ours to report
         try:

@@ -17,12 +17,12 @@ __all__ = ["MemoryTaskStore", "TaskStore"]
 
 @runtime_checkable
 class TaskStore(Protocol):
-    """Where task records live.  Every method may raise :class:`~mcp_trio.TaskStoreUnavailable`
+    """Where task records live.  Every method may raise :class:`~mcp_trio.errors.TaskStoreUnavailable`
     (answered -32603); ``get`` returns None for a task that is unknown or past its TTL alike."""
 
     async def create(self, record: TaskRecord) -> None:
         """Store a new record; once this returns, ``get`` finds it (from any worker sharing the store).
-        Raises :class:`~mcp_trio.TaskStoreFull` when no room is left."""
+        Raises :class:`~mcp_trio.errors.TaskStoreFull` when no room is left."""
         ...
 
     async def get(self, task_id: str) -> TaskRecord | None: ...
@@ -38,7 +38,7 @@ class MemoryTaskStore:
     """The default store: records in this process's memory, forgotten after their TTL.
 
     ``max_tasks`` bounds how many it keeps: when full, the terminal task that expires first makes room;
-    if every task is still running, :meth:`create` raises :class:`~mcp_trio.TaskStoreFull`.  Expired
+    if every task is still running, :meth:`create` raises :class:`~mcp_trio.errors.TaskStoreFull`.  Expired
     records go at the next call that touches the store (each call forgets those due, oldest first).
     """
 
