@@ -275,15 +275,24 @@ class HTTPTransport:
         messages = [envelope(item) for item in (data if isinstance(data, list) else [data])]
         return [m for m in messages if m is not None]
 
-    async def listen_get(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
+    async def listen_get(self, on_message: OnMessage, ready: trio.Event) -> None:
         """The 2025-era standalone GET stream, resumed with ``Last-Event-ID`` after drops.  A 405 (or any
         failure) ends it quietly: the GET stream never harms the POSTs (go-sdk #1175).  Whatever goes
         wrong on it (a broken connection, an event over the size limit, even a bug of ours in handling
         what it carried) is logged and counts as a drop: it never ends the session.  (A notification
         callback that raises on it does, as documented: that is the application's own decision, routed
-        by the session.)"""
+        by the session.)
+
+        ``ready`` is set once the first attempt has its answer (the stream's headers, a refusal or a
+        failure): a server that sends what concerns no request only on an open GET stream (and drops
+        it otherwise) loses nothing the session asks for after that."""
+        try:
+            await self._listen(on_message, ready)
+        finally:
+            ready.set()
+
+    async def _listen(self, on_message: OnMessage, ready: trio.Event) -> None:
         decoder = SSEDecoder(max_event_size=self.max_message_size)
-        task_status.started()
         failures = 0
         while failures <= self.max_reconnects:
             extra = {"accept": "text/event-stream"}
@@ -299,6 +308,7 @@ class HTTPTransport:
                         logger.info("GET stream refused: HTTP %s", response.status_code)
                         return
                     failures = 0
+                    ready.set()
                     await self._pump(response.aiter_bytes(), decoder, None, on_message)
             except OAuthError as exc:  # no authorization for the stream: never ask again from here
                 logger.info("GET stream given up: %s", exc)
@@ -310,6 +320,7 @@ class HTTPTransport:
                 peer_log(logging.INFO, "get-dropped", "GET stream dropped: %s", _reason(exc))
             except Exception:  # our own bug met on this stream: logged with its traceback, the session lives
                 logger.exception("GET stream failed")
+            ready.set()
             failures += 1
             await trio.sleep(_retry_delay(decoder))
 

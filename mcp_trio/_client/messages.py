@@ -90,8 +90,8 @@ class MessageTransport:
         for waiter in self._waiting.values():
             waiter.close()
 
-    async def listen_get(self, on_message: OnMessage, *, task_status: trio.TaskStatus[None]) -> None:
-        task_status.started()  # no standalone stream: the read loop carries everything
+    async def listen_get(self, on_message: OnMessage, ready: trio.Event) -> None:
+        ready.set()  # no standalone stream: the read loop carries everything
 
     async def delete(self) -> None:
         """Ending such a session is ending the connection (the transport's ``aclose``)."""

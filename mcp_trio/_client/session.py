@@ -36,6 +36,9 @@ from .stdio import StdioTransport, start_process
 from .websocket import WebSocketTransport
 from .wire import MAX_MESSAGE_SIZE
 
+GET_STREAM_WAIT = 5.0
+"""How long opening a 2025-era session waits for the GET stream's first answer before going on."""
+
 __all__ = [
     "ClientSession",
     "SessionExpired",
@@ -72,8 +75,10 @@ async def open_client_session(
     """Open a session with the MCP server at ``url``; it ends when the block does.
 
     ``mode="auto"`` tries the 2026-07-28 era (``server/discover``) and falls back to ``initialize``;
-    ``"modern"`` and ``"legacy"`` choose.  A 2025-era session opens the standalone GET stream (a 405 or a
-    failure there never harms requests) and sends DELETE on exit, bounded by ``delete_grace`` seconds.
+    ``"modern"`` and ``"legacy"`` choose.  A 2025-era session opens the standalone GET stream before the
+    block starts (a 405 or a failure there never harms requests; a server slow to answer it holds the
+    opening for at most ``GET_STREAM_WAIT`` seconds) and sends DELETE on exit, bounded by
+    ``delete_grace`` seconds.
     Requests still running when the block ends are cancelled.  The session owns a nursery: handlers of
     server-to-client requests and the GET stream run in it.
 
@@ -227,7 +232,10 @@ async def _open(
                 else:
                     await session._initialize(options.get("legacy_version", versions.LATEST.name))
                     if get_stream:
-                        await nursery.start(transport.listen_get, session._dispatch)
+                        ready = trio.Event()
+                        nursery.start_soon(transport.listen_get, session._dispatch, ready)
+                        with trio.move_on_after(GET_STREAM_WAIT):
+                            await ready.wait()
                 try:
                     yield session
                 except BaseException as exc:  # re-raised below as it is, not wrapped in an ExceptionGroup

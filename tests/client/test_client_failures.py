@@ -377,6 +377,51 @@ async def test_get_stream_dropping_repeatedly_leaves_posts_working(
     assert_clean(http)
 
 
+async def test_get_stream_is_open_before_the_block_starts(fake: Fake, http: httpx.AsyncClient) -> None:
+    """A server that sends what concerns no request only on an open GET stream (and drops it when none
+    is open: the typescript-sdk) must find the stream open by the first request of the block: the
+    session's opening waits for the GET's answer, here 0.3 s late."""
+    answered: list[float] = []
+    notes = Notes()
+
+    async def get(request: Request, send: Send) -> None:
+        await trio.sleep(0.3)
+        await start_response(send)
+        answered.append(trio.current_time())
+        await body(send, event(note("on the GET stream")))
+        await trio.sleep_forever()
+
+    fake.server.get = get
+    async with open_client_session(fake.url, mode="legacy", http=http, on_notification=notes) as s:  # type: ignore[arg-type]
+        assert len(answered) == 1, "the block started before the GET stream was answered"
+        assert fake.server.requests("POST", "tools/call") == []
+        assert text_of(await s.call_tool("work")) == "ok"
+        await eventually(lambda: notes.logs() == ["on the GET stream"], within=STEP)
+    assert_clean(http)
+
+
+async def test_get_stream_never_answered_holds_the_opening_boundedly(
+    fake: Fake, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that never answers the GET holds the opening for ``GET_STREAM_WAIT`` seconds, no longer;
+    the GET stays pending (it may still be answered) and POSTs work meanwhile."""
+    from mcp_trio._client import session as client_session
+
+    monkeypatch.setattr(client_session, "GET_STREAM_WAIT", 0.5)
+
+    async def get(request: Request, send: Send) -> None:
+        await trio.sleep_forever()
+
+    fake.server.get = get
+    start = trio.current_time()
+    async with open_client_session(fake.url, mode="legacy", http=http) as s:
+        waited = trio.current_time() - start
+        assert 0.5 <= waited < 0.5 + STEP, waited
+        assert text_of(await s.call_tool("work")) == "ok"
+        assert len(fake.server.requests("GET")) == 1
+    assert_clean(http)
+
+
 # -- (f) an expired session ---------------------------------------------------------------------
 
 
