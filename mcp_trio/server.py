@@ -30,10 +30,10 @@ _EXPORTS: dict[str, str] = {
     "HTTPRequestInfo": "._transport.config",
     "InMemoryEventStore": "._transport.eventstore",
     "LocalNotificationBus": "._app.bus",
-    "LocalSessionRegistry": "._transport.session",
+    "LocalSessionRegistry": "._transport.registry",
     "MemoryTaskStore": "._app.tasks.store",
     "NotificationBus": "._app.bus",
-    "SessionRegistry": "._transport.session",
+    "SessionRegistry": "._transport.registry",
     "StoredEvent": "._transport.eventstore",
     "TaskRecord": "._app.tasks.record",
     "TaskStarter": "._app.tasks.starter",
@@ -74,7 +74,7 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._transport.eventstore import EventStore as EventStore
     from ._transport.eventstore import InMemoryEventStore as InMemoryEventStore
     from ._transport.eventstore import StoredEvent as StoredEvent
-    from ._transport.session import LocalSessionRegistry as LocalSessionRegistry
-    from ._transport.session import SessionRegistry as SessionRegistry
+    from ._transport.registry import LocalSessionRegistry as LocalSessionRegistry
+    from ._transport.registry import SessionRegistry as SessionRegistry
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -25,6 +25,12 @@ _CONFIG_HELP: dict[str, tuple[type, str, str]] = {
     "init_timeout": (float, "SECONDS", "close a session not initialized this long after initialize"),
     "keepalive_interval": (float, "SECONDS", "send a comment on idle SSE streams this often"),
     "shutdown_grace": (float, "SECONDS", "how long open streams get to end cleanly on shutdown"),
+    "drain_delay": (
+        float,
+        "SECONDS",
+        "on shutdown, serve on this long once the health check (GET without a session) says 503; auto: "
+        "3 when handing sessions over (--worker-id with --redis), else 0",
+    ),
     "write_timeout": (float, "SECONDS", "break a connection whose socket write takes longer"),
     "body_timeout": (float, "SECONDS", "a request body must arrive within this, else 408"),
     "max_sessions": (int, "N", "answer initialize with 503 beyond this many live sessions"),
@@ -53,7 +59,9 @@ _CONFIG_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Se
 
 
 def _default_text(value: object) -> str:
-    """A default as the help shows it: 30.0 as 30."""
+    """A default as the help shows it: 30.0 as 30, None as auto."""
+    if value is None:
+        return "auto"
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 

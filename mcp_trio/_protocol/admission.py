@@ -25,6 +25,7 @@ __all__ = [
     "Admission",
     "body_timeout",
     "check_stats_method",
+    "handing_over",
     "header_name",
     "lives_elsewhere",
     "no_more_connections",
@@ -165,6 +166,17 @@ def no_more_connections() -> RemoteProtocolError:
     return RemoteProtocolError(
         "Service Unavailable: no more connections, try again later",
         http_status=503,
+        headers=(("retry-after", "1"),),
+    )
+
+
+def handing_over() -> RemoteProtocolError:
+    """503 with ``Retry-After`` from a worker that is handing its sessions over (draining, or moving
+    one session to another worker): the request will find the session's next owner."""
+    return RemoteProtocolError(
+        "Service Unavailable: this worker is handing its sessions over; retry",
+        http_status=503,
+        code=mt.INTERNAL_ERROR,
         headers=(("retry-after", "1"),),
     )
 

@@ -191,6 +191,11 @@ class SessionStreams(Generic[S]):
     def get_stream(self) -> S:
         return self.streams[GET_STREAM]
 
+    def skip_to(self, stream_id: int) -> None:
+        """Number new POST streams from ``stream_id`` on (a session adopted from another worker: the
+        client may resume streams numbered there)."""
+        self._next_id = max(self._next_id, stream_id)
+
     # -- a POST ------------------------------------------------------------------------------
 
     def check_request_ids(
@@ -326,6 +331,10 @@ class SessionStreams(Generic[S]):
         stream = self.streams.get(stream_id)
         if stream is None or stream.json_mode:
             stream = self._new(stream_id, False, False)
+        # What the client has seen is never numbered again (a session adopted from another worker
+        # numbers on from here): new POST streams after this one, the GET stream's events after it.
+        self._next_id = max(self._next_id, stream_id + 1)
+        stream.next_seq = max(stream.next_seq, after + 1)
         return stream, after
 
     def is_live(self, stream: S) -> bool:

@@ -19,6 +19,7 @@ __all__ = [
     "ServerSentEvent",
     "encode_comment",
     "encode_event",
+    "encode_retry",
 ]
 
 DEFAULT_MAX_EVENT_SIZE = 16 * 1024 * 1024
@@ -65,6 +66,12 @@ def encode_event(
         lines.append(_field("retry", str(_checked_retry(retry))))
     lines.extend(_field("data", part) for part in _LINE_END.split(data))
     return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def encode_retry(retry: int) -> bytes:
+    """Return a ``retry`` field alone and a blank line: sets the client's reconnection delay and
+    dispatches nothing (the last words of a stream whose client should reconnect)."""
+    return f"retry: {_checked_retry(retry)}\n\n".encode()
 
 
 def encode_comment(text: str = "") -> bytes:

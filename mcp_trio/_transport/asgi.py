@@ -25,11 +25,12 @@ from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, Disconnec
 from ..auth.server._resource import BearerGuard
 from ..auth.server._token import AccessToken
 from ..errors import RemoteProtocolError
-from .config import HTTPRequestInfo, ServerConfig
+from .config import DRAIN_DELAY, HTTPRequestInfo, ServerConfig
 from .forwarding import Forwarding, WorkerLink
 from .legacy import LegacyEndpoint
 from .manager import SessionManager
 from .modern import ModernEndpoint
+from .ownership import Ownership
 from .quotas import QuotaExceeded, client_address
 from .streams import TRANSPORT_ERRORS, GuardedSend, reject, respond
 from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
@@ -78,6 +79,8 @@ class MCPApp:
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
+        self._draining = False
+        """Readiness has turned (see :meth:`_drain`)."""
         self._told_not_running = False
         self._stats_cache: tuple[float, bytes] | None = None
         """When the statistics ``stats_path`` serves were computed, and their JSON."""
@@ -93,7 +96,15 @@ class MCPApp:
         if self.config.worker_id is not None and callable(getattr(bus, "attach_worker", None)):
             # here, not in __init__: a bus given to the server after the app was made counts
             link: WorkerLink = bus  # type: ignore[assignment]
-            self._legacy.forwarding = Forwarding(link, self.config.worker_id, self._manager)
+            forwarding = self._legacy.forwarding = Forwarding(link, self.config.worker_id, self._manager)
+            if callable(getattr(bus, "peek_session", None)):  # it keeps session records: adoption
+                self._legacy.ownership = Ownership(
+                    bus,  # type: ignore[arg-type]
+                    forwarding,
+                    self._manager,
+                    self._modern.principals,
+                    self.config,
+                )
         bus_run = getattr(bus, "run", None)
         tasks = self._modern.tasks
         tasks.publish = bus.publish
@@ -122,12 +133,31 @@ class MCPApp:
         each WebSocket with close code 1001 after what was queued for it) within
         ``config.shutdown_grace``."""
         self._closing = True
+        await self._drain()
         for connection in list(self._websockets):
             connection.stop()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._modern.aclose)
             nursery.start_soon(self._modern.tasks.aclose)
             nursery.start_soon(self._manager.aclose)
+
+    async def _drain(self) -> None:
+        """The first part of a graceful end: readiness turns (a GET without a session, what the
+        shipped balancer configurations check, gets 503), then for ``drain_delay`` seconds everything
+        is served as before (the balancer notices meanwhile); then no new session is made, and a
+        worker that keeps its sessions in Redis hands each of them over."""
+        self._draining = True
+        ownership = self._legacy.ownership
+        if ownership is not None:
+            ownership.link.start_draining()
+        delay = self.config.drain_delay
+        if delay is None:
+            delay = DRAIN_DELAY if ownership is not None else 0.0
+        if delay > 0 and self._manager.running:
+            await trio.sleep(delay)
+        self._manager.refusing = True
+        if ownership is not None and self._manager.running:
+            await ownership.drain()
 
     def statistics(self) -> dict[str, Any]:
         stats = self._manager.statistics()
@@ -208,14 +238,16 @@ class MCPApp:
                     await respond(send, 204, b"", content_type=None, extra=preflight)
                     return
             http.check_method(facts)
+            if self._draining and facts.method == "GET" and not facts.session_id:
+                raise admission.handing_over()  # not ready: a balancer's health check sees 503 at once
             principal = await self._admit(scope, facts)
             if facts.method == "POST":
                 client = scope.get("client")
                 await self._post(facts, receive, send, principal, _disconnect_hook(scope), client)
             elif facts.method == "GET":
-                await self._legacy.get(facts, receive, send, principal)
+                await self._legacy.get(facts, receive, send, principal, scope.get("client"))
             else:
-                await self._legacy.delete(facts, send, principal)
+                await self._legacy.delete(facts, send, principal, scope.get("client"))
         except RemoteProtocolError as exc:
             await reject(send, exc)
         except _ClientGone:

@@ -18,9 +18,13 @@ from .eventstore import EventStore, InMemoryEventStore
 if TYPE_CHECKING:
     from .._app.tasks import TaskStore
     from ..auth.server._resource import ProtectedResource
-    from .session import SessionRegistry
+    from .registry import SessionRegistry
 
-__all__ = ["Authenticate", "HTTPRequestInfo", "ServerConfig"]
+__all__ = ["DRAIN_DELAY", "Authenticate", "HTTPRequestInfo", "ServerConfig"]
+
+DRAIN_DELAY = 3.0
+"""The ``drain_delay`` of a worker that hands its sessions over: longer than the shipped HAProxy
+configuration takes to see a failed health check (checks every second, down after two)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +62,7 @@ class _ProtectedResourceShape(Protocol):
 
 
 def _local_registry() -> SessionRegistry:
-    from .session import LocalSessionRegistry  # the session module imports this one
+    from .registry import LocalSessionRegistry
 
     return LocalSessionRegistry()
 
@@ -113,7 +117,14 @@ class ServerConfig:
     """A request body must arrive whole within this; a slower upload gets 408 and its connection is
     closed."""
     shutdown_grace: float = 5.0
-    """How long streams get to end cleanly when the server shuts down."""
+    """How long streams get to end cleanly when the server shuts down (and requests in flight get to
+    finish, when a worker hands its sessions over)."""
+    drain_delay: float | None = None
+    """Seconds a stopping app (``app.aclose()``, SIGTERM under ``serve`` or ``mcp-trio``) goes on
+    serving as before once its readiness has turned (a ``GET`` without a session, the shipped balancer
+    configurations' health check, gets 503 from the start), so that the balancer stops sending it
+    requests first.  None: :data:`DRAIN_DELAY` when the app hands its sessions over to other workers
+    (a worker id and a Redis bus), else 0."""
     dns_rebinding_protection: bool | None = None
     """Check ``Host`` (421 when foreign) and ``Origin`` (403 when foreign; requests without one pass)
     against the allowed ones: the loopback names (``localhost``, ``127.0.0.1``, ``[::1]``, any port) and
@@ -194,6 +205,8 @@ class ServerConfig:
                 raise ValueError("oauth and authenticate are exclusive: each decides who sends a request")
         if self.worker_id is not None:
             check_worker_id(self.worker_id)
+        if self.drain_delay is not None and not 0 <= self.drain_delay <= 600:
+            raise ValueError("drain_delay must be between 0 and 600 seconds (or None)")
         if self.max_event_store_bytes < 1:
             raise ValueError("max_event_store_bytes must be at least 1")
         for name in ("max_sessions_per_principal", "max_sessions_per_address"):

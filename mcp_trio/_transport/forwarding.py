@@ -18,9 +18,14 @@ from .._protocol.admission import lives_elsewhere
 from .._protocol.cluster import session_owner
 from ..errors import RemoteProtocolError
 from .manager import SessionManager
+from .session import Session
 from .streams import GuardedSend, respond
 
-__all__ = ["Forwarding", "WorkerLink"]
+__all__ = ["RELEASE_BODY", "Forwarding", "WorkerLink"]
+
+RELEASE_BODY = b'{"jsonrpc":"2.0","method":"notifications/mcp_trio/release"}'
+"""What a session's home puts in the owner's inbox to have the session handed back (a worker writes
+it, signed as every inbox entry; a client's POST of the same bytes is refused: see ``ownership``)."""
 
 
 class WorkerLink(Protocol):
@@ -50,12 +55,14 @@ class WorkerLink(Protocol):
 class Forwarding:
     """The worker link of one app (this worker is ``worker``), once :meth:`MCPApp.run` found one."""
 
-    __slots__ = ("link", "manager", "worker")
+    __slots__ = ("link", "manager", "on_release", "worker")
 
     def __init__(self, link: WorkerLink, worker: str, manager: SessionManager) -> None:
         self.link = link
         self.worker = worker
         self.manager = manager
+        self.on_release: Callable[[Session], None] | None = None
+        """Called when a session's home asks for it back (``ownership.RELEASE_BODY`` in the inbox)."""
         link.attach_worker(worker, self.deliver)
         manager.on_forget = lambda session: link.session_closed(session.session_id)
 
@@ -77,6 +84,8 @@ class Forwarding:
         if owner is None or owner == self.worker:
             return False
         http.check_protocol_version(facts)
+        if body == RELEASE_BODY:  # never from a client
+            raise http.session_not_found()
         identity = principal_identity(principal)
         alive: bool | None
         if body is not None:
@@ -102,6 +111,11 @@ class Forwarding:
             return False
         if not self.link.principal_matches(principal_identity(session.principal), principal_tag):
             return False
+        if body == RELEASE_BODY:
+            if self.on_release is None:
+                return False
+            self.on_release(session)
+            return True
         try:
             incoming = jsonrpc.parse_body(body, allow_batch=True)
             if incoming.requests or (incoming.batch and not session.revision.batches):

@@ -26,6 +26,7 @@ from ..errors import RemoteProtocolError, RPCError, SessionError
 from .config import ServerConfig
 from .forwarding import Forwarding
 from .manager import SessionManager
+from .ownership import Ownership
 from .quotas import QuotaExceeded, client_address
 from .session import Session
 from .streams import Exchange, GuardedSend, reject, respond
@@ -55,6 +56,8 @@ class LegacyEndpoint:
         self.not_running = not_running
         self.forwarding: Forwarding | None = None
         """With a worker id and a bus that links workers: how to reach the other workers."""
+        self.ownership: Ownership | None = None
+        """With a link that also keeps session records: adoption and hand-over of sessions."""
 
     # -- POST -------------------------------------------------------------------------------
 
@@ -79,12 +82,9 @@ class LegacyEndpoint:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
             await self._initialize(initialize[0], receive, send, principal, client_address(client))
             return
-        forwarding = self.forwarding
-        if forwarding is not None and await forwarding.elsewhere(
-            facts, send, None if incoming.requests else body, principal
-        ):
+        session = await self._find(facts, send, None if incoming.requests else body, principal, client)
+        if session is None:
             return
-        session = self.session(facts, principal)
         check_batch(incoming.batch, len(incoming.messages), session.revision, self.config.stream_buffer)
         session.check_request_ids(incoming.requests)
         with session.activity():
@@ -122,15 +122,35 @@ class LegacyEndpoint:
                 raise self.not_running(request.id) from exc
             raise http.server_busy() from exc
         session.principal = principal
-        if self.forwarding is not None:  # other workers may forward this session's answers here
-            self.forwarding.link.session_opened(session.session_id, principal_identity(principal))
         result = session.accept(accepted)
+        if self.ownership is not None:  # its record, so that another worker can adopt it
+            self.ownership.opened(session)
+        elif self.forwarding is not None:  # other workers may forward this session's answers here
+            self.forwarding.link.session_opened(session.session_id, principal_identity(principal))
         with session.activity():
             stream = session.open_post_stream((request,), batch=False)
             exchange = Exchange(send, head=((b"mcp-session-id", session.session_id.encode()),))
             with session.connection(stream, exchange):
                 await session.answer_now(request.id, jsonrpc.response(request.id, result))
                 await wait(exchange, receive)
+
+    async def _find(
+        self,
+        facts: http.RequestFacts,
+        send: GuardedSend,
+        answers: bytes | None,
+        principal: object,
+        client: object,
+    ) -> Session | None:
+        """The session a request names (``answers``: the body of a POST of only responses and
+        notifications, which another worker's session gets through its inbox); None if the request
+        was answered so."""
+        if self.ownership is not None:
+            found = await self.ownership.find(facts, send, answers, principal, client_address(client))
+            return None if found is None else self._principal_owns(found, principal)
+        if self.forwarding is not None and await self.forwarding.elsewhere(facts, send, answers, principal):
+            return None
+        return self.session(facts, principal)
 
     def session(self, facts: http.RequestFacts, principal: object) -> Session:
         """The session a request names, if it is this worker's and ``principal``'s; else 404."""
@@ -139,7 +159,12 @@ class LegacyEndpoint:
         if worker is not None and session_owner(session_id, (worker,)) is None:
             raise http.session_not_found()  # malformed, or another worker's: not a session of ours
         session = self.manager.get(session_id)
-        if session is None or (  # its creator's alone (the very principal object it was made with is)
+        if session is None:
+            raise http.session_not_found()
+        return self._principal_owns(session, principal)
+
+    def _principal_owns(self, session: Session, principal: object) -> Session:
+        if (  # its creator's alone (the very principal object it was made with is)
             principal is not session.principal and not self.principals.owns(session.owner, principal)
         ):
             raise http.session_not_found()
@@ -150,13 +175,18 @@ class LegacyEndpoint:
     # -- GET and DELETE -----------------------------------------------------------------------
 
     async def get(
-        self, facts: http.RequestFacts, receive: Receive, send: GuardedSend, principal: object
+        self,
+        facts: http.RequestFacts,
+        receive: Receive,
+        send: GuardedSend,
+        principal: object,
+        client: object = None,
     ) -> None:
         refuse_modern(facts)
         http.check_get(facts)
-        if self.forwarding is not None and await self.forwarding.elsewhere(facts, send, None, principal):
+        session = await self._find(facts, send, None, principal, client)
+        if session is None:
             return
-        session = self.session(facts, principal)
         http.check_protocol_version(facts)
         stream, replay_after = session.streams.resume(facts.last_event_id)
         with session.activity():
@@ -164,11 +194,13 @@ class LegacyEndpoint:
             with session.connection(stream, exchange, replay_after):
                 await wait(exchange, receive)
 
-    async def delete(self, facts: http.RequestFacts, send: GuardedSend, principal: object) -> None:
+    async def delete(
+        self, facts: http.RequestFacts, send: GuardedSend, principal: object, client: object = None
+    ) -> None:
         refuse_modern(facts)
-        if self.forwarding is not None and await self.forwarding.elsewhere(facts, send, None, principal):
+        session = await self._find(facts, send, None, principal, client)
+        if session is None:
             return
-        session = self.session(facts, principal)
         http.check_protocol_version(facts)
         await session.aclose()
         await respond(send, 200, b"", content_type=None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -14,8 +14,10 @@ from .._protocol.versions import Revision
 from ..errors import SessionError
 from .config import ServerConfig
 from .eventstore import InMemoryEventStore
+from .peer import SessionPeer
 from .quotas import Quotas
-from .session import Session, SessionRegistry
+from .registry import SessionRegistry
+from .session import Session
 from .streams import Stream
 
 __all__ = ["SessionManager"]
@@ -46,10 +48,14 @@ class SessionManager:
         self.started = False
         """Whether :meth:`run` has ever started (an app never started is not one shutting down)."""
         self.sessions_created = 0
+        self.refusing = False
+        """Draining: no new session is made here (``initialize`` gets 503); adoption is refused too."""
         self._deferred: dict[Stream, tuple[float, Session]] = {}
         self._starter_parked: trio.Event | None = None
         self.on_forget: Callable[[Session], None] | None = None
         """Called with each session removed from the registry (the app's worker link uses it)."""
+        self.on_change: Callable[[SessionPeer], None] | None = None
+        """Given to each session as its ``on_change`` (the app's worker link keeps its record)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; sessions live inside.  On the way out every session is closed."""
@@ -112,8 +118,8 @@ class SessionManager:
         :class:`~mcp_trio._transport.quotas.QuotaExceeded`)."""
         if self._nursery is None or self._closing:
             raise SessionError("the server is not running")
-        if len(self._sessions) >= self.config.max_sessions:
-            raise SessionError("too many sessions")
+        if len(self._sessions) >= self.config.max_sessions or self.refusing:
+            raise SessionError("too many sessions, or handing sessions over")
         session_id = self.config.session_id_factory()
         if self.config.worker_id is not None:  # the owner first: "<worker>.<id>" (see cluster.session_owner)
             session_id = f"{self.config.worker_id}.{session_id}"
@@ -121,9 +127,25 @@ class SessionManager:
             logger.error("session_id_factory returned an unusable id %r", session_id[:80])
             raise SessionError("the session id factory returned an unusable id")
         quota = self.quotas.take(owner, address)  # given back by forget(), whatever ends the session
-        session = Session(self, session_id, revision)
+        return self._start(Session(self, session_id, revision), owner, quota)
+
+    def adopt(self, session_id: str, revision: Revision, *, owner: str, address: str | None) -> Session:
+        """Start and register a session that another worker made (see ``ownership``): its id and
+        owner key come from its record; it counts against the quotas without being refused by them."""
+        if self._nursery is None or self._closing:
+            raise SessionError("the server is not running")
+        if len(self._sessions) >= self.config.max_sessions:
+            raise SessionError("too many sessions")
+        if session_id in self._sessions or self.refusing:
+            raise SessionError("the session is here already, or this worker hands sessions over")
+        quota = self.quotas.take(owner, address, force=True)
+        return self._start(Session(self, session_id, revision), owner, quota)
+
+    def _start(self, session: Session, owner: str, quota: tuple[str | None, str | None]) -> Session:
+        assert self._nursery is not None
         session.owner = owner
         session.quota = quota
+        session.on_change = self.on_change
         # start_soon, not start: no round trip to the session's task; what the session is given to run
         # before its task has opened the nursery starts there first (Session._spawn).
         self._nursery.start_soon(session.run, name=f"mcp session {session.session_id[:8]}")
@@ -135,6 +157,15 @@ class SessionManager:
             session.close()
             raise
         return session
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions)
+
+    def spawn(self, fn: Callable[[Session], Awaitable[None]], session: Session) -> None:
+        """Run ``fn(session)`` in the sessions' nursery (a hand-over: it outlives the request that
+        asked for it, and ends with the app)."""
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, session)
 
     def get(self, session_id: str) -> Session | None:
         session = self._sessions.get(session_id)
@@ -157,6 +188,25 @@ class SessionManager:
         with trio.move_on_after(self.config.shutdown_grace if grace is None else grace):
             for session in sessions:
                 await session.closed.wait()
+
+    async def forget_events(self, session: Session) -> None:
+        """A session ended: its events go from the store (a session handed over to another worker
+        keeps them where the store shares them, and only this worker's copy goes)."""
+        store = self.event_store
+        if store is None:
+            return
+        if session.moved:
+            release = getattr(store, "release", None)
+            if release is not None:
+                release(session.session_id)
+            return
+        if isinstance(store, InMemoryEventStore) and (
+            type(store).forget_session is InMemoryEventStore.forget_session
+        ):
+            store.forget_session_nowait(session.session_id)  # no await, no shielded scope
+        else:
+            with trio.CancelScope(shield=True), trio.move_on_after(self.config.shutdown_grace):
+                await store.forget_session(session.session_id)
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -10,7 +10,7 @@ handler's answer as a JSON-RPC message, ``notifications/cancelled``, and server-
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as mt
@@ -24,7 +24,10 @@ from ..errors import RPCError
 if TYPE_CHECKING:
     from .._app.server import Initialized, MCPServer
 
-__all__ = ["SessionPeer"]
+__all__ = ["RECORDED_METHODS", "SessionPeer"]
+
+RECORDED_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+"""The requests that change what a session's record holds (see :attr:`SessionPeer.on_change`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,9 @@ class SessionPeer:
         self.client_capabilities: dict[str, Any] = {}
         self.subscriptions: set[str] = set()
         self._outgoing = PendingRequests()
+        self.on_change: Callable[[SessionPeer], None] | None = None
+        """Called when what the session's record holds changed (``notifications/initialized``, the
+        log level, its subscriptions): a worker that keeps its sessions in Redis writes it again."""
 
     def accept(self, accepted: Initialized) -> dict[str, Any]:
         """Take on what ``initialize`` agreed; returns the response to send."""
@@ -69,6 +75,8 @@ class SessionPeer:
     def receive_notification(self, message: mt.JSONRPCNotification) -> None:
         if message.method == "notifications/initialized":
             self._initialized()
+            if self.on_change is not None:
+                self.on_change(self)
         elif message.method == "notifications/cancelled":
             request_id = (message.params or {}).get("requestId")
             if isinstance(request_id, (str, int)):
@@ -96,6 +104,8 @@ class SessionPeer:
                 result = await self.server.handle_request(ctx, request.method, params)
             except RPCError as exc:
                 return jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)
+            if self.on_change is not None and request.method in RECORDED_METHODS:
+                self.on_change(self)
             return jsonrpc.response(request.id, result)
         assert failure.caught is not None
         return jsonrpc.error_envelope(request.id, mt.INTERNAL_ERROR, "Internal error")

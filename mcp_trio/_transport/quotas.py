@@ -51,14 +51,17 @@ class Quotas:
         self._owners: dict[str, int] = {}
         self._addresses: dict[str, int] = {}
 
-    def take(self, owner: str, address: str | None) -> tuple[str | None, str | None]:
-        """Count one more session of ``owner`` from ``address``, or raise :class:`QuotaExceeded`.
+    def take(self, owner: str, address: str | None, *, force: bool = False) -> tuple[str | None, str | None]:
+        """Count one more session of ``owner`` from ``address``, or raise :class:`QuotaExceeded`
+        (never with ``force``: a session adopted from another worker exists already, it is counted).
         Returns what to give back (:meth:`give_back`) when the session ends."""
         owner_key = owner if owner and self.per_principal is not None else None
         address_key = address if self.per_address is not None else None
-        if owner_key is not None and self._owners.get(owner_key, 0) >= (self.per_principal or 0):
+        if force:
+            pass
+        elif owner_key is not None and self._owners.get(owner_key, 0) >= (self.per_principal or 0):
             raise QuotaExceeded("principal")
-        if address_key is not None and self._addresses.get(address_key, 0) >= (self.per_address or 0):
+        elif address_key is not None and self._addresses.get(address_key, 0) >= (self.per_address or 0):
             raise QuotaExceeded("client address")
         if owner_key is not None:
             self._owners[owner_key] = self._owners.get(owner_key, 0) + 1

@@ -9,8 +9,8 @@ task waiting on a writer then finishes its HTTP response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as mt
 import trio
@@ -28,7 +28,7 @@ from .._protocol.session import (
 )
 from .._protocol.versions import Revision
 from .._runtime.containment import contained
-from .eventstore import EventStore, InMemoryEventStore, StoredEvent
+from .eventstore import EventStore, StoredEvent
 from .peer import SessionPeer
 from .streams import TRANSPORT_ERRORS, Exchange, Stream, content_length, pump_sse, send_whole
 from .wire import JSON_HEADERS, SSE_HEADERS
@@ -36,56 +36,9 @@ from .wire import JSON_HEADERS, SSE_HEADERS
 if TYPE_CHECKING:
     from .manager import SessionManager
 
-__all__ = ["LocalSessionRegistry", "Session", "SessionRegistry"]
+__all__ = ["Session"]
 
 logger = logging.getLogger(__name__)
-
-
-class SessionRegistry(Protocol):
-    """Where a server finds its live 2025 sessions by id (``session.session_id``).  The default keeps
-    them in this process; a
-    deployment across workers can also record, say, which worker owns which id.  Sessions are added when
-    their ``initialize`` is answered and removed (in a ``finally``) when they end."""
-
-    def add(self, session: Session) -> None: ...
-
-    def get(self, session_id: str) -> Session | None: ...
-
-    def remove(self, session: Session) -> None:
-        """Forget ``session`` (only if it is the one registered under its id)."""
-        ...
-
-    def __contains__(self, session_id: object) -> bool: ...
-
-    def __iter__(self) -> Iterator[Session]: ...
-
-    def __len__(self) -> int: ...
-
-
-class LocalSessionRegistry:
-    """The sessions of this process, in a dict."""
-
-    def __init__(self) -> None:
-        self._sessions: dict[str, Session] = {}
-
-    def add(self, session: Session) -> None:
-        self._sessions[session.session_id] = session
-
-    def get(self, session_id: str) -> Session | None:
-        return self._sessions.get(session_id)
-
-    def remove(self, session: Session) -> None:
-        if self._sessions.get(session.session_id) is session:
-            del self._sessions[session.session_id]
-
-    def __contains__(self, session_id: object) -> bool:
-        return session_id in self._sessions
-
-    def __iter__(self) -> Iterator[Session]:
-        return iter(list(self._sessions.values()))
-
-    def __len__(self) -> int:
-        return len(self._sessions)
 
 
 class _ExchangeMembership:
@@ -119,6 +72,10 @@ class Session(SessionPeer):
         self.revision = revision
         self.state = SessionState.INITIALIZING
         self.closing = False
+        self.moving = False
+        """Being handed over to another worker: its requests are told to come back (503)."""
+        self.moved = False
+        """Handed over: its end leaves its record and events to the worker that adopts it."""
         self._closed: trio.Event | None = None
         self._ended = False
         self._manager = manager
@@ -185,15 +142,8 @@ class Session(SessionPeer):
             self._ended = True
             if self._closed is not None:
                 self._closed.set()
-            store = self._store
-            if store is not None:
-                if isinstance(store, InMemoryEventStore) and (
-                    type(store).forget_session is InMemoryEventStore.forget_session
-                ):
-                    store.forget_session_nowait(self.session_id)  # no await, no shielded scope
-                else:
-                    with trio.CancelScope(shield=True), trio.move_on_after(self._config.shutdown_grace):
-                        await store.forget_session(self.session_id)
+            if self._store is not None:
+                await self._manager.forget_events(self)
 
     def close(self) -> None:
         """End the session now: cancels its nursery, so every stream and handler of it ends; a send
@@ -461,6 +411,17 @@ class Session(SessionPeer):
     @property
     def get_stream(self) -> Stream:
         return self.streams.get_stream
+
+    def busy_requests(self) -> bool:
+        """Whether a request of the session still runs or owes its answer."""
+        return bool(self._inflight or self.streams.requests)
+
+    def end_connections(self, last: Outgoing) -> list[Stream]:
+        """End every live SSE connection of the session with ``last`` (a ``retry`` hint, say)."""
+        connected = [s for s in self.streams.streams.values() if s.exchange is not None and not s.json_mode]
+        for stream in connected:
+            self._queue(stream, last)
+        return connected
 
     async def _write_sse(
         self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int

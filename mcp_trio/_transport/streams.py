@@ -18,7 +18,7 @@ import trio
 
 from .._protocol import jsonrpc, sse
 from .._protocol.exchange import ExchangeEvent, ExchangeState, transition
-from .._protocol.session import CUT, END, Outgoing, SessionStreams, StreamRecord
+from .._protocol.session import END, Outgoing, SessionStreams, StreamRecord
 from .._runtime.peerlog import RateLimitedLog
 from ..errors import RemoteProtocolError
 from .eventstore import StoredEvent
@@ -398,7 +398,8 @@ async def pump_sse(
             if item is None:
                 out.append(sse.encode_comment("keep-alive"))
                 continue
-        if item is END or item is CUT:
+        if item.seq < 0:  # END, CUT, or a connection's last words (a handover's ``retry`` hint)
+            out.append(item.data)
             await exchange.body(b"".join(out), more=False)
             return
         if item.seq > last:

@@ -31,6 +31,7 @@ from .connection import (
     probe,
     redact,
 )
+from .sessions import SessionLeases
 from .workers import WorkerLink
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisNotificationBus"]
 
 
-class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
+class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificationBus):
     """A :class:`~mcp_trio.server.NotificationBus` shared by every worker subscribed to one Redis channel.
 
     A notification published in this worker reaches its own peers at once (as with
@@ -107,6 +108,7 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
         LocalNotificationBus.__init__(self)
         RedisLink.__init__(self, url, retry_initial, retry_max)
         self._init_worker_link(heartbeat_interval, heartbeat_ttl, inbox_maxlen, inbox_max_bytes, inbox_ttl)
+        self._init_session_leases()
         self._keys = ClusterKeys.of(secret)
         """The cluster's key ring: signs what this bus writes, verifies what it reads."""
         self.prefix = check_channel_prefix(channel_prefix)
@@ -143,7 +145,9 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
         ``last_error``.  A worker's link adds its ``worker_id``, ``sessions_published``, what it
         forwarded (``forwarded``, ``forward_unknown``, ``forward_full``, ``forward_gone``,
         ``forward_unavailable``) and what its inbox got (``inbox_received``, ``inbox_delivered``,
-        ``inbox_dropped``, ``inbox_malformed``, ``inbox_forged``)."""
+        ``inbox_dropped``, ``inbox_malformed``, ``inbox_forged``) and what it did with sessions of
+        other workers and its own (``sessions_recorded`` in Redis, ``adopted``, ``released``,
+        ``lost``, ``records_forged``, ``adopt_unknown``, ``adopt_unavailable``, and ``draining``)."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
@@ -158,6 +162,8 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
             stats["worker_id"] = self.worker_id
             stats["sessions_published"] = len(self._sessions)
             stats.update(self._worker_counts)
+            stats.update(self.lease_statistics())
+            stats["draining"] = self.draining
         return stats
 
     # -- publishing ----------------------------------------------------------------------------

@@ -88,7 +88,8 @@ return 1
 """Delete the inbox entries read (ids ARGV[2..]) and their bytes (ARGV[1]) from the counter; an empty
 inbox is deleted with its counter (which also forgets bytes of entries that expired unread)."""
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end
+local beat = redis.call('GET', KEYS[1])
+if beat == ARGV[1] or beat == ARGV[1] .. ' draining' then return redis.call('DEL', KEYS[1], KEYS[2]) end
 return 0
 """
 """Delete a heartbeat key and the session hash only if the heartbeat is still this instance's."""
@@ -126,6 +127,12 @@ class WorkerLink:
         raise NotImplementedError
 
     def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
+        raise NotImplementedError
+
+    def _heartbeat_value(self) -> str:
+        raise NotImplementedError
+
+    async def _record_writer(self, client: coredis.Redis[bytes]) -> None:
         raise NotImplementedError
 
     def _init_worker_link(
@@ -305,6 +312,7 @@ class WorkerLink:
                 nursery.start_soon(self._heartbeat, client)
                 nursery.start_soon(self._session_writer, client)
                 nursery.start_soon(self._inbox_reader, reader, key, start)
+                nursery.start_soon(self._record_writer, client)
                 task_status.started()
         finally:
             self._recording = False  # the next connection writes the hash whole
@@ -328,7 +336,9 @@ class WorkerLink:
     async def _beat(self, client: coredis.Redis[bytes]) -> None:
         assert self.worker_id is not None
         with trio.fail_after(self.command_timeout):
-            await client.set(heartbeat_key(self.prefix, self.worker_id), self.instance_id, px=self._ttl_ms())
+            await client.set(
+                heartbeat_key(self.prefix, self.worker_id), self._heartbeat_value(), px=self._ttl_ms()
+            )
             await client.pexpire(sessions_key(self.prefix, self.worker_id), self._ttl_ms())
 
     async def _heartbeat(self, client: coredis.Redis[bytes]) -> None:

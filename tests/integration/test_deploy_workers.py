@@ -6,8 +6,8 @@ docs/deploy/haproxy-workers.cfg and a real redis-server (docs/deploy/workers.md)
   (202), and the tool completes; a GET stream; DELETE;
 - the official conformance suite (0.2.0-alpha.12, spec versions 2025-11-25 and 2026-07-28) through
   HAProxy: requests without a session id go round robin;
-- a worker killed with SIGKILL: its sessions get 404 through HAProxy within seconds (its heartbeat
-  expires), the other worker's sessions are unaffected;
+- a worker killed with SIGKILL: the other worker adopts its sessions once its heartbeat expires (a
+  DELETE then ends one: 404 after), the other worker's sessions are unaffected;
 - Redis restarted: each worker serves its own sessions throughout, a cross-worker answer gets 503 +
   Retry-After while Redis is down, and is forwarded again once it is back.
 
@@ -42,7 +42,7 @@ CONFIG = ROOT / "docs" / "deploy" / "haproxy-workers.cfg"
 CONFORMANCE = ROOT / "scripts" / "conformance.sh"
 STARTUP = 10.0
 EXPIRY = 12.0
-"""A killed worker's sessions must get 404 this soon (heartbeat TTL 5 s, HAProxy's check 2 x 1 s)."""
+"""A killed worker's sessions must be adopted this soon (heartbeat TTL 5 s, HAProxy's check 2 x 1 s)."""
 RESUME = 10.0
 """Cross-worker forwarding must be back this soon after Redis is (the bus retries every 2 s at most)."""
 SECRET = base64.b64encode(b"k" * 32).decode()
@@ -294,7 +294,10 @@ async def test_conformance_through_haproxy(tmp_path: Path) -> None:
         assert all(n > 0 for n in created), created  # round robin reached both workers
 
 
-async def test_a_killed_worker_s_sessions_get_404(tmp_path: Path) -> None:
+async def test_a_killed_worker_s_session_is_adopted_then_deleted(tmp_path: Path) -> None:
+    """SIGKILL: the other worker answers 503 while the dead one's heartbeat lives, then adopts its
+    sessions (tests/integration/test_deploy_handover.py has the whole story): here a DELETE ends one,
+    after which it is 404 everywhere and nothing is forwarded for it."""
     async with cluster(tmp_path) as c:
         sessions = await sessions_on_both(c)
         victim = c.workers["a"]
@@ -303,17 +306,18 @@ async def test_a_killed_worker_s_sessions_get_404(tmp_path: Path) -> None:
         with trio.fail_after(5):
             await victim.process.wait()
         start = trio.current_time()
-        seen: list[int] = []
         with trio.fail_after(EXPIRY):
-            while (status := await sessions["a"].status_of("DELETE")) != 404:
+            while (status := await sessions["a"].status_of("DELETE")) != 200:
                 assert status == 503, status  # b: "the owner is alive, retry" until its heartbeat expires
-                seen.append(status)
                 await trio.sleep(0.2)
         assert trio.current_time() - start < EXPIRY
+        assert await sessions["a"].status_of("DELETE") == 404
         ping = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
         response = await answer_post(c, sessions["a"], "b", ping)
-        assert response.status_code == 404  # dead owner: nothing forwarded
+        assert response.status_code == 404  # deleted: nothing to adopt, nothing forwarded
         assert await sessions["b"].echo("still here") == "still here"
+        stats = (await fetch_stats(c.workers["b"]))["notification_bus"]
+        assert stats["adopted"] == 1 and stats["forwarded"] == 0, stats
 
 
 async def test_redis_restarted_under_the_workers(tmp_path: Path) -> None:

@@ -553,7 +553,8 @@ async def test_a_flood_of_answers_for_made_up_sessions_leaves_redis_flat(
         assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a", "mcp-trio:inbox-bytes:a") == 0
         assert after - before < 256 * 1024, (before, after)  # nothing of 40 MB was kept, nor sent
         stats = (await fetch_stats(worker_b))["notification_bus"]
-        assert stats["forward_unknown"] == 40 and stats["forwarded"] == 0, stats
+        # 404 from the session records (no record: nothing to adopt, nothing to forward)
+        assert stats["adopt_unknown"] == 40 and stats["forwarded"] == 0, stats
         # nor is there anything to send elsewhere for a request, a GET or a DELETE: 404, not 503
         made_up = legacy_headers("a.made-up")
         ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
@@ -702,12 +703,18 @@ async def test_an_authenticated_deployment_forwards_the_owner_s_answers(redis: R
             auth = {"authorization": f"Bearer {token}"} if token else {}
             response = await on_b.request("POST", headers={**headers, **auth}, body=answer)
             assert response.status == status, await response.read()
-        stats_b = bus_b.statistics()
-        assert (stats_b["forwarded"], stats_b["forward_unknown"]) == (1, 1), stats_b
+        stats_b = bus_b.statistics()  # bob's answer: 404 from the session's record, before forwarding
+        assert (stats_b["forwarded"], stats_b["forward_unknown"]) == (1, 0), stats_b
         assert bus_a.statistics()["inbox_received"] == 1
         assert await call(redis.port, "EXISTS", "mcp-trio:inbox:a") == 0
         # the sessions hash names no token, subject or session id
         recorded = b"".join(await call(redis.port, "HGETALL", "mcp-trio:sessions:a"))
+        # nor do the session's record and lease (their keys are a keyed hash of the session id)
+        for key in await call(redis.port, "KEYS", "mcp-trio:*"):
+            assert session_id.encode() not in key, key
+            if key.startswith((b"mcp-trio:session:", b"mcp-trio:lease:")):
+                recorded += key + await call(redis.port, "GET", key)
+        assert b"mcp-trio:session:" in recorded and b"mcp-trio:lease:" in recorded
         for secret in (b"alice", session_id.encode()):
             assert secret not in recorded
 

@@ -54,6 +54,8 @@ def test_round_trip() -> None:
     assert decode_inbox_entry(fields, "a", KEYS, NOW) == InboxEntry("a.xyz", ANSWER, TAG)
     as_bytes = {k.encode(): v for k, v in fields.items()}  # what XREAD returns
     assert decode_inbox_entry(as_bytes, "a", KEYS, NOW + 1) == InboxEntry("a.xyz", ANSWER, TAG)
+    # a session another worker made, that this one adopted
+    assert decode_inbox_entry(entry(session="b.xyz"), "a", KEYS, NOW) == InboxEntry("b.xyz", ANSWER, TAG)
 
 
 def test_a_rotated_ring_verifies_entries_of_either_key() -> None:
@@ -97,7 +99,7 @@ def test_an_entry_for_another_worker_or_too_old_is_refused() -> None:
 @pytest.mark.parametrize(
     ("fields", "reason"),
     [
-        (entry(session="b.xyz"), "not a session id of this worker"),
+        (entry(session="no-worker-prefix"), "not a session id"),
         (entry(body=b"{nope"), "JSON-RPC"),
         (entry(body=b'{"jsonrpc":"2.0","id":1,"method":"ping"}'), "request"),
         (entry(body=b" " * (INBOX_MESSAGE_LIMIT + 1)), "more than"),

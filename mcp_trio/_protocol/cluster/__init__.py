@@ -1,7 +1,8 @@
 """Rules of a server run as several workers, that need no I/O: worker ids, session ids that name their
 owner, the ``requestState`` key ring given in the environment, the messages of the notification bus
 and of the workers' inboxes that workers share through Redis, the task records a task store keeps
-there, and their signatures by that key ring.
+there, the records and leases of sessions that another worker may adopt, and their signatures by
+that key ring.
 
 Everything read here comes from outside (a client's ``Mcp-Session-Id``, an environment variable, a
 message on a Redis channel) and is checked as strictly as a message from a socket: what does not
@@ -9,15 +10,17 @@ match exactly is refused (``None`` or :class:`ValueError`), never half-used.  Wh
 is trusted no more than the network: a message that the cluster's key ring does not verify is
 :class:`ForgedMessage`.
 
-The rules live in three modules, used through this package: :mod:`.ids` (worker ids, session ids,
-Redis key names), :mod:`.keys` (the key ring) and :mod:`.messages` (what workers write to Redis).
+The rules live in four modules, used through this package: :mod:`.ids` (worker ids, session ids,
+Redis key names), :mod:`.keys` (the key ring), :mod:`.messages` (what workers write to Redis) and
+:mod:`.records` (the sessions that workers hand over).
 """
 
 from __future__ import annotations
 
-from . import ids, keys, messages
+from . import ids, keys, messages, records
 from .ids import *  # noqa: F403
 from .keys import *  # noqa: F403
 from .messages import *  # noqa: F403
+from .records import *  # noqa: F403
 
-__all__ = [*ids.__all__, *keys.__all__, *messages.__all__]
+__all__ = [*ids.__all__, *keys.__all__, *messages.__all__, *records.__all__]

@@ -36,8 +36,10 @@ __all__ = [
     "encode_bus_message",
     "encode_inbox_entry",
     "open_bus_message",
+    "open_record",
     "open_task_record",
     "seal_bus_message",
+    "seal_record",
     "seal_task_record",
 ]
 
@@ -125,14 +127,25 @@ def seal_task_record(keys: ClusterKeys, key: str, data: bytes) -> bytes:
     key, another task's id or another prefix, does not verify).  Its own label: no bus message, inbox
     entry or ``requestState`` passes as a record, nor the reverse.  No timestamp: a record lives as long
     as its task, and is checked again at each read."""
-    kid, signature = keys.sign(_RECORD_LABEL, key.encode(), data)
-    return b" ".join((_RECORD_MAGIC, kid.encode(), signature.encode(), data))
+    return seal_record(keys, _RECORD_LABEL, key, data)
 
 
 def open_task_record(keys: ClusterKeys, key: str, value: object) -> bytes:
     """The record's JSON inside ``value`` read from the Redis key ``key``, once its signature is
     checked: :class:`ForgedMessage` if it is not signed by the ring for this key (unsigned, another
     ring's, altered, or copied from another key), ValueError if ``value`` is not a string at all."""
+    return open_record(keys, _RECORD_LABEL, key, value)
+
+
+def seal_record(keys: ClusterKeys, label: bytes, key: str, data: bytes) -> bytes:
+    """``data`` as stored under the Redis key ``key``: ``mtr1 <key id> <signature> <data>``, signed
+    under ``label`` (one per kind of record) for that key."""
+    kid, signature = keys.sign(label, key.encode(), data)
+    return b" ".join((_RECORD_MAGIC, kid.encode(), signature.encode(), data))
+
+
+def open_record(keys: ClusterKeys, label: bytes, key: str, value: object) -> bytes:
+    """What :func:`seal_record` sealed under ``label`` for ``key``, once its signature is checked."""
     if isinstance(value, str):
         value = value.encode()
     if not isinstance(value, bytes):
@@ -143,7 +156,7 @@ def open_task_record(keys: ClusterKeys, key: str, value: object) -> bytes:
     _, kid, signature, data = fields
     if not _HEX.fullmatch(kid) or not _HEX.fullmatch(signature):
         raise ForgedMessage("not a signed record")
-    if not keys.verify(kid.decode(), signature.decode(), _RECORD_LABEL, key.encode(), data):
+    if not keys.verify(kid.decode(), signature.decode(), label, key.encode(), data):
         raise ForgedMessage("a signature the key ring does not verify for this key")
     return data
 
@@ -287,8 +300,8 @@ def decode_inbox_entry(fields: object, worker: str, keys: ClusterKeys, now: floa
         principal = tag.decode("ascii")
     except UnicodeDecodeError:
         raise ValueError("a session id or principal that is not ASCII") from None
-    if session_owner(session_id, (worker,)) is None:
-        raise ValueError("not a session id of this worker")
+    if session_owner(session_id) is None:  # any worker's: this one may have adopted it
+        raise ValueError("not a session id")
     if not _TAG.fullmatch(principal):
         raise ValueError("not a principal's tag")
     try:

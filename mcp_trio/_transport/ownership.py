@@ -1,0 +1,290 @@
+"""2025 sessions that outlive their worker: adopted by the worker that gets their next request, handed
+over by a worker that drains or that the session's home asks for it back (see docs/deploy/workers).
+
+With a worker link that keeps session records (the Redis bus), each session of this worker has a
+signed record and a lease in Redis (``redis.sessions``).  A request for a session that this worker does
+not have finds it there:
+
+- its lease is free (no owner, or an owner that no longer beats): this worker takes the lease and
+  adopts the session (a new :class:`~mcp_trio._transport.session.Session` of the same id, with what its
+  record holds, in this worker's nursery);
+- a draining worker owns it: the request waits (bounded) until that worker has handed it over;
+- a live worker owns it, and this worker is the session's home (its id names this worker: the balancer
+  routes it here again): this worker asks the owner to hand it back, and waits (bounded);
+- a live worker owns it and this worker is not its home: a POST of answers is forwarded to the owner's
+  inbox; anything else gets 503 (the balancer sends it on).
+
+Handing a session over (:meth:`Ownership.hand_over`): its new requests get 503, the requests in flight
+finish (within ``shutdown_grace``), its events reach the shared store, the GET stream ends with a
+``retry`` hint, the last record is written and the lease given up in one step; then the session ends
+here without taking its record or events with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from .._app.principal import PrincipalKeys, principal_identity
+from .._protocol import http, sse
+from .._protocol.admission import handing_over, lives_elsewhere
+from .._protocol.cluster import Peek, SessionRecord, encode_session_record, session_owner
+from .._protocol.session import Outgoing, SessionEvent, SessionState, transition
+from .._protocol.versions import revision
+from .forwarding import RELEASE_BODY, Forwarding, WorkerLink
+from .manager import SessionManager
+from .peer import SessionPeer
+from .session import Session
+from .streams import GuardedSend, respond
+
+if TYPE_CHECKING:
+    from .config import ServerConfig
+
+__all__ = ["Ownership", "SessionLink", "record_of"]
+
+logger = logging.getLogger(__name__)
+
+_POLL = 0.1
+"""Seconds between two looks at a session being handed over."""
+
+
+class SessionLink(WorkerLink, Protocol):
+    """A worker link that also keeps session records and leases (the Redis bus does)."""
+
+    session_ttl: float
+    draining: bool
+
+    def session_recorded(self, session_id: str, record: bytes) -> None: ...
+
+    def session_dropped(self, session_id: str) -> None: ...
+
+    def start_draining(self) -> None: ...
+
+    async def peek_session(self, session_id: str) -> Peek: ...
+
+    async def take_session(self, peek: Peek) -> bool: ...
+
+    async def release_session(self, session_id: str, record: bytes) -> bool: ...
+
+
+def record_of(session: SessionPeer, owner: str, initialized: bool) -> SessionRecord:
+    return SessionRecord(
+        revision=session.protocol_version,
+        initialized=initialized,
+        owner=owner,
+        client_info=session.client_info,
+        client_capabilities=session.client_capabilities,
+        log_level=session.log_level,
+        subscriptions=tuple(sorted(session.subscriptions)),
+    )
+
+
+class Ownership:
+    """Adoption and hand-over of this worker's sessions, over a link that keeps their records."""
+
+    def __init__(
+        self,
+        link: SessionLink,
+        forwarding: Forwarding,
+        manager: SessionManager,
+        principals: PrincipalKeys,
+        config: ServerConfig,
+    ) -> None:
+        self.link = link
+        self.forwarding = forwarding
+        self.worker = forwarding.worker
+        self.manager = manager
+        self.principals = principals
+        self.config = config
+        self._adopting: dict[str, trio.Event] = {}
+        """Sessions this worker is adopting now (a second request for one waits for the first)."""
+        self.handover_wait = config.shutdown_grace + 5.0
+        """How long a request waits for its session to be handed over by its owner."""
+        link.session_ttl = config.idle_timeout + 60.0
+        link.on_lost = self._lost  # type: ignore[attr-defined]
+        manager.on_change = self._record
+        manager.on_forget = self._forget
+        forwarding.on_release = self._release_asked
+
+    # -- this worker's sessions -----------------------------------------------------------------
+
+    def opened(self, session: Session) -> None:
+        """A session made here: its record and lease are written."""
+        self.link.session_opened(session.session_id, principal_identity(session.principal))
+        self._record(session)
+
+    def _record(self, session: SessionPeer) -> None:
+        assert isinstance(session, Session)
+        if session.moved or session.closing:
+            return
+        record = record_of(session, session.owner, session.state is SessionState.ACTIVE)
+        self.link.session_recorded(session.session_id, encode_session_record(record))
+
+    def _forget(self, session: Session) -> None:
+        self.link.session_closed(session.session_id)
+        if not session.moved:
+            self.link.session_dropped(session.session_id)
+
+    def _lost(self, session_id: str) -> None:
+        session = self.manager.get(session_id)
+        if session is not None:
+            session.moved = True  # its record and events are the new owner's
+            session.close()
+
+    # -- a request for a session this worker does not have -----------------------------------------
+
+    async def find(
+        self,
+        facts: http.RequestFacts,
+        send: GuardedSend,
+        answers: bytes | None,
+        principal: object,
+        address: str | None,
+    ) -> Session | None:
+        """The session the request names, here (adopted if need be); None if the request was answered
+        (``answers``, a POST of only responses and notifications, forwarded to the owner: 202).
+        404 for no such session (or another principal's), 503 while it cannot be had yet."""
+        session_id = http.check_session_header(facts)
+        home = session_owner(session_id)
+        if home is None:
+            raise http.session_not_found()
+        session = await self._here(session_id)
+        if session is not None:
+            return session
+        http.check_protocol_version(facts)
+        if answers is not None and answers == RELEASE_BODY:
+            raise http.session_not_found()  # never from a client
+        identity = principal_identity(principal)
+        deadline = trio.current_time() + self.handover_wait
+        asked = False
+        while True:
+            peek = await self.link.peek_session(session_id)
+            record, owner = peek.record, peek.owner
+            if record is None:
+                if peek.state == "unavailable":
+                    raise lives_elsewhere(home)
+                raise http.session_not_found()  # unknown, or a forged record
+            if not self.principals.owns(record.owner, principal):
+                raise http.session_not_found()
+            session = await self._here(session_id)  # adopted by another request meanwhile
+            if session is not None:
+                return session
+            if peek.state == "taken":
+                if self.manager.refusing:
+                    raise handing_over()
+                adopting = self._adopting[session_id] = trio.Event()
+                try:
+                    if await self.link.take_session(peek):
+                        return await self._adopt(session_id, record, principal, address)
+                finally:
+                    del self._adopting[session_id]
+                    adopting.set()
+            elif answers is not None and owner:
+                outcome = await self.link.forward_to_worker(owner, session_id, answers, identity)
+                if outcome == "sent":
+                    await respond(send, 202, b"", content_type=None)
+                    return None
+                if outcome in ("full", "unavailable"):
+                    raise lives_elsewhere(owner)
+            elif peek.state == "owned" and owner:
+                if home != self.worker or self.manager.refusing:
+                    raise lives_elsewhere(owner)  # not ours to take back: the balancer sends it on
+                if not asked:
+                    asked = True
+                    await self.link.forward_to_worker(owner, session_id, RELEASE_BODY, identity)
+            if trio.current_time() >= deadline:
+                raise lives_elsewhere(owner or home)
+            await trio.sleep(_POLL)
+
+    async def _here(self, session_id: str) -> Session | None:
+        """The session if this worker has it (waiting for an adoption of it under way here); 503 while
+        it is being handed over."""
+        adopting = self._adopting.get(session_id)
+        if adopting is not None:
+            await adopting.wait()
+        session = self.manager.get(session_id)
+        if session is not None and session.moving:
+            raise handing_over()
+        return session
+
+    async def _adopt(
+        self, session_id: str, record: SessionRecord, principal: object, address: str | None
+    ) -> Session:
+        """Start the session here from its record, after this worker took its lease."""
+        found = revision(record.revision)
+        assert found is not None  # the record's decoder checked it
+        store = self.manager.event_store
+        positions: dict[int, int] = {}
+        take_over = getattr(store, "adopt", None)
+        try:
+            if take_over is not None:
+                positions = await take_over(session_id)
+            session = self.manager.adopt(session_id, found, owner=record.owner, address=address)
+        except Exception as exc:  # SessionError (full, draining), or the store failing
+            logger.warning("adopting session %.12s… failed: %s", session_id, exc)
+            await self.link.release_session(session_id, encode_session_record(record))
+            raise handing_over() from None
+        session.principal = principal
+        session.client_info = dict(record.client_info)
+        session.client_capabilities = dict(record.client_capabilities)
+        session.log_level = record.log_level  # type: ignore[assignment]
+        session.subscriptions = set(record.subscriptions)
+        if record.initialized:
+            session.state = transition(session.state, SessionEvent.INITIALIZED)
+        streams = session.streams
+        for stream_id, last in positions.items():
+            if stream_id == 0:
+                streams.get_stream.next_seq = max(streams.get_stream.next_seq, last + 1)
+        streams.skip_to(max(positions, default=0) + 1)
+        self.link.session_opened(session_id, principal_identity(principal))
+        self._records_now(session, record)
+        logger.info("adopted session %.12s… from another worker", session_id)
+        return session
+
+    def _records_now(self, session: Session, record: SessionRecord) -> None:
+        self.link.session_recorded(session.session_id, encode_session_record(record))
+
+    # -- handing sessions over ----------------------------------------------------------------------
+
+    def _release_asked(self, session: Session) -> None:
+        """The session's home asks for it back (through this worker's inbox)."""
+        if not session.moving and not session.closing:
+            self.manager.spawn(self.hand_over, session)
+
+    async def hand_over(self, session: Session) -> None:
+        """Hand ``session`` over to whichever worker gets its next request."""
+        if session.moving or session.closing:
+            return
+        session.moving = True
+        with trio.move_on_after(self.config.shutdown_grace):
+            while session.busy_requests():  # noqa: ASYNC110 - rare: no event for every request's end
+                await trio.sleep(_POLL)
+        store = self.manager.event_store
+        flush = getattr(store, "flush", None)
+        if flush is not None:
+            await flush(self.config.shutdown_grace)
+        record = record_of(session, session.owner, session.state is SessionState.ACTIVE)
+        session.moved = True  # from here, its end leaves its record and events in Redis
+        with trio.CancelScope(shield=True), trio.move_on_after(self.config.shutdown_grace):
+            released = await self.link.release_session(session.session_id, encode_session_record(record))
+            if not released:
+                logger.warning(
+                    "session %.12s… could not be handed over (Redis): its lease expires with this "
+                    "worker's heartbeat",
+                    session.session_id,
+                )
+        connected = session.end_connections(Outgoing(-3, sse.encode_retry(self.config.sse_retry_ms)))
+        with trio.move_on_after(0.5):  # their last words sent (a client that stopped reading: cut)
+            while any(stream.exchange is not None for stream in connected):  # noqa: ASYNC110
+                await trio.sleep(_POLL / 5)
+        session.close()
+
+    async def drain(self) -> None:
+        """Hand every session of this worker over (SIGTERM, ``app.aclose()``)."""
+        self.manager.refusing = True
+        self.link.start_draining()
+        async with trio.open_nursery() as nursery:
+            for session in list(self.manager.sessions()):
+                nursery.start_soon(self.hand_over, session)
