@@ -378,7 +378,9 @@ class RedisEventStore(EventReads, RedisLink):
             await self._write(client, lost)
 
     async def _write(self, client: coredis.Redis[bytes], lost: trio.Event) -> None:
-        """Write the queue, a batch at a time, until the connection fails (then raise)."""
+        """Write the queue, a batch at a time, until the connection fails (then raise).  By EVALSHA
+        (coredis loads the script when Redis does not know it)."""
+        script = client.register_script(WRITE)
         while True:
             if lost.is_set():
                 raise ConnectionError(self._last_error or "a read failed")
@@ -398,7 +400,7 @@ class RedisEventStore(EventReads, RedisLink):
                 continue
             try:
                 with trio.fail_after(self.timeout):
-                    reply = await client.eval(WRITE, keys=keys, args=args)
+                    reply: object = await script(keys=keys, args=args)
             except BaseException as exc:
                 fatal, rest = split_fatal(exc)
                 if fatal is not None or rest is None or not isinstance(leaf_of(rest), response_error()):

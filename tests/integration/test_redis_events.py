@@ -14,6 +14,7 @@ after the test).  Without it the tests are skipped when run by hand, and fail un
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -27,8 +28,10 @@ from test_redis import RedisServer
 from mcp_trio import MCPApp, MCPServer, ServerConfig
 from mcp_trio._cli.serve import _use_redis
 from mcp_trio._protocol.cluster import SESSION_TAG, ClusterKeys, events_key, seal_event_entry
+from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisEventStore
 from mcp_trio.server import InMemoryEventStore, StoredEvent
+from mcp_trio.testing import open_asgi_client
 
 STARTUP = 10.0
 STEP = 5.0
@@ -195,6 +198,10 @@ async def test_ttl_option(redis: RedisServer) -> None:
         await store.store("s", event(0, 0))
         assert await store.flush(STEP)
         assert 0 < await client.pttl(key_of("s")) <= 500
+        await client.script_flush()  # Redis forgets the writer's script: it is loaded again
+        await store.store("s", event(0, 1))
+        assert await store.flush(STEP)
+        assert stats(store)["written"] == 2 and stats(store)["write_errors"] == 0
         for _ in range(100):  # expired within 5 s
             if not await client.exists([key_of("s")]):
                 break
@@ -337,6 +344,43 @@ async def test_the_app_runs_the_writer(redis: RedisServer) -> None:
         await eventually(lambda: store.state == "connected", STARTUP, "the app started the writer")
         assert app.statistics()["event_store"]["state"] == "connected"
     assert store.state == "stopped"
+
+
+async def test_a_sessions_events_reach_redis_and_go_with_it(redis: RedisServer) -> None:
+    """A 2025 session of a real app: its SSE events are written to Redis (another store replays them
+    after ``flush``); DELETE ends the session and its events go from Redis too."""
+    store, other = make_store(redis), make_store(redis)
+    app = MCPApp(build_demo_server(), ServerConfig(event_store_factory=lambda: store))
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    async with open_asgi_client(app) as client:
+        response = await client.request("POST", headers=headers, body=rpc(1, "initialize", init))
+        session_id = response.headers["mcp-session-id"]
+        await response.read()
+        headers |= {"mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+        call = rpc(2, "tools/call", {"name": "echo", "arguments": {"text": "kept in Redis"}})
+        response = await client.request("POST", headers=headers, body=call)
+        priming = await response.next_event()
+        message = await response.next_event()
+        assert priming is not None and message is not None and "kept in Redis" in message.data
+        await response.aclose()
+        assert await store.flush(STEP)
+        stream_id, seq = (int(part) for part in priming.id.split("-"))
+        replayed = await other.replay_after(session_id, stream_id, seq)
+        assert [event.data.decode() for event in replayed] == [message.data]
+        assert stats(store)["written"] >= 1 and stats(other)["replays_redis"] == 1
+
+        ended = await client.request("DELETE", headers={"mcp-session-id": session_id})
+        assert ended.status in (200, 204)
+        await eventually(lambda: stats(store)["sessions"] == 0, STEP, "the session ended")
+        assert await store.flush(STEP)
+        assert await other.replay_after(session_id, stream_id, seq) == []
+        async with raw_client(redis) as raw:
+            assert await raw.keys("mcp_trio:events:*") == set()
+
+
+def rpc(request_id: int, method: str, params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
 
 
 def test_redis_option_sets_up_the_event_store() -> None:
