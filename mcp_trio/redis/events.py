@@ -37,7 +37,7 @@ from .connection import (
     response_error,
 )
 from .eventreads import EventReads
-from .eventscripts import WRITE
+from .eventscripts import MAX_EVENTS_PER_STREAM, MAX_STREAMS_PER_SESSION, WRITE
 
 if TYPE_CHECKING:
     import coredis
@@ -118,6 +118,11 @@ class RedisEventStore(EventReads, RedisLink):
             raise ValueError("ttl and timeout must be positive, outbox and outbox_bytes at least 1")
         if not 0 < retry_initial <= retry_max:
             raise ValueError("0 < retry_initial <= retry_max")
+        if max_events_per_stream > MAX_EVENTS_PER_STREAM or max_streams_per_session > MAX_STREAMS_PER_SESSION:
+            raise ValueError(
+                f"max_events_per_stream and max_streams_per_session are at most {MAX_EVENTS_PER_STREAM} "
+                f"and {MAX_STREAMS_PER_SESSION}"
+            )
         self._local = InMemoryEventStore(
             max_events_per_stream=max_events_per_stream,
             max_streams_per_session=max_streams_per_session,

@@ -20,22 +20,33 @@ store, not here.
 
 from __future__ import annotations
 
-__all__ = ["POSITIONS", "REPLAY", "WRITE"]
+__all__ = ["MAX_EVENTS_PER_STREAM", "MAX_STREAMS_PER_SESSION", "POSITIONS", "REPLAY", "WRITE"]
 
-_COMMON = """
+MAX_EVENTS_PER_STREAM = 65536
+"""The largest ``max_events_per_stream`` a store takes (what a script accepts in a hash: workers whose bounds
+differ share one without deleting each other's streams)."""
+MAX_STREAMS_PER_SESSION = 4096
+"""The largest ``max_streams_per_session`` a store takes."""
+
+_COMMON = (
+    f"""
+local MAX_EVENTS_PER_STREAM, MAX_STREAMS = {MAX_EVENTS_PER_STREAM}, {MAX_STREAMS_PER_SESSION}
+"""
+    + """
 local function int(text)
   if type(text) ~= 'string' or #text > 16 or not string.find(text, '^%d+$') then return nil end
   return tonumber(text)
 end
 local function fmt(n) return string.format('%d', n) end
-local function parse_stream(text, per_stream)
+local function parse_stream(text)
   if type(text) ~= 'string' then return nil end
   local lo, hi, bytes, last = string.match(text, '^(%d+) (%d+) (%d+) (%d+)$')
   lo, hi, bytes, last = int(lo), int(hi), int(bytes), int(last)
-  if not (lo and hi and bytes and last) or hi <= lo or hi - lo > per_stream then return nil end
+  if not (lo and hi and bytes and last) or hi <= lo or hi - lo > MAX_EVENTS_PER_STREAM then return nil end
   return {lo = lo, hi = hi, bytes = bytes, last = last}
 end
 """
+)
 
 WRITE = (
     _COMMON
@@ -56,8 +67,14 @@ end
 
 local function drop_stream(key, id, st)
   local fields = {'s' .. id}
-  for n = st.lo, st.hi - 1 do fields[#fields + 1] = 'e' .. id .. ':' .. fmt(n) end
-  redis.call('HDEL', key, unpack(fields))
+  for n = st.lo, st.hi - 1 do
+    fields[#fields + 1] = 'e' .. id .. ':' .. fmt(n)
+    if #fields == 1000 then
+      redis.call('HDEL', key, unpack(fields))
+      fields = {}
+    end
+  end
+  if #fields > 0 then redis.call('HDEL', key, unpack(fields)) end
   return st.bytes
 end
 
@@ -71,7 +88,7 @@ local function append(key, id, seq, value)
   if got[1] then
     local seen = {}
     for token in string.gmatch(got[1], '[^ ]+') do
-      if not int(token) or seen[token] or #order >= max_streams then return 'corrupt' end
+      if not int(token) or seen[token] or #order >= MAX_STREAMS then return 'corrupt' end
       seen[token] = true
       order[#order + 1] = token
       if token == id then position = #order end
@@ -83,7 +100,7 @@ local function append(key, id, seq, value)
   end
   local st = nil
   if got[3] then
-    st = parse_stream(got[3], per_stream)
+    st = parse_stream(got[3])
     if not st or not position then return 'corrupt' end
     if seq <= st.last then return 'stale' end
     table.remove(order, position)
@@ -92,36 +109,36 @@ local function append(key, id, seq, value)
     if position then return 'corrupt' end
     st = {lo = 0, hi = 0, bytes = 0, last = 0}
     order[#order + 1] = id
-    if #order > max_streams then
-      local victim = nil
-      for k, other in ipairs(order) do
-        if other ~= '0' and other ~= id then victim = k break end
-      end
-      if not victim then
-        for k, other in ipairs(order) do
-          if other ~= id then victim = k break end
-        end
-      end
-      local vid = order[victim]
-      local vst = parse_stream(redis.call('HGET', key, 's' .. vid), per_stream)
-      if not vst then return 'corrupt' end
-      total = total - drop_stream(key, vid, vst)
-      table.remove(order, victim)
-    end
   end
   streams[id] = st
+  while #order > max_streams do
+    local victim = nil
+    for k, other in ipairs(order) do
+      if other ~= '0' and other ~= id then victim = k break end
+    end
+    if not victim then
+      for k, other in ipairs(order) do
+        if other ~= id then victim = k break end
+      end
+    end
+    local vid = order[victim]
+    local vst = parse_stream(redis.call('HGET', key, 's' .. vid))
+    if not vst then return 'corrupt' end
+    total = total - drop_stream(key, vid, vst)
+    table.remove(order, victim)
+  end
   local size = #value - header
   redis.call('HSET', key, 'e' .. id .. ':' .. fmt(st.hi), value)
   st.hi = st.hi + 1
   st.bytes = st.bytes + size
   st.last = seq
   total = total + size
-  if st.hi - st.lo > per_stream then total = total - trim_oldest(key, id, st) end
+  while st.hi - st.lo > per_stream do total = total - trim_oldest(key, id, st) end
   while total > max_bytes and #order > 0 do
     local first = order[1]
     local fst = streams[first]
     if not fst then
-      fst = parse_stream(redis.call('HGET', key, 's' .. first), per_stream)
+      fst = parse_stream(redis.call('HGET', key, 's' .. first))
       if not fst then return 'corrupt' end
       streams[first] = fst
     end
@@ -189,9 +206,9 @@ REPLAY = (
     + """
 local id, per_stream, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {chosen}
-local st = parse_stream(redis.call('HGET', key, 's' .. id), per_stream)
+local st = parse_stream(redis.call('HGET', key, 's' .. id))
 if st then
-  for n = st.lo, st.hi - 1 do
+  for n = math.max(st.lo, st.hi - per_stream), st.hi - 1 do
     local field = 'e' .. id .. ':' .. fmt(n)
     if redis.call('HSTRLEN', key, field) <= limit then
       out[#out + 1] = redis.call('HGET', key, field) or ''
@@ -216,8 +233,8 @@ if type(order) == 'string' then
   local count = 0
   for id in string.gmatch(order, '[^ ]+') do
     count = count + 1
-    if count > max_streams or not int(id) then break end
-    local st = parse_stream(redis.call('HGET', key, 's' .. id), per_stream)
+    if count > MAX_STREAMS or not int(id) then break end
+    local st = parse_stream(redis.call('HGET', key, 's' .. id))
     if st then
       local field = 'e' .. id .. ':' .. fmt(st.hi - 1)
       if redis.call('HSTRLEN', key, field) <= limit then

@@ -191,6 +191,22 @@ async def test_bounds_are_the_memory_stores_in_redis(redis: RedisServer) -> None
         assert [e.seq for e in await reader.replay_after("t", 0, -1)] == [197, 198, 199]
         assert stats(writer)["batches"] >= 1 and stats(writer)["written"] == len(events) - 1 + 200
 
+    # workers whose bounds differ share a session's hash: the smaller bounds trim it, nothing is reset
+    wide = make_store(redis, max_events_per_stream=10, max_streams_per_session=5)
+    async with running(wide, writer):
+        for stream in range(5):
+            for seq in range(10):
+                wide.store_nowait("u", event(stream, seq))
+        assert await wide.flush(STEP)
+        assert [e.seq for e in await reader.replay_after("u", 4, -1)] == [7, 8, 9]  # its newest 3
+        wide_reader = make_store(redis, max_events_per_stream=10, max_streams_per_session=5)
+        assert len(await wide_reader.positions("u")) == 5
+        writer.store_nowait("u", event(4, 10))
+        assert await writer.flush(STEP)
+        assert stats(writer)["resets"] == 0 and stats(wide)["resets"] == 0
+        assert [e.seq for e in await wide_reader.replay_after("u", 4, -1)] == [8, 9, 10]
+        assert await wide_reader.positions("u") == {0: 9, 3: 9, 4: 10}  # stream 0, the 2 most recent
+
 
 async def test_ttl_option(redis: RedisServer) -> None:
     store = make_store(redis, ttl=0.5)
