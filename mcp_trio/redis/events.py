@@ -53,8 +53,9 @@ _IDLE_PING = 5.0
 """Seconds between two PINGs of an idle writer (so that a Redis gone away is noticed, and reported)."""
 
 
-_Op = tuple[str, StoredEvent | None]
-"""A session id and the event to write, or None: delete the session's events."""
+_Op = tuple[str, StoredEvent | str]
+"""A session id and the event to write, or what to do with the session's events: ``d`` delete them,
+``t`` refresh their TTL."""
 
 
 class RedisEventStore(EventReads, RedisLink):
@@ -227,7 +228,12 @@ class RedisEventStore(EventReads, RedisLink):
         if session_id in self._released:
             del self._released[session_id]
             return  # it lives on with another worker
-        self._enqueue((session_id, None), 0)
+        self._enqueue((session_id, "d"), 0)
+
+    def touch(self, session_id: str) -> None:
+        """Queue a refresh of the TTL of the session's events in Redis (they expire ``ttl`` after the
+        last write otherwise): for a session that stays in use without new events.  Synchronous."""
+        self._enqueue((session_id, "t"), 0)
 
     # -- handing sessions over --------------------------------------------------------------------
 
@@ -319,7 +325,7 @@ class RedisEventStore(EventReads, RedisLink):
         queue = self._queue
         while queue and len(batch) < _BATCH_OPS:
             event = queue[0][1]
-            grows = len(event.data) if event is not None else 0
+            grows = len(event.data) if isinstance(event, StoredEvent) else 0
             if batch and size + grows > _BATCH_BYTES:
                 break
             batch.append(queue.popleft())
@@ -329,7 +335,7 @@ class RedisEventStore(EventReads, RedisLink):
 
     def _put_back(self, batch: list[_Op]) -> None:
         self._queue.extendleft(reversed(batch))
-        self._queue_bytes += sum(len(event.data) for _, event in batch if event is not None)
+        self._queue_bytes += sum(len(event.data) for _, event in batch if isinstance(event, StoredEvent))
 
     def _progressed(self) -> None:
         self._progress.set()
@@ -354,8 +360,8 @@ class RedisEventStore(EventReads, RedisLink):
             if position is None:
                 keys.append(events_key(self.prefix, self._keys.tag(SESSION_TAG, session_id.encode())))
                 position = index[session_id] = str(len(keys))
-            if event is None:
-                args += [position, "d", "", "", ""]
+            if isinstance(event, str):
+                args += [position, event, "", "", ""]
             else:
                 entry = seal_event_entry(
                     self._keys, keys[int(position) - 1], event.stream_id, event.seq, event.data
@@ -423,7 +429,7 @@ class RedisEventStore(EventReads, RedisLink):
     def _refused(self, batch: list[_Op], error: BaseException) -> None:
         """Redis answered the batch with an error (out of memory, say), or it could not be made: its
         events stay in memory only."""
-        self._counts["write_errors"] += sum(event is not None for _, event in batch)
+        self._counts["write_errors"] += sum(isinstance(event, StoredEvent) for _, event in batch)
         self._last_error = describe(error, self.timeout)
         self._error_log.log(
             logging.WARNING,

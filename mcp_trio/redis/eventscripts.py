@@ -170,6 +170,8 @@ while i + 4 <= #ARGV do
   i = i + 5
   if kind == 'd' then
     redis.call('DEL', key)
+  elseif kind == 't' then
+    redis.call('PEXPIRE', key, ttl)
   else
     local outcome = append(key, id, seq, value)
     if outcome == 'corrupt' then
@@ -185,11 +187,12 @@ return {written, stale, resets}
 )
 """Apply a batch of operations, in order: ARGV[1] the TTL (ms), ARGV[2..5] the bounds (events per
 stream, streams per session, bytes per session) and the entry header's length, then five arguments
-per operation: the index of its key in KEYS, ``e`` (append an event: stream id, seq, entry) or ``d``
-(delete the session's events; three empty arguments).  Each append enforces the session's bounds as
-:class:`~mcp_trio.server.InMemoryEventStore` does, dropping the oldest first, and refreshes the TTL.
-Returns ``{written, stale, resets}``: an event whose stream already holds that seq or a later one is
-stale (a batch written again after its answer was lost writes nothing twice)."""
+per operation: the index of its key in KEYS, ``e`` (append an event: stream id, seq, entry), ``d``
+(delete the session's events) or ``t`` (refresh their TTL), the last two with three empty arguments.
+Each append enforces the session's bounds as :class:`~mcp_trio.server.InMemoryEventStore` does,
+dropping the oldest first, and refreshes the TTL.  Returns ``{written, stale, resets}``: an event whose
+stream already holds that seq or a later one is stale (a batch written again after its answer was lost
+writes nothing twice)."""
 
 _FIRST_HASH = """
 local chosen = nil

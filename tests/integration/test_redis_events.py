@@ -209,16 +209,22 @@ async def test_bounds_are_the_memory_stores_in_redis(redis: RedisServer) -> None
 
 
 async def test_ttl_option(redis: RedisServer) -> None:
-    store = make_store(redis, ttl=0.5)
+    store = make_store(redis, ttl=2.0)
     async with running(store), raw_client(redis) as client:
         await store.store("s", event(0, 0))
         assert await store.flush(STEP)
-        assert 0 < await client.pttl(key_of("s")) <= 500
+        assert 0 < await client.pttl(key_of("s")) <= 2000
         await client.script_flush()  # Redis forgets the writer's script: it is loaded again
         await store.store("s", event(0, 1))
         assert await store.flush(STEP)
         assert stats(store)["written"] == 2 and stats(store)["write_errors"] == 0
-        for _ in range(100):  # expired within 5 s
+        await client.pexpire(key_of("s"), 60_000)
+        store.touch("s")  # the TTL again
+        store.touch("never-stored")  # creates nothing
+        assert await store.flush(STEP)
+        assert 0 < await client.pttl(key_of("s")) <= 2000
+        assert await client.exists([key_of("never-stored")]) == 0
+        for _ in range(200):  # expired within 10 s
             if not await client.exists([key_of("s")]):
                 break
             await trio.sleep(0.05)
