@@ -210,9 +210,10 @@ async def _run_server(
 
 
 def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
-    """Give the app's server a Redis notification bus (it runs in the app's nursery), and its tasks a
-    Redis store unless its config names a store of its own."""
+    """Give the app's server a Redis notification bus (it runs in the app's nursery), its tasks a Redis
+    store and its sessions a Redis event store, each unless its config names a store of its own."""
     from .._app.bus import LocalNotificationBus
+    from .._transport.eventstore import InMemoryEventStore
 
     worker = app.config.worker_id
     try:
@@ -229,6 +230,13 @@ def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
         from ..redis import RedisTaskStore
 
         app._modern.tasks.store = RedisTaskStore(url)
+    if app.config.event_store_factory is InMemoryEventStore:  # and the events kept for resumption
+        from ..redis import RedisEventStore
+
+        config = app.config
+        app._manager.event_store = RedisEventStore(
+            url, max_bytes=config.max_event_store_bytes, ttl=max(3600.0, config.idle_timeout)
+        )
 
 
 def _tls_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str] | None:

@@ -91,7 +91,8 @@ class MCPApp:
         """Own the sessions' nursery until cancelled.  Cancelling ends every session at once; call
         :meth:`aclose` first for a graceful end.  A notification bus with tasks of its own (one with a
         ``run`` method, such as :class:`mcp_trio.redis.RedisNotificationBus`) runs here too, and ends
-        with the app."""
+        with the app; so do a task store's and an event store's ``run`` (such as
+        :class:`mcp_trio.redis.RedisEventStore`'s writer)."""
         bus = self.server.notifications
         if self.config.worker_id is not None and callable(getattr(bus, "attach_worker", None)):
             # here, not in __init__: a bus given to the server after the app was made counts
@@ -114,6 +115,9 @@ class MCPApp:
             store_run = getattr(tasks.store, "run", None)
             if store_run is not None:  # a store with tasks of its own (a shared one's signals)
                 await nursery.start(store_run, tasks)
+            events_run = getattr(self._manager.event_store, "run", None)
+            if events_run is not None:  # an event store with a task of its own (a shared one's writer)
+                await nursery.start(events_run)
             await nursery.start(tasks.run)
             await self._manager.run(task_status=task_status)
             nursery.cancel_scope.cancel()

@@ -214,6 +214,19 @@ class InMemoryEventStore:
         events = session.streams.get(stream_id, ()) if session is not None else ()
         return [e for e in events if e.seq > seq]
 
+    def holds(self, session_id: str) -> bool:
+        """Whether the store keeps events of ``session_id``."""
+        return session_id in self._sessions
+
+    def last_seqs(self, session_id: str) -> dict[int, int]:
+        """Each stream of ``session_id`` that the store keeps events of -> the largest seq kept."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            return {}
+        return {
+            stream_id: max(e.seq for e in events) for stream_id, events in session.streams.items() if events
+        }
+
     async def forget_session(self, session_id: str) -> None:
         self.forget_session_nowait(session_id)
 

@@ -217,10 +217,10 @@ class Ownership:
         assert found is not None  # the record's decoder checked it
         store = self.manager.event_store
         positions: dict[int, int] = {}
-        take_over = getattr(store, "adopt", None)
+        shared_positions = getattr(store, "positions", None)  # a store that shares its events
         try:
-            if take_over is not None:
-                positions = await take_over(session_id)
+            if shared_positions is not None:  # (from now on it replays this session from Redis)
+                positions = await shared_positions(session_id)
             session = self.manager.adopt(session_id, found, owner=record.owner, address=address)
         except Exception as exc:  # SessionError (full, draining), or the store failing
             logger.warning("adopting session %.12s… failed: %s", session_id, exc)

@@ -1,4 +1,5 @@
-"""Workers that share Redis: :class:`RedisNotificationBus` and :class:`RedisTaskStore`.
+"""Workers that share Redis: :class:`RedisNotificationBus`, :class:`RedisTaskStore` and
+:class:`RedisEventStore`.
 
 Install the extra first: ``pip install 'mcp_trio[redis]'`` (it brings `coredis
 <https://coredis.readthedocs.io>`_, an async Redis client that runs on Trio through AnyIO).  Only this
@@ -7,20 +8,21 @@ or later.
 
 The package by job: ``connection`` (coredis, and the connection a bus and a store keep), ``bus`` (the
 notification bus), ``workers`` (a worker's heartbeat, session hash, inbox and forwarding), ``tasks``
-(the task store).
+(the task store), ``events`` (the event store, with ``eventreads`` and ``eventscripts``).
 """
 
 from __future__ import annotations
 
-# The two classes are the API; the other names below were importable from mcp_trio.redis before it
+# The three classes are the API; the other names below were importable from mcp_trio.redis before it
 # became a package, and stay so.
 from .bus import RedisNotificationBus
 from .connection import MALFORMED_LOG_INTERVAL as MALFORMED_LOG_INTERVAL
 from .connection import State as State
 from .connection import redact as redact
+from .events import RedisEventStore
 from .tasks import SIGNAL_LIMIT as SIGNAL_LIMIT
 from .tasks import RedisTaskStore
 from .workers import Deliver as Deliver
 from .workers import Forwarded as Forwarded
 
-__all__ = ["RedisNotificationBus", "RedisTaskStore"]
+__all__ = ["RedisEventStore", "RedisNotificationBus", "RedisTaskStore"]
