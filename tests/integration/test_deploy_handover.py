@@ -322,3 +322,28 @@ async def test_a_killed_worker_s_sessions_are_adopted(tmp_path: Path) -> None:
         await every_listener_gets(listeners, "notifications/tools/list_changed")
         assert 404 not in statuses, statuses
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.deadline(120)
+async def test_events_missed_during_a_hand_over_are_replayed_by_the_adopter(tmp_path: Path) -> None:
+    """A notification stored for a session while its GET stream was not connected is replayed, with
+    ``Last-Event-ID``, by the worker that adopted the session after a SIGTERM of its owner."""
+    statuses: list[int] = []
+    async with workers(tmp_path) as c:
+        clients = await open_sessions(c, 4, statuses)
+        victim = next(client for client in clients if owner_of(client) == "a")
+        get = await victim.open_get()  # its priming event, 0-0, read
+        await get.aclose()
+        other = next(client for client in clients if owner_of(client) == "b")
+        await call(other, "test_trigger_tool_change", {}, statuses)  # reaches a through Redis
+        await trio.sleep(1.0)  # a stores it for the victim's GET stream (no connection to send it on)
+        await c.servers["a"].stop(signal.SIGTERM)
+        listener = Listener(victim, statuses, last_event_id="0-0")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listener.run)
+            await every_listener_gets([listener], "notifications/tools/list_changed")
+            nursery.cancel_scope.cancel()
+        assert listener.connects == 1
+        stats = (await fetch_stats(c.servers["b"]))["notification_bus"]
+        assert stats["adopted"] >= 1, stats
+        assert 404 not in statuses, statuses
