@@ -20,6 +20,8 @@ import sphinx.util.logging
 import mcp_trio
 import mcp_trio._app.tasks
 import mcp_trio._transport.config
+import mcp_trio._transport.registry
+import mcp_trio._transport.session
 import mcp_trio.auth
 import mcp_trio.client
 import mcp_trio.errors
@@ -91,6 +93,8 @@ sphinx.util.inspect.TypeAliasForwardRef.__repr__ = _alias_repr
 mcp_trio._transport.config.SessionRegistry = mcp_trio.server.SessionRegistry
 mcp_trio._transport.config.TaskStore = mcp_trio.server.TaskStore
 mcp_trio._transport.config.ProtectedResource = mcp_trio.auth.ProtectedResource
+# The same for the session a SessionRegistry holds (its module imports the session's for type checking)
+mcp_trio._transport.registry.Session = mcp_trio._transport.session.Session
 
 
 def _readable_defaults(app, what, name, obj, options, signature, return_annotation):

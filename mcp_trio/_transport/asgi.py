@@ -25,12 +25,12 @@ from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, Disconnec
 from ..auth.server._resource import BearerGuard
 from ..auth.server._token import AccessToken
 from ..errors import RemoteProtocolError
-from .config import DRAIN_DELAY, HTTPRequestInfo, ServerConfig
+from .config import HTTPRequestInfo, ServerConfig
 from .forwarding import Forwarding, WorkerLink
 from .legacy import LegacyEndpoint
 from .manager import SessionManager
 from .modern import ModernEndpoint
-from .ownership import Ownership
+from .ownership import Ownership, drain
 from .quotas import QuotaExceeded, client_address
 from .streams import TRANSPORT_ERRORS, GuardedSend, reject, respond
 from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
@@ -133,35 +133,19 @@ class MCPApp:
                 nursery.cancel_scope.cancel()
 
     async def aclose(self) -> None:
-        """Close every session, subscription and WebSocket connection (each open stream ends cleanly,
+        """End gracefully: drain first (see :func:`~mcp_trio._transport.ownership.drain`: readiness
+        turns at once, ``drain_delay``, then no new session, and sessions kept in Redis are handed over),
+        then close every session, subscription and WebSocket connection (each open stream ends cleanly,
         each WebSocket with close code 1001 after what was queued for it) within
         ``config.shutdown_grace``."""
-        self._closing = True
-        await self._drain()
+        self._closing = self._draining = True
+        await drain(self._manager, self._legacy.ownership, self.config)
         for connection in list(self._websockets):
             connection.stop()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._modern.aclose)
             nursery.start_soon(self._modern.tasks.aclose)
             nursery.start_soon(self._manager.aclose)
-
-    async def _drain(self) -> None:
-        """The first part of a graceful end: readiness turns (a GET without a session, what the
-        shipped balancer configurations check, gets 503), then for ``drain_delay`` seconds everything
-        is served as before (the balancer notices meanwhile); then no new session is made, and a
-        worker that keeps its sessions in Redis hands each of them over."""
-        self._draining = True
-        ownership = self._legacy.ownership
-        if ownership is not None:
-            ownership.link.start_draining()
-        delay = self.config.drain_delay
-        if delay is None:
-            delay = DRAIN_DELAY if ownership is not None else 0.0
-        if delay > 0 and self._manager.running:
-            await trio.sleep(delay)
-        self._manager.refusing = True
-        if ownership is not None and self._manager.running:
-            await ownership.drain()
 
     def statistics(self) -> dict[str, Any]:
         stats = self._manager.statistics()

@@ -23,7 +23,7 @@ here without taking its record or events with it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import trio
 
@@ -33,16 +33,14 @@ from .._protocol.admission import handing_over, lives_elsewhere
 from .._protocol.cluster import Peek, SessionRecord, encode_session_record, session_owner
 from .._protocol.session import Outgoing, SessionEvent, SessionState, transition
 from .._protocol.versions import revision
+from .config import DRAIN_DELAY, ServerConfig
 from .forwarding import RELEASE_BODY, Forwarding, WorkerLink
 from .manager import SessionManager
 from .peer import SessionPeer
 from .session import Session
 from .streams import GuardedSend, respond
 
-if TYPE_CHECKING:
-    from .config import ServerConfig
-
-__all__ = ["Ownership", "SessionLink", "record_of"]
+__all__ = ["Ownership", "SessionLink", "drain", "record_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -281,10 +279,25 @@ class Ownership:
                 await trio.sleep(_POLL / 5)
         session.close()
 
-    async def drain(self) -> None:
-        """Hand every session of this worker over (SIGTERM, ``app.aclose()``)."""
-        self.manager.refusing = True
-        self.link.start_draining()
+    async def hand_over_all(self) -> None:
+        """Hand every session of this worker over."""
         async with trio.open_nursery() as nursery:
-            for session in list(self.manager.sessions()):
+            for session in self.manager.sessions():
                 nursery.start_soon(self.hand_over, session)
+
+
+async def drain(manager: SessionManager, ownership: Ownership | None, config: ServerConfig) -> None:
+    """The first part of an app's graceful end (the app has turned its readiness: a GET without a
+    session, what the shipped balancer configurations check, gets 503): the heartbeat says so, then for
+    ``drain_delay`` seconds everything is served as before (the balancer notices meanwhile); then no new
+    session is made, and a worker that keeps its sessions in Redis hands each of them over."""
+    if ownership is not None:
+        ownership.link.start_draining()
+    delay = config.drain_delay
+    if delay is None:
+        delay = DRAIN_DELAY if ownership is not None else 0.0
+    if delay > 0 and manager.running:
+        await trio.sleep(delay)
+    manager.refusing = True
+    if ownership is not None and manager.running:
+        await ownership.hand_over_all()
