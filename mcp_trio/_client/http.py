@@ -125,7 +125,11 @@ class HTTPTransport:
         except httpx.HTTPError as exc:
             raise TransportError(f"POST {self.url} failed: {_reason(exc)}") from exc
         try:
-            if "mcp-session-id" in response.headers and message.get("method") == "initialize":
+            if (
+                response.status_code < 400
+                and "mcp-session-id" in response.headers
+                and message.get("method") == "initialize"
+            ):
                 self.session_id = response.headers["mcp-session-id"]
             if response.status_code == 202:
                 return None

@@ -150,10 +150,10 @@ class Renewal:
                     session._subscribed.discard(uri)
                     logger.warning("resource %s could not be subscribed to again: %s", uri, exc)
             self._expired = None
-            self.renewals += 1
-            logger.info("session %s expired; the client renewed it as %s", old, transport.session_id)
             self._task = None
             await self.open_get_stream()
+            self.renewals += 1
+            logger.info("session %s expired; the client renewed it as %s", old, transport.session_id)
         except Exception as exc:
             attempt.failure = exc
             if isinstance(exc, MCPTrioError):
