@@ -272,6 +272,36 @@ async def test_resumption_answered_503_is_retried(fake: Fake, http: httpx.AsyncC
     assert_clean(http)
 
 
+async def test_listen_answered_503_is_retried(fake: Fake, http: httpx.AsyncClient) -> None:
+    """2026 era: ``subscriptions/listen`` answered 503 once, then acknowledged."""
+    attempts: list[Request] = []
+
+    async def call(request: Request, send: Send) -> None:
+        attempts.append(request)
+        if len(attempts) == 1:
+            await start_response(send, 503, "text/plain", retry_after="0")
+            await body(send, b"busy", more=False)
+            return
+        ack = {"notifications": {"toolsListChanged": True}}
+        await start_response(send)
+        await body(
+            send,
+            event({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack}),
+        )
+        await body(send, event(result_of(request)), more=False)
+
+    fake.server.call = call
+    async with open_client_session(fake.url, mode="modern", http=http) as s:
+        with trio.fail_after(STEP):
+            async with s.listen(tools=True) as subscription:
+                assert subscription.acknowledged == {"toolsListChanged": True}
+                assert [m async for m in subscription] == []
+                assert subscription.closed_gracefully
+    assert [r.message["method"] for r in attempts] == ["subscriptions/listen"] * 2
+    assert attempts[0].message == attempts[1].message
+    assert_clean(http)
+
+
 # -- 404: the session renewed -----------------------------------------------------------------------
 
 
