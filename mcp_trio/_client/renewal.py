@@ -9,6 +9,7 @@ requests) end."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
 __all__ = ["Renewal"]
 
 logger = logging.getLogger(__name__)
+
+MIN_RENEWAL_INTERVAL = 1.0
+"""Seconds from the start of one renewal to the start of the next, at least: a server that forgets every
+session at once (or answers 404 to every reopening of the GET stream) cannot make the client
+``initialize`` in a loop."""
 
 
 @dataclass(eq=False)
@@ -60,6 +66,7 @@ class Renewal:
         self._attempt: _Attempt | None = None  # the latest renewal
         self._task: trio.lowlevel.Task | None = None  # the renewal running: its messages are not held
         self.renewals = 0
+        self._last = -math.inf  # when the latest renewal started
 
     @contextmanager
     def owned(self) -> Iterator[None]:
@@ -142,6 +149,8 @@ class Renewal:
                 scope.cancel()
             transport.session_id = None
             session._set_era(None)
+            await trio.sleep_until(self._last + MIN_RENEWAL_INTERVAL)
+            self._last = trio.current_time()
             await session._initialize(self._version)
             for uri in sorted(session._subscribed):
                 try:
