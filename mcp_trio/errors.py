@@ -11,7 +11,8 @@ The tree::
      +- SessionError             a session is unknown, terminated or over capacity
      +- RPCError                 a JSON-RPC error response, raised to the caller that waited for the result
      +- TransportError           (client) the exchange with the server failed: a status, a broken stream
-     |   +- SessionExpired       (client) the server answered 404 for our session: open a new one
+     |   +- SessionExpired       (client) the server answered 404 for our session
+     |   +- ServerBusy           (client) 503 or 429 until the client's retries ran out
      +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
      +- TaskStoreFull            (server) no room for another task in the task store
      +- TaskStoreUnavailable     (server) the task store could not be reached
@@ -34,6 +35,7 @@ __all__ = [
     "ProtocolError",
     "RPCError",
     "RemoteProtocolError",
+    "ServerBusy",
     "SessionError",
     "SessionExpired",
     "SkillVerificationError",
@@ -110,7 +112,36 @@ class TransportError(MCPTrioError):
 
 
 class SessionExpired(TransportError):
-    """The server answered 404 for our session: it is gone; open a new session."""
+    """The server answered 404 for our session: it is gone.  ``session_id`` is the session's id.
+
+    Raised for the requests of that session (a 2025-era HTTP session renews itself for the calls that
+    follow, unless opened with ``renew_on_expiry=False``: then open a new session)."""
+
+    def __init__(
+        self, message: str, *, status: int | None = 404, body: Any = None, session_id: str | None = None
+    ) -> None:
+        super().__init__(message, status=status, body=body)
+        self.session_id = session_id
+
+
+class ServerBusy(TransportError):
+    """The server answered 503 (unavailable) or 429 (too many requests) to every attempt the client's
+    retries allowed, or asked with ``Retry-After`` for a longer wait than was left of them.  ``status``
+    is the last answer's; ``retry_after`` its ``Retry-After`` in seconds (None without one);
+    ``attempts`` how many times the message was sent.  The server processed none of them."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        body: Any = None,
+        retry_after: float | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message, status=status, body=body)
+        self.retry_after = retry_after
+        self.attempts = attempts
 
 
 class SkillVerificationError(MCPTrioError):

@@ -143,9 +143,12 @@ class TypedAPI(TaskAPI):
         return await self._typed(mt.ReadResourceResult, "resources/read", {"uri": uri})
 
     async def subscribe_resource(self, uri: str) -> None:
+        """``resources/subscribe`` (2025 era).  A session renewed after a 404 subscribes again."""
         await self.request("resources/subscribe", {"uri": uri})
+        self._subscribed.add(uri)
 
     async def unsubscribe_resource(self, uri: str) -> None:
+        self._subscribed.discard(uri)
         await self.request("resources/unsubscribe", {"uri": uri})
 
     async def list_prompts(self, cursor: str | None = None) -> mt.ListPromptsResult:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import mcp_types as mt
@@ -22,12 +23,15 @@ import trio
 
 from .._protocol import versions
 from .._protocol.tasks import TASKS_EXTENSION
-from ..errors import MCPTrioError, RPCError, TransportError
+from ..errors import MCPTrioError, RPCError, SessionExpired, TransportError
 from .callbacks import ProgressHandler, check_callback, invoke
 from .http import HTTPTransport, _ErrorAnswer
 from .messages import MessageTransport
 from .options import DEFAULT_CLIENT_INFO, SessionOptions
 from .wire import peer_log, valid_id
+
+if TYPE_CHECKING:
+    from .renewal import Renewal
 
 __all__ = ["SessionCore", "Transport", "object_of", "rpc_error", "text_of"]
 
@@ -122,6 +126,28 @@ class SessionCore:
         self._running: set[trio.CancelScope] = set()
         self._tasks = options.get("tasks", True)  # declare the tasks extension (2026 era)
         self._closing = False
+        self._renewal: Renewal | None = None  # a 2025-era HTTP session's GET stream and renewal
+        self._subscribed: set[str] = set()  # the resources subscribed to (subscribed again on renewal)
+
+    @property
+    def session_id(self) -> str | None:
+        """The session's id (``Mcp-Session-Id``: a 2025-era session over HTTP; a renewed session's new
+        id), else None."""
+        return self._transport.session_id
+
+    @property
+    def renewals(self) -> int:
+        """How many times the session was renewed after the server answered 404 for it."""
+        return self._renewal.renewals if self._renewal is not None else 0
+
+    def _expired(self, exc: SessionExpired) -> None:
+        """The server answered 404 for the session: renew it, for the calls that follow."""
+        if self._renewal is not None:
+            self._renewal.expired(exc.session_id)
+
+    def _owned(self) -> AbstractContextManager[None]:
+        """A task of the current session (cancelled if a renewal replaces it)."""
+        return self._renewal.owned() if self._renewal is not None else nullcontext()
 
     def _cancel_running(self) -> None:
         """The session ends: requests still waiting (in any task) fail promptly."""
@@ -246,6 +272,8 @@ class SessionCore:
     async def _request_once(
         self, method: str, params: dict[str, Any], progress: ProgressHandler | None
     ) -> dict[str, Any]:
+        if self._renewal is not None:  # a session being renewed: wait for the new one (no checkpoint
+            await self._renewal.ready()  # from here to the POST, which takes the session id it finds)
         request_id = next(self._ids)
         call = _Call(progress, trio.CancelScope())
         if progress is not None:
@@ -266,6 +294,9 @@ class SessionCore:
                     answer = await self._transport.post(message, on_message)
                 except _ErrorAnswer as exc:
                     answer = exc.body
+                except SessionExpired as exc:
+                    self._expired(exc)
+                    raise
                 finally:
                     self._running.discard(call.scope)
         except trio.Cancelled:
@@ -338,7 +369,13 @@ class SessionCore:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
-        await self._transport.post(message, self._dispatch)
+        if self._renewal is not None:
+            await self._renewal.ready()
+        try:
+            await self._transport.post(message, self._dispatch)
+        except SessionExpired as exc:
+            self._expired(exc)
+            raise
 
     async def _dispatch(self, message: dict[str, Any], call: _Call | None = None) -> None:
         """A message from the server that is not the awaited response.  ``call`` is the request on
@@ -392,6 +429,10 @@ class SessionCore:
         return True
 
     async def _answer_server_request(self, message: dict[str, Any]) -> None:
+        with self._owned():
+            await self._answer(message)
+
+    async def _answer(self, message: dict[str, Any]) -> None:
         params = message.get("params")
         try:
             if params is not None and not isinstance(params, dict):
@@ -412,6 +453,8 @@ class SessionCore:
             await self._transport.post(reply, self._dispatch)
         except (TransportError, httpx.HTTPError) as exc:
             logger.info("could not answer the server's %s: %r", message["method"], exc)
+            if isinstance(exc, SessionExpired):
+                self._expired(exc)
 
     async def _serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Run the handler of a server-to-client request (or input request)."""

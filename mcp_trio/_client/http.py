@@ -1,13 +1,15 @@
 """The client side of Streamable HTTP on httpx: one POST per message, JSON or SSE answers, the 2025-era
-standalone GET stream and ``Last-Event-ID`` resumption, and the 2026-era request-metadata headers."""
+standalone GET stream and ``Last-Event-ID`` resumption, the 2026-era request-metadata headers, and
+every message sent again after a 503 or 429 (``retry.py``)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx
@@ -17,9 +19,13 @@ from .._protocol import modern as modern_rules
 from .._protocol.sse import SSEDecoder, SSEProtocolError
 from ..auth.client._errors import OAuthError
 from ..errors import MCPTrioError, SessionExpired, TransportError
+from .bodies import MessageStream, WholeBody, drain, read_capped, unwind
+from .retry import RETRY_STATUSES, Retries, RetryPolicy
 from .wire import MAX_MESSAGE_SIZE, OnMessage, decode_json, envelope, peer_log, read_message
 
 __all__ = ["HTTPTransport", "MessageStream", "SessionExpired", "TransportError"]
+
+_WholeBody = WholeBody  # its name before it moved to bodies.py
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +90,7 @@ class HTTPTransport:
         max_reconnects: int = 3,
         auth: httpx.Auth | None = None,
         max_message_size: int = MAX_MESSAGE_SIZE,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.http = http
         self.url = url
@@ -97,11 +104,12 @@ class HTTPTransport:
         ``tools/list``)."""
         self.max_reconnects = max_reconnects
         self.max_message_size = max_message_size
+        self.retry = retry or RetryPolicy()
 
-    def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    def _headers(self, extra: Mapping[str, str] | None, session_id: str | None) -> dict[str, str]:
         headers = {"accept": ACCEPT, "content-type": "application/json"}
-        if self.session_id is not None:
-            headers["mcp-session-id"] = self.session_id
+        if session_id is not None:
+            headers["mcp-session-id"] = session_id
         if self.protocol_version is not None:
             headers["mcp-protocol-version"] = self.protocol_version
         headers.update(extra or {})
@@ -111,21 +119,25 @@ class HTTPTransport:
         """POST one message.  For a request, return its response message (notifications and
         server requests met on the way go to ``on_message``); for anything else, None."""
         expect = message.get("id") if "method" in message else None
-        request = self._post(message)
+        session_id = self.session_id  # the session this message belongs to, whatever happens meanwhile
         try:
-            response = await self.http.send(request, stream=True, auth=self.auth)
+            response = await self._send(lambda: self._post(message, session_id), session_id)
         except httpx.HTTPError as exc:
             raise TransportError(f"POST {self.url} failed: {_reason(exc)}") from exc
         try:
-            if "mcp-session-id" in response.headers and message.get("method") == "initialize":
+            if (
+                response.status_code < 400
+                and "mcp-session-id" in response.headers
+                and message.get("method") == "initialize"
+            ):
                 self.session_id = response.headers["mcp-session-id"]
             if response.status_code == 202:
                 return None
             if response.status_code >= 400:
-                await self._raise_for(response, expect)
+                await self._raise_for(response, session_id, expect)
             kind = response.headers.get("content-type", "")
             if kind.startswith("text/event-stream"):
-                return await self._read_sse(response, expect, on_message)
+                return await self._read_sse(response, session_id, expect, on_message)
             data = decode_json(await self._read_body(response), self.max_message_size, "the answer")
             return await self._take_json(data, expect, on_message)
         except (httpx.HTTPError, SSEProtocolError) as exc:
@@ -133,6 +145,30 @@ class HTTPTransport:
         finally:
             with trio.CancelScope(shield=True):
                 await response.aclose()
+
+    async def _send(self, build: Callable[[], httpx.Request], session_id: str | None) -> httpx.Response:
+        """Send the request ``build`` makes (streamed) and return the answer; after a 503 or 429 send it
+        again, as :attr:`retry` allows (else :class:`~mcp_trio.errors.ServerBusy`).  A message of a
+        session that another has replaced meanwhile is not sent: :class:`SessionExpired`."""
+        retries = Retries(self.retry)
+        while True:
+            if session_id is not None and session_id != self.session_id:
+                gone = f"session {session_id} expired (a new session replaced it)"
+                raise SessionExpired(gone, status=None, session_id=session_id)
+            request = build()
+            response = await self.http.send(request, stream=True, auth=self.auth)
+            if response.status_code not in RETRY_STATUSES:
+                return response
+            try:
+                raw, _whole = await read_capped(response, MAX_ERROR_BODY)
+            except httpx.HTTPError:
+                raw = b""
+            finally:
+                with trio.CancelScope(shield=True):
+                    await response.aclose()
+            after = response.headers.get("retry-after")
+            text = raw.decode(errors="replace")
+            await retries.wait(f"{request.method} {self.url}", response.status_code, after, text)
 
     async def _read_body(self, response: httpx.Response) -> bytes:
         """A JSON answer's body, or :class:`TransportError` once it is longer than ``max_message_size``
@@ -143,7 +179,7 @@ class HTTPTransport:
             raise TransportError(f"the answer from {self.url} is longer than {limit} bytes")
         return body
 
-    async def _raise_for(self, response: httpx.Response, expect: Any = None) -> None:
+    async def _raise_for(self, response: httpx.Response, session_id: str | None, expect: Any = None) -> None:
         raw, whole = await read_capped(response, MAX_ERROR_BODY)
         text = raw.decode(errors="replace")
         body: Any = text
@@ -159,8 +195,10 @@ class HTTPTransport:
             and body.get("id") == expect
         ):
             raise _ErrorAnswer(body)
-        if response.status_code == 404 and self.session_id is not None:
-            raise SessionExpired(f"the server does not know session {self.session_id}", status=404, body=body)
+        if response.status_code == 404 and session_id is not None:
+            raise SessionExpired(
+                f"the server does not know session {session_id}", status=404, body=body, session_id=session_id
+            )
         raise TransportError(
             f"HTTP {response.status_code} from {self.url}: {text[:300]}",
             status=response.status_code,
@@ -183,7 +221,7 @@ class HTTPTransport:
         return answer
 
     async def _read_sse(
-        self, response: httpx.Response, expect: Any, on_message: OnMessage
+        self, response: httpx.Response, session_id: str | None, expect: Any, on_message: OnMessage
     ) -> dict[str, Any] | None:
         decoder = SSEDecoder(max_event_size=self.max_message_size)
         answer = await self._pump(response.aiter_bytes(), decoder, expect, on_message)
@@ -194,19 +232,31 @@ class HTTPTransport:
                 raise TransportError("the server closed the stream before sending the response")
             attempts += 1
             await trio.sleep(_retry_delay(decoder))
-            answer = await self._resume(decoder, expect, on_message)
+            answer = await self._resume(decoder, session_id, expect, on_message)
         return answer
 
-    async def _resume(self, decoder: SSEDecoder, expect: Any, on_message: OnMessage) -> dict[str, Any] | None:
-        headers = self._headers({"accept": "text/event-stream", "last-event-id": decoder.last_event_id})
+    async def _resume(
+        self, decoder: SSEDecoder, session_id: str | None, expect: Any, on_message: OnMessage
+    ) -> dict[str, Any] | None:
+        """GET the rest of a stream (``Last-Event-ID``), from whichever worker answers; None if it ended
+        (or broke off) before the response.  A 503 or 429 is retried as any message; a 404 is
+        :class:`SessionExpired`."""
+        extra = {"accept": "text/event-stream", "last-event-id": decoder.last_event_id}
         try:
-            async with self.http.stream("GET", self.url, headers=headers, auth=self.auth) as response:
-                if response.status_code >= 400:
-                    await self._raise_for(response)
-                return await self._pump(response.aiter_bytes(), decoder, expect, on_message)
+            response = await self._send(lambda: self._get(extra, session_id), session_id)
         except httpx.HTTPError as exc:
             logger.info("resuming the stream failed: %r", exc)
             return None
+        try:
+            if response.status_code >= 400:
+                await self._raise_for(response, session_id)
+            return await self._pump(response.aiter_bytes(), decoder, expect, on_message)
+        except httpx.HTTPError as exc:
+            logger.info("the resumed stream broke off: %r", exc)
+            return None
+        finally:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
 
     async def _pump(
         self, chunks: AsyncIterator[bytes], decoder: SSEDecoder, expect: Any, on_message: OnMessage
@@ -228,14 +278,17 @@ class HTTPTransport:
                         # the response ends its stream: read to the end so the connection is reused
                         # (python-sdk #1274), but do not wait long for a server that keeps it open
                         with trio.move_on_after(DRAIN_SECONDS):
-                            exhausted = await _drain(chunks)
+                            exhausted = await drain(chunks)
                         return message
                     await on_message(message)
         finally:
             if not exhausted:
-                await _unwind(chunks)
+                await unwind(chunks)
 
-    def _post(self, message: dict[str, Any]) -> httpx.Request:
+    def _get(self, extra: dict[str, str], session_id: str | None) -> httpx.Request:
+        return self.http.build_request("GET", self.url, headers=self._headers(extra, session_id))
+
+    def _post(self, message: dict[str, Any], session_id: str | None) -> httpx.Request:
         """A POST of ``message`` (with the 2026-era request headers, in that era) whose body stream is a
         plain iterator (:class:`_WholeBody`)."""
         body = json.dumps(message, separators=(",", ":")).encode()
@@ -243,23 +296,23 @@ class HTTPTransport:
         if self.modern and "method" in message and "id" in message:  # a request
             params = message.get("params") or {}
             extra = modern_headers(message, self.header_params.get(params.get("name", "")))
-        headers = self._headers(extra)
+        headers = self._headers(extra, session_id)
         request = self.http.build_request("POST", self.url, content=body, headers=headers)
-        request.stream = _WholeBody(body)  # the request keeps its content (and Content-Length) as built
+        request.stream = WholeBody(body)  # the request keeps its content (and Content-Length) as built
         return request
 
     @asynccontextmanager
     async def open_stream(self, message: dict[str, Any]) -> AsyncIterator[MessageStream]:
         """POST a long-lived request (``subscriptions/listen``) and read its SSE answer message by message."""
-        request = self._post(message)
+        session_id = self.session_id
         try:
-            response = await self.http.send(request, stream=True, auth=self.auth)
+            response = await self._send(lambda: self._post(message, session_id), session_id)
         except httpx.HTTPError as exc:
             raise TransportError(f"POST {self.url} failed: {_reason(exc)}") from exc
         stream = MessageStream(response, self.max_message_size)
         try:
             if response.status_code >= 400:
-                await self._raise_for(response, message.get("id"))
+                await self._raise_for(response, session_id, message.get("id"))
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
                 stream.pending.extend(await self._json_messages(response))
             yield stream
@@ -285,31 +338,46 @@ class HTTPTransport:
 
         ``ready`` is set once the first attempt has its answer (the stream's headers, a refusal or a
         failure): a server that sends what concerns no request only on an open GET stream (and drops
-        it otherwise) loses nothing the session asks for after that."""
+        it otherwise) loses nothing the session asks for after that.
+
+        A 503 or 429 is retried as any message (:attr:`retry`; then it counts as a drop).  A 404 to a
+        reconnection (the stream was open before) raises :class:`SessionExpired`: the session is gone
+        (a 404 to the first attempt ends the stream quietly, like any refusal).  So does a session
+        replaced meanwhile: the stream belongs to the session that opened it."""
         try:
             await self._listen(on_message, ready)
         finally:
             ready.set()
 
     async def _listen(self, on_message: OnMessage, ready: trio.Event) -> None:
+        session_id = self.session_id
         decoder = SSEDecoder(max_event_size=self.max_message_size)
         failures = 0
+        opened = False
         while failures <= self.max_reconnects:
             extra = {"accept": "text/event-stream"}
             if decoder.last_event_id:
                 extra["last-event-id"] = decoder.last_event_id
             try:
-                async with self.http.stream(
-                    "GET", self.url, headers=self._headers(extra), auth=self.auth
-                ) as response:
+                response = await self._send(partial(self._get, extra, session_id), session_id)
+                try:
+                    if response.status_code == 404 and opened and session_id is not None:
+                        gone = f"the server does not know session {session_id} (GET stream)"
+                        raise SessionExpired(gone, session_id=session_id)
                     if response.status_code == 405:
                         return
                     if response.status_code >= 400:
                         logger.info("GET stream refused: HTTP %s", response.status_code)
                         return
                     failures = 0
+                    opened = True
                     ready.set()
                     await self._pump(response.aiter_bytes(), decoder, None, on_message)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await response.aclose()
+            except SessionExpired:
+                raise
             except OAuthError as exc:  # no authorization for the stream: never ask again from here
                 logger.info("GET stream given up: %s", exc)
                 return
@@ -325,58 +393,26 @@ class HTTPTransport:
             await trio.sleep(_retry_delay(decoder))
 
     async def delete(self) -> None:
-        if self.session_id is None:
+        session_id = self.session_id
+        if session_id is None:
             return
+
+        def build() -> httpx.Request:
+            return self.http.build_request("DELETE", self.url, headers=self._headers(None, session_id))
+
         try:
-            response = await self.http.delete(self.url, headers=self._headers(), auth=self.auth)
+            response = await self._send(build, session_id)
+            try:
+                await read_capped(response, MAX_ERROR_BODY)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await response.aclose()
         except OAuthError as exc:  # the session ends anyway: no authorization just to say goodbye
             raise TransportError(f"DELETE {self.url} needed an authorization that failed: {exc}") from exc
         except httpx.HTTPError as exc:
             raise TransportError(f"DELETE {self.url} failed: {_reason(exc)}") from exc
         if response.status_code not in (200, 202, 204, 404, 405):
             logger.info("DELETE answered %s", response.status_code)
-
-
-class MessageStream:
-    """The messages of one streamed answer, read by whoever iterates it."""
-
-    def __init__(self, response: httpx.Response, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
-        self.response = response
-        self.pending: list[dict[str, Any]] = []
-        self._chunks = response.aiter_bytes()
-        self._max = max_message_size
-        self._decoder = SSEDecoder(max_event_size=max_message_size)
-        self._ended = False
-
-    async def next_message(self) -> dict[str, Any] | None:
-        """The next message, or None when the server ended the answer."""
-        while not self.pending:
-            if self._ended or self.response.is_closed:
-                return None
-            try:
-                chunk = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                self._ended = True
-                return None
-            except httpx.HTTPError as exc:
-                self._ended = True
-                raise TransportError(f"the stream broke off: {exc}") from exc
-            try:
-                events = self._decoder.feed(chunk)
-            except SSEProtocolError as exc:
-                self._ended = True
-                raise TransportError(f"the stream broke a limit: {exc}") from exc
-            for event in events:
-                message = read_message(event.data, self._max, "an SSE event")
-                if message is not None:
-                    self.pending.append(message)
-        return self.pending.pop(0)
-
-    async def aclose(self) -> None:
-        if not self._ended and not self.response.is_closed:
-            await _unwind(self._chunks)
-        with trio.CancelScope(shield=True):
-            await self.response.aclose()
 
 
 class _ErrorAnswer(Exception):
@@ -399,75 +435,3 @@ def _fresh(decoder: SSEDecoder) -> SSEDecoder:
     fresh._last_event_id = decoder.last_event_id
     fresh._retry = decoder.retry
     return fresh
-
-
-async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    """A response's body, at most ``limit`` bytes of it; the bool says whether that is the whole body
-    (False: there was more, not read; a ``Content-Length`` over the limit is believed without reading)."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return b"", False
-    body = bytearray()
-    chunks = response.aiter_bytes()
-    while True:
-        try:
-            chunk = await chunks.__anext__()
-        except StopAsyncIteration:
-            return bytes(body), True
-        body += chunk
-        if len(body) > limit:
-            await _unwind(chunks)
-            return bytes(body[:limit]), False
-
-
-async def _drain(chunks: AsyncIterator[bytes]) -> bool:
-    """Read a body to its end; True once it ended."""
-    while True:
-        try:
-            await chunks.__anext__()
-        except StopAsyncIteration:
-            return True
-
-
-async def _unwind(chunks: AsyncIterator[bytes]) -> None:
-    """Give up on a body.  ``aclose()`` on httpx's outer generator would leave its inner ones to the
-    garbage collector (a ResourceWarning each, encode/httpx#3686); a read in a cancelled scope unwinds
-    the whole chain instead, and httpcore drops the connection on the way."""
-    with trio.CancelScope() as scope:
-        scope.cancel()
-        try:
-            await _drain(chunks)
-        except httpx.HTTPError:
-            pass
-
-
-class _WholeBody(httpx.AsyncByteStream):
-    """A request body sent in one piece, iterated by a plain object instead of httpx's async generator:
-    a send cancelled halfway (a call cancelled by its caller) then leaves no generator to be finalized
-    by the garbage collector, which Trio reports as a ResourceWarning."""
-
-    __slots__ = ("_body",)
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return _Once(self._body)
-
-
-class _Once:
-    """An async iterator yielding one bytes object."""
-
-    __slots__ = ("_body",)
-
-    def __init__(self, body: bytes) -> None:
-        self._body: bytes | None = body
-
-    def __aiter__(self) -> _Once:
-        return self
-
-    async def __anext__(self) -> bytes:
-        body, self._body = self._body, None
-        if body is None:
-            raise StopAsyncIteration
-        return body

@@ -8,8 +8,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..errors import TransportError
+from .bodies import MessageStream
 from .core import SessionCore, object_of, rpc_error
-from .http import HTTPTransport, MessageStream, _ErrorAnswer
+from .http import HTTPTransport, _ErrorAnswer
 
 __all__ = ["ListenAPI", "Subscription"]
 

@@ -31,6 +31,8 @@ from .http import HTTPTransport
 from .listen import ListenAPI, Subscription
 from .messages import MessageTransport
 from .options import SessionOptions, checked
+from .renewal import Renewal
+from .retry import DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_BUDGET, RetryPolicy
 from .skills import SkillsAPI
 from .stdio import StdioTransport, start_process
 from .websocket import WebSocketTransport
@@ -70,6 +72,9 @@ async def open_client_session(
     get_stream: bool = True,
     delete_grace: float = 2.0,
     max_message_size: int = MAX_MESSAGE_SIZE,
+    retry_attempts: int = DEFAULT_RETRY_ATTEMPTS,
+    retry_budget: float = DEFAULT_RETRY_BUDGET,
+    renew_on_expiry: bool = True,
     **options: Unpack[SessionOptions],
 ) -> AsyncIterator[ClientSession]:
     """Open a session with the MCP server at ``url``; it ends when the block does.
@@ -119,12 +124,33 @@ async def open_client_session(
     number over 1000 characters or out of range, a lone surrogate, bytes that are not UTF-8), fails its
     call with :class:`TransportError` (an event of the kind is skipped and logged); an HTTP error
     answer's body is read up to 64 KiB.
+
+    The client recovers by itself (docs/client.md, "Recovery"):
+
+    - every message (a request, a notification, an answer to the server, the GET stream, a
+      resumption, the DELETE) answered 503 or 429 is sent again after the wait the answer's
+      ``Retry-After`` asks for (seconds or an HTTP date; without one, 0.5 s doubling up to 8 s), plus
+      jitter: at most ``retry_attempts`` times in all (default 5), waiting at most ``retry_budget``
+      seconds in all (default 30).  Then, or at once if ``Retry-After`` asks for more than is left,
+      the call raises :class:`~mcp_trio.errors.ServerBusy` (a :class:`TransportError` with ``status``
+      and ``retry_after``).  ``retry_attempts=1`` retries nothing.
+    - a 2025-era session the server answers 404 for (to any message, or to a reconnection of the GET
+      stream) is renewed: a new ``initialize`` with the same options (the log level and the resource
+      subscriptions applied again, the GET stream reopened) serves the calls that follow, however
+      many calls met the 404 (one renewal; calls made meanwhile wait for it).  The requests of the
+      old session raise :class:`SessionExpired`: the one answered 404 (the server processed none of
+      it), and one still in flight that needs the old session again (to resume its stream).  What
+      the server kept for the old session is lost (its state, the events of its streams, tasks).
+      :attr:`ClientSession.session_id` is the new id, :attr:`ClientSession.renewals` counts the
+      renewals.  ``renew_on_expiry=False``: no renewal; every call the server answers 404 raises
+      :class:`SessionExpired` (open a new session).
     """
     checked("open_client_session", options)
+    retry = RetryPolicy(retry_attempts, retry_budget)
     if auth is not None and not isinstance(auth, httpx.Auth):
         raise TypeError(f"auth= takes an httpx.Auth (e.g. mcp_trio.auth.OAuth(...)), not {auth!r:.200}")
     client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
-    transport = HTTPTransport(client, url, auth=auth, max_message_size=max_message_size)
+    transport = HTTPTransport(client, url, auth=auth, max_message_size=max_message_size, retry=retry)
 
     async def finish() -> None:
         if not transport.modern:  # a 2025-era session ends with DELETE
@@ -139,7 +165,9 @@ async def open_client_session(
             with trio.CancelScope(shield=True):
                 await client.aclose()
 
-    async with _open(transport, options, get_stream=get_stream, finish=finish, close=close) as session:
+    async with _open(
+        transport, options, get_stream=get_stream, finish=finish, close=close, renew=renew_on_expiry
+    ) as session:
         yield session
 
 
@@ -214,10 +242,12 @@ async def _open(
     get_stream: bool,
     finish: Callable[[], Awaitable[None]],
     close: Callable[[], Awaitable[None]],
+    renew: bool = False,
 ) -> AsyncIterator[ClientSession]:
     """The life of a session over any transport, in its own nursery: the handshake (``mode``), the
     block, ``finish`` (still in the nursery, which is cancelled by then) and, whatever happened,
-    ``close``."""
+    ``close``.  A 2025-era session over HTTP has a :class:`Renewal`: its GET stream (``get_stream``),
+    and its renewal after a 404 (``renew``)."""
     mode = options.get("mode", "auto")
     body_error: BaseException | None = None
     session: ClientSession | None = None
@@ -230,12 +260,18 @@ async def _open(
                 if mode == "modern" or (mode == "auto" and await session._discover()):
                     session._set_era(versions.LATEST_MODERN)
                 else:
-                    await session._initialize(options.get("legacy_version", versions.LATEST.name))
-                    if get_stream:
-                        ready = trio.Event()
-                        nursery.start_soon(transport.listen_get, session._dispatch, ready)
-                        with trio.move_on_after(GET_STREAM_WAIT):
-                            await ready.wait()
+                    version = options.get("legacy_version", versions.LATEST.name)
+                    await session._initialize(version)
+                    if isinstance(transport, HTTPTransport):
+                        session._renewal = Renewal(
+                            session,
+                            transport,
+                            version=version,
+                            enabled=renew,
+                            get_stream=get_stream,
+                            get_stream_wait=GET_STREAM_WAIT,
+                        )
+                        await session._renewal.open_get_stream()
                 try:
                     yield session
                 except BaseException as exc:  # re-raised below as it is, not wrapped in an ExceptionGroup

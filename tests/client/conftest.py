@@ -205,6 +205,12 @@ async def answer_200(request: Request, send: Send) -> None:
     await reply(send, 200, b"", "text/plain")
 
 
+async def accept_202(request: Request, send: Send) -> None:
+    """The answer to a notification or a response: 202, no body."""
+    await start_response(send, 202, None)
+    await body(send, b"", more=False)
+
+
 async def wait_disconnect(request: Request, send: Send) -> None:
     """Never answer: wait until the client goes away."""
     await request.disconnected.wait()
@@ -213,12 +219,15 @@ async def wait_disconnect(request: Request, send: Send) -> None:
 class FakeServer:
     """A hand-written 2025-era MCP endpoint (plain ASGI).  ``initialize`` and notifications get the
     normal answers; every other POSTed request goes to ``self.call``, GET to ``self.get`` (405 unless
-    replaced), DELETE to ``self.delete``.  Every request is logged in ``self.log``."""
+    replaced), DELETE to ``self.delete``, POSTed notifications and responses to ``self.notify``, and
+    ``initialize`` to ``self.initialize`` if set.  Every request is logged in ``self.log``."""
 
     def __init__(self) -> None:
         self.call: Handler = answer_call
         self.get: Handler = refuse_405
         self.delete: Handler = answer_200
+        self.notify: Handler = accept_202
+        self.initialize: Handler | None = None  # instead of the normal answer
         self.initialize_result: dict[str, Any] | None = None  # instead of the normal one
         self.log: list[Request] = []
         self.running = 0  # handlers in progress
@@ -279,6 +288,8 @@ class FakeServer:
             await self.get(request, send)
         elif request.method == "DELETE":
             await self.delete(request, send)
+        elif message.get("method") == "initialize" and self.initialize is not None:
+            await self.initialize(request, send)
         elif message.get("method") == "initialize":
             result = self.initialize_result or {
                 "protocolVersion": VERSION,
@@ -287,8 +298,7 @@ class FakeServer:
             }
             await reply(send, 200, result_of(request, result))
         elif "id" not in message or "method" not in message:  # a notification or a response
-            await start_response(send, 202, None)
-            await body(send, b"", more=False)
+            await self.notify(request, send)
         else:
             await self.call(request, send)
 
