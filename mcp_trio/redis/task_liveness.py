@@ -8,40 +8,41 @@ A task whose record is not terminal has stopped when its worker's key is gone (t
 or cannot reach Redis), or holds a valid value naming another run (the worker was restarted under the
 same id).  A value the ring does not verify, or signed too long ago, proves nothing: the task is left
 as it is (``liveness_forged`` counts them).
+
+So that stopped runs are found without reading every task, the sorted set ``<prefix>:tasks:runs`` holds
+``<worker>/<run>`` scored by the time of its last liveness write, and ``<prefix>:tasks:running:<worker>/
+<run>`` the ids of that run's tasks that have not ended; both are kept :data:`RUN_KEEP` seconds after
+the last write.  What they hold only says where to look: every task is judged on its own record.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal
 
 import mcp_types as mt
-import trio
 
-from .._app.tasks import TaskManager, TaskRecord
+from .._app.tasks import TaskRecord
 from .._protocol.cluster import WORKER_ID, ClusterKeys, ForgedMessage
-from .._runtime.peerlog import RateLimitedLog
-from ..errors import TaskStoreUnavailable
-from .connection import get_value, logger
-
-if TYPE_CHECKING:
-    import coredis
-
-_T = TypeVar("_T")
 
 __all__ = [
+    "BEAT",
+    "CANDIDATES",
+    "FORGET_RUN",
     "LIVENESS_MAX_AGE",
     "RELEASE",
+    "RUN_KEEP",
+    "RUN_TASKS",
     "SETTLE",
     "STOPPED_MESSAGE",
-    "TaskLiveness",
     "judge",
     "liveness_key",
     "may_stop",
     "open_alive",
+    "parse_run",
+    "run_member",
+    "running_key",
+    "runs_key",
     "seal_alive",
     "stopped",
 ]
@@ -56,6 +57,51 @@ _MAGIC = b"mta1"
 _LABEL = b"task worker alive"
 _HEX = re.compile(rb"[0-9a-f]+")
 _INSTANCE = re.compile(rb"[0-9A-Za-z_-]{1,64}")
+RUN_KEEP = 86_400.0
+"""Seconds a run's entry in ``<prefix>:tasks:runs`` and its set of running tasks are kept after its last
+liveness write (by then the tasks of a stopped run have long been recorded failed, or expired)."""
+
+BEAT = """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
+return 1
+"""
+"""A run's liveness write: its key (KEYS[1] = ARGV[1], for ARGV[2] ms), its entry ARGV[4] in the runs
+(KEYS[2], scored ARGV[3], the time in ms; entries older than ARGV[5] dropped) and its set of running
+tasks (KEYS[3]) kept ARGV[6] ms more."""
+CANDIDATES = """
+local n = redis.call('ZCOUNT', KEYS[1], '-inf', ARGV[1])
+if n == 0 then return {} end
+local want = tonumber(ARGV[2])
+local offset = 0
+if n > want then offset = math.floor((n - want + 1) * tonumber(ARGV[3])) end
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', offset, want)
+"""
+"""Up to ARGV[2] runs (KEYS[1]) whose last liveness write is older than ARGV[1] (ms), from a random
+place among them (ARGV[3], in [0, 1)): runs that cannot be settled yet do not hide the others."""
+RUN_TASKS = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then return {} end
+if kind ~= 'set' then return -1 end
+return redis.call('SRANDMEMBER', KEYS[1], ARGV[1])
+"""
+"""Up to ARGV[1] ids of a run's set of running tasks (KEYS[1]); -1 if the key is not a set."""
+FORGET_RUN = """
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind == 'set' and redis.call('SCARD', KEYS[2]) > 0 then return 0 end
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) <= tonumber(ARGV[2]) then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+return 0
+"""
+"""Forget a run (ARGV[1] in KEYS[1]) that has no running task left (KEYS[2]) and still has not written
+its liveness since ARGV[2] (ms)."""
 
 SETTLE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -66,21 +112,53 @@ elseif alive ~= ARGV[3] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[4], 'KEEPTTL')
+redis.call('SREM', KEYS[3], ARGV[5])
 return 1
 """
 """Replace a task's record (KEYS[1]) by ARGV[4], its expiry kept, only if it still holds exactly the
 value read (ARGV[1]) and the worker's liveness key (KEYS[2]) is still as it was judged: gone
-(ARGV[2] ``absent``) or holding exactly ARGV[3].  1 replaced, 0 something changed meanwhile."""
+(ARGV[2] ``absent``) or holding exactly ARGV[3]; the task (ARGV[5]) then leaves its run's set of
+running tasks (KEYS[3]).  1 replaced, 0 something changed meanwhile."""
 RELEASE = """
 local value = redis.call('GET', KEYS[1])
-if value and string.sub(value, -string.len(ARGV[1])) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if value and string.sub(value, -string.len(ARGV[1])) == ARGV[1] then
+  redis.call('ZADD', KEYS[2], 'XX', 0, ARGV[2])
+  return redis.call('DEL', KEYS[1])
+end
 return 0
 """
-"""Delete a liveness key only if it still names this run (ARGV[1]: `` <instance>``)."""
+"""Delete a liveness key (KEYS[1]) only if it still names this run (ARGV[1]: `` <instance>``), and
+date the run (ARGV[2] in KEYS[2]) back, so that the other workers' next sweep looks at its tasks."""
 
 
 def liveness_key(prefix: str, worker: str) -> str:
     return f"{prefix}:tasks:alive:{worker}"
+
+
+def runs_key(prefix: str) -> str:
+    return f"{prefix}:tasks:runs"
+
+
+def run_member(worker: str, instance: str) -> str:
+    """A run's entry in :func:`runs_key`."""
+    return f"{worker}/{instance}"
+
+
+def running_key(prefix: str, worker: str, instance: str) -> str:
+    """The set of the ids of a run's tasks that have not ended."""
+    return f"{prefix}:tasks:running:{run_member(worker, instance)}"
+
+
+def parse_run(member: object) -> tuple[str, str] | None:
+    """The worker and the run of an entry read from :func:`runs_key` (None if it is not one)."""
+    if isinstance(member, str):
+        member = member.encode()
+    if not isinstance(member, bytes):
+        return None
+    worker, _, instance = member.partition(b"/")
+    if not _INSTANCE.fullmatch(instance) or not WORKER_ID.fullmatch(worker.decode("ascii", "replace")):
+        return None
+    return worker.decode(), instance.decode()
 
 
 def seal_alive(keys: ClusterKeys, key: str, instance: str, now: float) -> bytes:
@@ -147,110 +225,3 @@ def stopped(record: TaskRecord, now: float) -> TaskRecord:
     ended.input_requests.clear()
     ended.updated_at = max(record.updated_at, now)
     return ended
-
-
-class TaskLiveness:
-    """The part of :class:`~mcp_trio.redis.RedisTaskStore` that keeps this worker's liveness key and
-    records the tasks of stopped workers ``failed`` (a base class of the store: what it uses of the
-    store is declared here)."""
-
-    prefix: str
-    timeout: float
-    worker_id: str | None
-    heartbeat_interval: float
-    heartbeat_ttl: float
-    settle_after: float
-    _keys: ClusterKeys
-    _counts: dict[str, int]
-    _live: object
-    _manager: TaskManager | None
-    _instance: str | None
-    _beaten: bool
-    _connected_since: float | None
-    _forged_records_log: RateLimitedLog
-
-    def task_key(self, task_id: str) -> str:
-        raise NotImplementedError
-
-    async def _command(self, what: str, call: Callable[[coredis.Redis[bytes]], Awaitable[_T]]) -> _T:
-        raise NotImplementedError
-
-    async def _read(self, task_id: str) -> tuple[TaskRecord, bytes] | None:
-        raise NotImplementedError
-
-    def _encode(self, record: TaskRecord, key: str) -> bytes:
-        raise NotImplementedError
-
-    def _judging(self) -> bool:
-        """Whether :meth:`run` has been connected long enough to judge whether other workers run."""
-        since = self._connected_since
-        return (
-            self._live is not None and since is not None and trio.current_time() - since >= self.settle_after
-        )
-
-    async def _settle(self, record: TaskRecord, raw: bytes) -> TaskRecord | None:
-        """``record`` (read as ``raw``), recorded ``failed`` if its worker's run stopped."""
-        assert record.worker is not None
-        key, alive_key = self.task_key(record.task_id), liveness_key(self.prefix, record.worker)
-        alive = await self._command("get", lambda c: get_value(c, alive_key))
-        verdict = judge(self._keys, alive_key, record, alive, time.time())
-        if verdict == "forged":
-            self._counts["liveness_forged"] += 1
-            self._forged_records_log.log(
-                logging.WARNING,
-                "Redis task store: the value of %s is not a liveness value signed by the key ring (or is "
-                "stale); the tasks of worker %s are left as they are (%d so far)",
-                alive_key,
-                record.worker,
-                self._counts["liveness_forged"],
-            )
-        if verdict != "stopped":
-            return record
-        ended = stopped(record, time.time())
-        args = [
-            raw,
-            "absent" if alive is None else "kept",
-            alive if isinstance(alive, bytes) else b"",
-            self._encode(ended, key),
-        ]
-        replaced = await self._command("settle", lambda c: c.eval(SETTLE, keys=[key, alive_key], args=args))
-        if replaced != 1:  # it changed meanwhile (it ended, or the worker is back): as it is now
-            found = await self._read(record.task_id)
-            return None if found is None else found[0]
-        self._counts["tasks_stopped"] += 1
-        logger.info(
-            "Redis task store: task %s recorded failed: its worker %s stopped", record.task_id, record.worker
-        )
-        if self._manager is not None:
-            try:
-                await self._manager.published(ended.copy())
-            except Exception:
-                logger.exception("Redis task store: publishing the end of task %s failed", record.task_id)
-        return ended
-
-    async def _beat(self, client: coredis.Redis[bytes]) -> None:
-        """Write this run's liveness key (expiring after ``heartbeat_ttl``)."""
-        assert self.worker_id is not None and self._instance is not None
-        key = liveness_key(self.prefix, self.worker_id)
-        value = seal_alive(self._keys, key, self._instance, time.time())
-        await client.set(key, value, px=max(1, int(self.heartbeat_ttl * 1000)))
-        self._beaten = True
-
-    async def _heartbeat(self, client: coredis.Redis[bytes]) -> None:
-        while True:
-            await trio.sleep(self.heartbeat_interval)
-            with trio.fail_after(self.timeout):
-                await self._beat(client)
-
-    async def _release(self) -> None:
-        """Delete this run's liveness key (the app is ending, its tasks are recorded): the tasks
-        it could not record are known to have stopped at once, not after ``heartbeat_ttl``."""
-        if self.worker_id is None or self._instance is None or not self._beaten:
-            return
-        key = liveness_key(self.prefix, self.worker_id)
-        ours = f" {self._instance}"
-        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
-            try:
-                await self._command("release", lambda c: c.eval(RELEASE, keys=[key], args=[ours]))
-            except TaskStoreUnavailable:
-                pass

@@ -1,5 +1,5 @@
 """What :class:`~mcp_trio.redis.RedisTaskStore` stores and sends: the records (their JSON checked
-field by field), the scripts that create and delete them, and the signals between workers."""
+field by field), the scripts that create, replace and delete them, and the signals between workers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from .._app.tasks import TERMINAL, TaskRecord
 from .._protocol import safejson
 
-__all__ = ["CREATE", "DELETE", "SIGNAL_LIMIT", "decode_record", "decode_signal"]
+__all__ = ["CREATE", "DELETE", "PUT", "SIGNAL_LIMIT", "decode_record", "decode_signal"]
 
 CREATE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
@@ -22,10 +22,33 @@ else
 end
 if not stored then return 0 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[6])
+if KEYS[3] then
+  redis.call('SADD', KEYS[3], ARGV[6])
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+end
 return 1
 """
 """Create a task's key (SET NX, with its TTL) and count it in the index, unless the index (pruned of
-expired ids first) already holds ``max_tasks`` ids: 1 created, 0 the key exists, -1 full."""
+expired ids first) already holds ``max_tasks`` ids: 1 created, 0 the key exists, -1 full.  A task of a
+worker's run is also added to that run's set of running tasks (KEYS[3], kept ARGV[7] ms)."""
+PUT = """
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local data = string.match(current, '^mtr1 %x+ %x+ (.*)$')
+if data then
+  local ok, record = pcall(cjson.decode, data)
+  if ok and type(record) == 'table' then
+    local status = record['status']
+    if status == 'completed' or status == 'failed' or status == 'cancelled' then return -1 end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+if KEYS[2] then redis.call('SREM', KEYS[2], ARGV[2]) end
+return 1
+"""
+"""Replace a task's record (its expiry kept) unless it is gone (0) or already ends the task (-1: a
+task's end is never overwritten, say by its worker back after it was judged stopped).  With KEYS[2],
+the new record ends the task: its id leaves its run's set of running tasks."""
 DELETE = """
 redis.call('ZREM', KEYS[2], ARGV[1])
 return redis.call('DEL', KEYS[1])

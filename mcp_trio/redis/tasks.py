@@ -29,7 +29,6 @@ from .._protocol.cluster import (
 from .._runtime.containment import split_fatal
 from .._runtime.peerlog import RateLimitedLog
 from ..errors import RPCError, TaskStoreFull, TaskStoreUnavailable
-from . import task_liveness as liveness
 from .connection import (
     IN_BUS,
     MALFORMED_LOG_INTERVAL,
@@ -45,10 +44,10 @@ from .connection import (
     probe,
     redact,
     response_error,
-    token,
 )
-from .task_liveness import TaskLiveness
-from .task_records import CREATE, DELETE, SIGNAL_LIMIT, decode_record, decode_signal
+from .task_liveness import RUN_KEEP
+from .task_records import CREATE, DELETE, PUT, SIGNAL_LIMIT, decode_record, decode_signal
+from .task_workers import TaskWorkers
 
 if TYPE_CHECKING:
     import coredis
@@ -58,7 +57,7 @@ __all__ = ["SIGNAL_LIMIT", "RedisTaskStore"]
 _T = TypeVar("_T")
 
 
-class RedisTaskStore(TaskLiveness, RedisLink):
+class RedisTaskStore(TaskWorkers, RedisLink):
     """A :class:`~mcp_trio.server.TaskStore` in Redis, shared by the workers of a deployment: a task
     created on one worker is found by ``tasks/get`` on any other, and ``tasks/cancel`` or
     ``tasks/update`` sent to another worker reach the one that runs it.  Give each app its own store
@@ -163,6 +162,7 @@ class RedisTaskStore(TaskLiveness, RedisLink):
                 "failures",
                 "tasks_stopped",
                 "liveness_forged",
+                "writes_refused",
             ),
             0,
         )
@@ -181,8 +181,8 @@ class RedisTaskStore(TaskLiveness, RedisLink):
         (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received,
         malformed and forged (not signed by the key ring), ``connects`` and ``failures`` of
         :meth:`run`, tasks of a stopped worker recorded ``failed`` here (``tasks_stopped``), liveness
-        values that proved nothing (``liveness_forged``: not signed by the ring, or stale), and the
-        ``last_error``."""
+        values that proved nothing (``liveness_forged``: not signed by the ring, or stale), writes of a
+        task that had already ended (``writes_refused``), and the ``last_error``."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
@@ -212,6 +212,10 @@ class RedisTaskStore(TaskLiveness, RedisLink):
         keys = [self.task_key(record.task_id), self.index_key]
         millis, cap = str(math.floor(now * 1000)), str(self.max_tasks)
         args: list[str | bytes] = [value, px, score, millis, cap, record.task_id]
+        running = self.running_key_of(record)
+        if running is not None and not record.terminal:  # the sweep's index of the run's tasks
+            keys.append(running)
+            args.append(str(int(RUN_KEEP * 1000)))
         created = await self._command("create", lambda c: c.eval(CREATE, keys=keys, args=args))
         if created == -1:
             self._counts["full"] += 1
@@ -227,7 +231,7 @@ class RedisTaskStore(TaskLiveness, RedisLink):
         if found is None:
             return None
         record, raw = found
-        if record.instance == self._instance or not self._judging() or not liveness.may_stop(record):
+        if not self._may_settle(record):
             return record
         return await self._settle(record, raw)
 
@@ -275,11 +279,23 @@ class RedisTaskStore(TaskLiveness, RedisLink):
         )
 
     async def put(self, record: TaskRecord) -> None:
-        """Replace the record of a task still stored (SET XX, its expiry kept): a task already
-        forgotten stays forgotten."""
+        """Replace the record of a task still stored (its expiry kept): a task already forgotten stays
+        forgotten, and a task's end is never replaced (a worker that could not reach Redis for longer
+        than ``heartbeat_ttl`` may find its task recorded ``failed`` by another: its later writes are
+        dropped, counted as ``writes_refused``, and the task is cancelled here)."""
         key = self.task_key(record.task_id)
         value = self._encode(record, key)
-        await self._command("put", lambda c: c.set(key, value, condition=token("XX"), keepttl=True))
+        running = self.running_key_of(record) if record.terminal else None
+        keys = [key] if running is None else [key, running]
+        done = await self._command("put", lambda c: c.eval(PUT, keys=keys, args=[value, record.task_id]))
+        if done == -1:
+            self._counts["writes_refused"] += 1
+            logger.info(
+                "Redis task store: task %s has already ended; a write of it was dropped", record.task_id
+            )
+            run = self._manager.runs.get(record.task_id) if self._manager is not None else None
+            if run is not None:
+                run.cancel("it was recorded as ended by another worker")
 
     async def delete(self, task_id: str) -> None:
         keys = [self.task_key(task_id), self.index_key]
@@ -352,6 +368,7 @@ class RedisTaskStore(TaskLiveness, RedisLink):
             else:
                 with trio.fail_after(self.timeout):
                     await client.ping()
+            nursery.start_soon(self._sweeper)
             self._connected(client, f" ({self.channel(worker)})" if worker is not None else "")
             self._connected_since = trio.current_time()
             try:

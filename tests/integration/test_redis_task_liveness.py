@@ -103,10 +103,9 @@ def stopped_as_expected(value: TaskRecord | None) -> TaskRecord:
 
 
 async def test_a_task_of_a_released_or_expired_worker_is_recorded_failed(redis: RedisServer) -> None:
-    """Worker a ends cleanly (its key released): a's task reads failed through b at once; worker c's
-    key (written by hand, as c's store writes it) expires: c's task reads failed once it has, and the
-    change is published on b; a store that is not running (or not connected long enough) changes
-    nothing."""
+    """Worker a ends cleanly (its key released): a's tasks read failed through b at once; worker c's
+    key (written by hand, as c's store writes it) expires: c's task reads failed once it has; each
+    change is published once, on b."""
     published: list[dict[str, Any]] = []
     async with worker(redis.url, "b") as (b, manager_b):
 
@@ -124,8 +123,7 @@ async def test_a_task_of_a_released_or_expired_worker_is_recorded_failed(redis: 
             assert got(await b.get("ta")).status == "working"  # a runs: nothing changes
             assert got(await b.get("tw")).status == "input_required"
         assert await raw(redis, "EXISTS", "mcp_trio:tasks:alive:a") == b":0"  # released on the way out
-        idle = store_for(redis.url)  # not running: it never judges
-        assert got(await idle.get("ta")).status == "working"
+        idle = store_for(redis.url)  # not running: it never judges (b did, by this read or its sweep)
         for task_id in ("ta", "tw"):
             stopped_as_expected(await b.get(task_id))
         assert [m["params"]["status"] for m in published] == ["failed", "failed"]
@@ -150,24 +148,96 @@ async def test_a_task_of_a_released_or_expired_worker_is_recorded_failed(redis: 
         assert len(published) == 3
 
 
-async def test_a_worker_restarted_under_its_id_fails_the_earlier_runs_tasks(redis: RedisServer) -> None:
-    """A task of a's first run reads failed once a second run of a writes the key, through b and
-    through a itself; the second run's own task is left alone."""
+async def test_only_a_store_connected_long_enough_judges(redis: RedisServer) -> None:
+    """Worker c's key is gone (as after a Redis restart, before c wrote it again): a store that is not
+    running, or has not been connected for ``heartbeat_ttl + retry_max``, leaves c's task as it is; b
+    records it failed once it has been."""
+    now = time.time()
+    idle = store_for(redis.url)
+    await idle.create(TaskRecord("tc", "", now, now, 60_000, worker="c", instance="c-run"))
+    b = store_for(redis.url)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(b.run, TaskManager(b, worker_id="b"))
+        await eventually(lambda: b.state == "connected", STARTUP, "b connected")
+        assert got(await b.get("tc")).status == "working"
+        assert got(await idle.get("tc")).status == "working"
+        with trio.fail_after(STEP):
+            while got(await b.get("tc")).status == "working":  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        stopped_as_expected(await idle.get("tc"))
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_sweep_records_unread_tasks_of_a_stopped_run_failed(redis: RedisServer) -> None:
+    """Nobody reads the tasks of worker c's run that stopped: b's sweep records them failed (and
+    publishes it), then forgets the run; entries no worker writes (a garbage run, a run whose set is
+    not a set, a forged record's id) are dropped, and the forged record is left as it is."""
+    published: list[dict[str, Any]] = []
+    runs = "mcp_trio:tasks:runs"
+    async with worker(redis.url, "b") as (b, manager_b):
+
+        async def publish(message: dict[str, Any]) -> None:
+            published.append(message)
+
+        manager_b.publish = publish
+        now = time.time()
+        for n in range(40):  # more than a round's share
+            await b.create(TaskRecord(f"c{n}", "", now, now, 60_000, worker="c", instance="c-run"))
+        forged = record_json(TaskRecord("cf", "", now, now, 60_000, worker="c", instance="c-run"))
+        assert await raw(redis, "SET", "mcp_trio:task:cf", forged) == b"+OK"
+        running = "mcp_trio:tasks:running:c/c-run"
+        assert await raw(redis, "SADD", running, "cf", "x" * 300) == b":2"
+        assert await raw(redis, "SCARD", running) == b":42"
+        assert await raw(redis, "SET", "mcp_trio:tasks:running:d/d-run", "not a set") == b"+OK"
+        old = str(int((now - 60) * 1000))
+        for member in ("c/c-run", "d/d-run", "not a run!"):
+            assert await raw(redis, "ZADD", runs, old, member) == b":1"
+        with trio.fail_after(STEP):
+            while await raw(redis, "ZCARD", runs) != b":1":  # noqa: ASYNC110 (b's own run is left)
+                await trio.sleep(0.05)
+        for n in range(40):
+            value = json.loads((await stored(redis, f"mcp_trio:task:c{n}")).split(b" ", 3)[3])
+            assert value["status"] == "failed" and value["status_message"] == STOPPED_MESSAGE, value
+        assert await stored(redis, "mcp_trio:task:cf") == forged
+        assert await raw(redis, "EXISTS", running) == b":0"
+        assert sorted(m["params"]["taskId"] for m in published) == sorted(f"c{n}" for n in range(40))
+        assert {m["params"]["status"] for m in published} == {"failed"}
+        assert b.statistics()["task_store"]["tasks_stopped"] == 40
+
+
+async def test_a_task_s_end_is_never_replaced(redis: RedisServer) -> None:
+    """c's task, recorded failed while c could not reach Redis: c's later writes (a new status, its
+    result) are dropped and counted; a write over a task that has not ended goes through."""
     async with worker(redis.url, "b") as (b, _):
-        first = store_for(redis.url)
-        first_run = TaskManager(first, worker_id="a")
-        async with trio.open_nursery() as nursery:
-            await nursery.start(first.run, first_run)
-            await eventually(lambda: first.state == "connected", STARTUP, "a's first run connected")
-            await first.create(task_of(first_run, "old"))
-            nursery.cancel_scope.cancel()
-        # as if killed: the key is back, naming the first run, not yet expired
+        now = time.time()
+        await b.create(TaskRecord("tc", "", now, now, 60_000, worker="c", instance="c-run"))
+        stopped_as_expected(await b.get("tc"))
+        late = TaskRecord("tc", "", now, now, 60_000, worker="c", instance="c-run", status="completed")
+        late.result = {"content": []}
+        await b.put(late)
+        await b.put(TaskRecord("tc", "", now, now, 60_000, worker="c", instance="c-run"))
+        stopped_as_expected(await b.get("tc"))
+        assert b.statistics()["task_store"]["writes_refused"] == 2
+        await b.create(TaskRecord("t2", "", now, now, 60_000))
+        await b.put(TaskRecord("t2", "", now, now, 60_000, status="completed"))
+        assert got(await b.get("t2")).status == "completed"
+        assert b.statistics()["task_store"]["writes_refused"] == 2
+
+
+async def test_a_worker_restarted_under_its_id_fails_the_earlier_runs_tasks(redis: RedisServer) -> None:
+    """a's first run was killed with a task running (its key, naming that run, has not expired yet):
+    once a's second run writes the key, the first run's task reads failed, through b and through a;
+    the second run's own task is left alone."""
+    async with worker(redis.url, "b") as (b, _):
+        now = time.time()
+        await b.create(TaskRecord("old", "", now, now, 60_000, worker="a", instance="a-first-run"))
         key = "mcp_trio:tasks:alive:a"
-        value = seal_alive(ClusterKeys.of(None), key, first_run.instance_id, time.time())
+        value = seal_alive(ClusterKeys.of(None), key, "a-first-run", time.time())
         assert await raw(redis, "SET", key, value, "PX", "60000") == b"+OK"
         assert got(await b.get("old")).status == "working"
         async with worker(redis.url, "a") as (a, second_run):
             await a.create(task_of(second_run, "new"))
+            stopped_as_expected(await a.get("old"))
             stopped_as_expected(await b.get("old"))
             assert got(await b.get("new")).status == "working"
             assert got(await a.get("new")).status == "working"
@@ -242,15 +312,16 @@ async def test_the_end_is_recorded_only_over_the_value_judged(redis: RedisServer
         failed = b"a value the script must not store"
         value = seal_alive(ring, alive_key, "c-run", time.time())
         assert await raw(redis, "SET", alive_key, value) == b"+OK"  # c came back after the judgement
+        keys = ("mcp_trio:task:t2", alive_key, "mcp_trio:tasks:running:c/c-run")
+        assert await raw(redis, "SISMEMBER", keys[2], "t2") == b":1"
         for judged in (("absent", b""), ("kept", b"another value")):
-            reply = await raw(redis, "EVAL", SETTLE, "2", "mcp_trio:task:t2", alive_key, t2, *judged, failed)
+            reply = await raw(redis, "EVAL", SETTLE, "3", *keys, t2, *judged, failed, "t2")
             assert reply == b":0", reply
         assert await stored(redis, "mcp_trio:task:t2") == t2
-        reply = await raw(
-            redis, "EVAL", SETTLE, "2", "mcp_trio:task:t2", alive_key, t2, "kept", value, failed
-        )
+        reply = await raw(redis, "EVAL", SETTLE, "3", *keys, t2, "kept", value, failed, "t2")
         assert reply == b":1"  # the control: as judged, it is replaced
         assert await stored(redis, "mcp_trio:task:t2") == failed
+        assert await raw(redis, "SISMEMBER", keys[2], "t2") == b":0"  # no longer a running task
         assert b.statistics()["task_store"]["tasks_stopped"] == 0
 
 
