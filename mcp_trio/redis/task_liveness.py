@@ -22,7 +22,7 @@ from typing import Literal
 
 import mcp_types as mt
 
-from .._app.tasks import TaskRecord
+from .._app.tasks import STOPPED_MESSAGE, TaskRecord
 from .._protocol.cluster import WORKER_ID, ClusterKeys, ForgedMessage
 
 __all__ = [
@@ -47,8 +47,6 @@ __all__ = [
     "stopped",
 ]
 
-STOPPED_MESSAGE = "The worker running this task stopped before it ended"
-"""The ``statusMessage`` (and error message) of a task whose worker stopped."""
 LIVENESS_MAX_AGE = 60.0
 """Seconds (either way) a signed liveness value may be away from now and still count: a value is
 rewritten every ``heartbeat_interval``, so an older one was put back by something else."""

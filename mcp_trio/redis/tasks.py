@@ -87,6 +87,15 @@ class RedisTaskStore(TaskWorkers, RedisLink):
     running), each command opens a connection of its own.  It reconnects with exponential backoff
     (``retry_initial`` doubling up to ``retry_max`` seconds, with jitter), and logs an outage once.
 
+    A task ends with its worker: while :meth:`run` is connected, it writes this worker's liveness key
+    ``<prefix>:tasks:alive:<worker>`` (naming the run, its manager's ``instance_id``, signed) every
+    ``heartbeat_interval`` seconds, expiring after ``heartbeat_ttl``, and deletes it when the app ends.
+    A task that has not ended and whose worker's key is gone, or names another run, is recorded
+    ``failed`` ("The worker running this task stopped before it ended") by the next :meth:`get` of it,
+    and by :meth:`run`'s sweep of the runs that stopped, once this store has been connected for
+    ``heartbeat_ttl + retry_max`` seconds (``tasks_stopped`` counts them).  :meth:`put` never replaces a
+    record that ends its task.
+
     ``url``: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``.
     """
 

@@ -23,7 +23,7 @@ from .store import MemoryTaskStore, TaskStore
 if TYPE_CHECKING:
     from ..context import Context
 
-__all__ = ["TaskManager", "ToolRunner"]
+__all__ = ["SHUTDOWN_MESSAGE", "STOPPED_MESSAGE", "TaskManager", "ToolRunner"]
 
 logger = logging.getLogger("mcp_trio._app.tasks")
 
@@ -34,6 +34,9 @@ SAVE_TIMEOUT = 5.0
 SHUTDOWN_MESSAGE = "The server shut down before this task ended"
 """The ``statusMessage`` (and error message) of a task that was still running when its server shut
 down: it is recorded ``failed``."""
+STOPPED_MESSAGE = "The worker running this task stopped before it ended"
+"""The ``statusMessage`` (and error message) of a task whose worker stopped (was killed, or restarted
+under the same worker id) before it ended: it is recorded ``failed`` by whichever worker finds out."""
 _SHUTDOWN = "the server shut down"
 """The cancel reason of a task ended by shutdown."""
 
@@ -272,9 +275,8 @@ class TaskManager:
     async def _orphaned(self, record: TaskRecord) -> None:
         """A task recorded as running here that is not (the process that ran it under this worker id
         stopped, or its last write failed): it failed, and is recorded so."""
-        message = "The server running this task stopped before it ended"
-        record.status, record.status_message = "failed", message
-        record.error = {"code": mt.INTERNAL_ERROR, "message": message}
+        record.status, record.status_message = "failed", STOPPED_MESSAGE
+        record.error = {"code": mt.INTERNAL_ERROR, "message": STOPPED_MESSAGE}
         record.input_requests.clear()
         record.updated_at = time.time()
         try:
