@@ -51,9 +51,10 @@ task's end is never overwritten, say by its worker back after it was judged stop
 the new record ends the task: its id leaves its run's set of running tasks."""
 DELETE = """
 redis.call('ZREM', KEYS[2], ARGV[1])
+if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[1]) end
 return redis.call('DEL', KEYS[1])
 """
-"""Delete a task's key and its id in the index."""
+"""Delete a task's key, its id in the index and (KEYS[3]) in this run's set of running tasks."""
 SIGNAL_LIMIT = 1024 * 1024
 """Largest signal (JSON, bytes) sent or accepted on a worker's task channel."""
 _STATUSES = frozenset({"working", "input_required"}) | TERMINAL

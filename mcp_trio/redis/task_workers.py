@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from .._protocol.cluster import ClusterKeys
 
-__all__ = ["SWEEP_RUNS", "SWEEP_TASKS", "TaskWorkers"]
+__all__ = ["SWEEP_RUNS", "SWEEP_TASKS", "TIDY_EVERY", "TaskWorkers"]
 
 _T = TypeVar("_T")
 
@@ -48,6 +48,8 @@ SWEEP_RUNS = 4
 """Stopped runs a sweep looks at per round."""
 SWEEP_TASKS = 32
 """Tasks of each run a sweep reads per round."""
+TIDY_EVERY = 30
+"""Every this many rounds, a sweep also tidies this run's own set of running tasks."""
 MAX_TASK_ID_LENGTH = 256
 
 
@@ -69,6 +71,7 @@ class TaskWorkers:
     _beaten: bool
     _connected_since: float | None
     _forged_records_log: RateLimitedLog
+    _sweeps: int = 0
 
     def task_key(self, task_id: str) -> str:
         raise NotImplementedError
@@ -194,31 +197,40 @@ class TaskWorkers:
     async def _sweep(self) -> int:
         """One round: up to :data:`SWEEP_RUNS` runs that have not written their liveness for
         ``heartbeat_ttl``, up to :data:`SWEEP_TASKS` tasks each, each judged and recorded ``failed``
-        as a read would; how many it recorded so."""
+        as a read would; how many it recorded so.  Every :data:`TIDY_EVERY` rounds, the ids of this
+        run's own tasks that are gone or ended (their last write failed) leave its set too."""
+        self._sweeps += 1
         runs = runs_key(self.prefix)
         cutoff = str(int((time.time() - self.heartbeat_ttl) * 1000))
         args = [cutoff, str(SWEEP_RUNS), repr(random.random())]
         members = await self._command("sweep", lambda c: c.eval(CANDIDATES, keys=[runs], args=args))
         ended = 0
+        own = None if self.worker_id is None or self._instance is None else (self.worker_id, self._instance)
         for member in members if isinstance(members, list) else ():
-            ended += await self._sweep_run(runs, member, cutoff)
+            run = parse_run(member)
+            if run is None:  # not an entry a worker writes
+                await self._command("sweep", lambda c: c.zrem(runs, [member]))  # noqa: B023 (awaited here)
+            elif run != own:
+                ended += await self._sweep_run(runs, run, cutoff, settle=True)
+        if own is not None and self._sweeps % TIDY_EVERY == 0:
+            await self._sweep_run(runs, own, cutoff, settle=False)
         return ended
 
-    async def _sweep_run(self, runs: str, member: object, cutoff: str) -> int:
-        run = parse_run(member)
-        if run is None or run == (self.worker_id, self._instance):
-            if run is None:  # not an entry a worker writes
-                await self._command("sweep", lambda c: c.zrem(runs, [member]))  # type: ignore[list-item]
-            return 0
-        worker, instance = run
-        running = running_key(self.prefix, worker, instance)
+    async def _sweep_run(self, runs: str, run: tuple[str, str], cutoff: str, *, settle: bool) -> int:
+        """Up to :data:`SWEEP_TASKS` of ``run``'s running tasks: the ids of those gone, ended or not of
+        this run leave its set; with ``settle``, the others are judged (and a run with none left is
+        forgotten)."""
+        member = run_member(*run)
+        running = running_key(self.prefix, *run)
         ids = await self._command("sweep", lambda c: c.eval(RUN_TASKS, keys=[running], args=[SWEEP_TASKS]))
         if not isinstance(ids, list | tuple | set):  # not a set: what a worker writes is gone
-            await self._command("sweep", lambda c: c.zrem(runs, [run_member(worker, instance)]))
+            if settle:
+                await self._command("sweep", lambda c: c.zrem(runs, [member]))
             return 0
         if not ids:
-            args = [run_member(worker, instance), cutoff]
-            await self._command("sweep", lambda c: c.eval(FORGET_RUN, keys=[runs, running], args=args))
+            if settle:
+                args = [member, cutoff]
+                await self._command("sweep", lambda c: c.eval(FORGET_RUN, keys=[runs, running], args=args))
             return 0
         ended = 0
         for raw_id in ids:
@@ -227,7 +239,7 @@ class TaskWorkers:
             if found is None or (found[0].worker, found[0].instance) != run or found[0].terminal:
                 gone: list[bytes | str] = [raw_id]  # unknown, ended, or not this run's: not a running task
                 await self._command("sweep", lambda c: c.srem(running, gone))  # noqa: B023 (awaited here)
-                continue
-            after = await self._settle(*found)
-            ended += after is not None and after.terminal
+            elif settle:
+                after = await self._settle(*found)
+                ended += after is not None and after.terminal
         return ended

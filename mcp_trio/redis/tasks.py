@@ -45,7 +45,7 @@ from .connection import (
     redact,
     response_error,
 )
-from .task_liveness import RUN_KEEP
+from .task_liveness import RUN_KEEP, running_key
 from .task_records import CREATE, DELETE, PUT, SIGNAL_LIMIT, decode_record, decode_signal
 from .task_workers import TaskWorkers
 
@@ -307,7 +307,10 @@ class RedisTaskStore(TaskWorkers, RedisLink):
                 run.cancel("it was recorded as ended by another worker")
 
     async def delete(self, task_id: str) -> None:
+        """Forget a task (its worker does, when its TTL ran out)."""
         keys = [self.task_key(task_id), self.index_key]
+        if self.worker_id is not None and self._instance is not None:
+            keys.append(running_key(self.prefix, self.worker_id, self._instance))
         await self._command("delete", lambda c: c.eval(DELETE, keys=keys, args=[task_id]))
 
     def _encode(self, record: TaskRecord, key: str) -> bytes:

@@ -205,6 +205,26 @@ async def test_the_sweep_records_unread_tasks_of_a_stopped_run_failed(redis: Red
         assert b.statistics()["task_store"]["tasks_stopped"] == 40
 
 
+async def test_a_run_s_set_of_running_tasks_holds_only_those(redis: RedisServer) -> None:
+    """The ids of a's running tasks leave a's set when a task ends (its last write), is forgotten (its
+    TTL), or is gone another way (an id no record backs: a's sweep tidies it away); the set expires."""
+    async with worker(redis.url, "a") as (a, manager_a):
+        running = f"mcp_trio:tasks:running:a/{manager_a.instance_id}"
+        for task_id in ("t1", "t2", "t3"):
+            await a.create(task_of(manager_a, task_id))
+            assert await raw(redis, "SISMEMBER", running, task_id) == b":1"
+        await a.put(task_of(manager_a, "t1", status="completed", result={"content": []}))
+        await a.delete("t2")
+        assert await raw(redis, "SMEMBERS", running) == b"*1\r\n$2\r\nt3"
+        assert await raw(redis, "SADD", running, "ghost") == b":1"
+        with trio.fail_after(10):  # every 30 rounds of 0.1 s
+            while await raw(redis, "SISMEMBER", running, "ghost") != b":0":  # noqa: ASYNC110
+                await trio.sleep(0.1)
+        assert await raw(redis, "SMEMBERS", running) == b"*1\r\n$2\r\nt3"  # its own: never judged
+        assert 0 < await test_redis_tasks.pttl(redis, running) <= 86_400_000
+        assert got(await a.get("t3")).status == "working"
+
+
 async def test_a_task_s_end_is_never_replaced(redis: RedisServer) -> None:
     """c's task, recorded failed while c could not reach Redis: c's later writes (a new status, its
     result) are dropped and counted; a write over a task that has not ended goes through."""
