@@ -16,6 +16,7 @@ the test).  Without it the tests are skipped when run by hand, and fail under th
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -389,6 +390,27 @@ async def test_a_worker_shut_down_records_its_tasks_failed(redis: RedisServer) -
         assert ended["statusMessage"] == "The server shut down before this task ended"
         assert ended["error"] == {"code": -32603, "message": ended["statusMessage"]}
         assert apps["b"].statistics()["task_store"]["tasks_stopped"] == 0  # a recorded it itself
+
+
+async def test_a_worker_stopped_by_sigterm_records_its_task_failed(redis: RedisServer) -> None:
+    """``mcp-trio demo --redis`` (shutdown grace 2 s) gets SIGTERM with a task running: it exits with
+    status 0 within the grace and a margin, and the task reads failed through the other worker, saying
+    the server shut down."""
+    async with (
+        http_client() as http,
+        serve_demo("--worker-id", "a", "--redis", redis.url) as demo_a,
+        serve_demo("--worker-id", "b", "--redis", redis.url) as demo_b,
+    ):
+        a, b = (Worker(http, demo.url, cast(MCPApp, None)) for demo in (demo_a, demo_b))
+        running = await a.start_task("slow_compute", {"seconds": 600})
+        assert (await b.task(running))["status"] == "working"
+        took = await demo_a.stop(signal.SIGTERM)  # asserts status 0 within the grace and a margin
+        assert took >= 1.9  # the task was given the grace
+        task = await b.task(running)
+        assert task["status"] == "failed", task
+        assert task["statusMessage"] == "The server shut down before this task ended", task
+        assert await raw(redis, "EXISTS", "mcp_trio:tasks:alive:a") == b":0"  # released
+        print(f"SIGTERM: exited after {took:.1f} s")
 
 
 async def test_a_killed_workers_task_reads_failed_through_the_other(redis: RedisServer) -> None:
