@@ -945,6 +945,33 @@ async def test_a_cancelled_app_records_its_running_tasks_failed() -> None:
     assert outcomes == [("failed", "The server shut down before this task ended")] * 10, outcomes
 
 
+async def test_a_task_of_this_worker_id_not_running_here_is_recorded_failed() -> None:
+    """A record that names this worker (its id) as running a task that does not run here (an earlier
+    process under the same id stopped, or the last write was lost): the next tasks/get records it
+    failed, says the worker stopped, and publishes the change."""
+    app = MCPApp(build_demo_server(), ServerConfig(worker_id="a"))
+    tasks = app._modern.tasks
+    published: list[dict[str, Any]] = []
+    async with open_asgi_client(app) as asgi:
+
+        async def publish(message: dict[str, Any]) -> None:
+            published.append(message)
+
+        tasks.publish = publish
+        now = time.time()
+        owner = tasks.principals.key(None)
+        orphan = TaskRecord("f" * 32, owner, now, now, 60_000, worker="a", instance="an-earlier-run")
+        await tasks.store.create(orphan)
+        task = await TaskClient(asgi).get(orphan.task_id)
+        assert task["status"] == "failed", task
+        assert task["statusMessage"] == "The worker running this task stopped before it ended"
+        assert task["error"] == {"code": mt.INTERNAL_ERROR, "message": task["statusMessage"]}
+        stored = await tasks.store.get(orphan.task_id)
+        assert stored is not None and stored.status == "failed"
+        assert [m["params"]["status"] for m in published] == ["failed"]
+        assert published[0]["method"] == "notifications/tasks"
+
+
 # -- 10. client disconnects -------------------------------------------------------------------
 
 

@@ -30,7 +30,8 @@ logger = logging.getLogger("mcp_trio._app.tasks")
 MAX_TASK_ID_LENGTH = 256
 """Longest task id looked up (ours are 32 characters); a longer one is simply not found."""
 SAVE_TIMEOUT = 5.0
-"""How long the last write of a cancelled task (its ``cancelled`` status) may take."""
+"""How long the last write of a task that ended by cancellation (its ``cancelled`` or ``failed``
+status) may take."""
 SHUTDOWN_MESSAGE = "The server shut down before this task ended"
 """The ``statusMessage`` (and error message) of a task that was still running when its server shut
 down: it is recorded ``failed``."""
