@@ -33,6 +33,7 @@ from mcp_trio import MCPApp, ServerConfig
 from mcp_trio._app.tasks import TaskManager
 from mcp_trio._protocol.cluster import ClusterKeys, seal_task_record
 from mcp_trio.demo import build_demo_server
+from mcp_trio.errors import TaskStoreUnavailable
 from mcp_trio.redis import RedisTaskStore
 from mcp_trio.redis.task_liveness import SETTLE, STOPPED_MESSAGE, seal_alive
 from mcp_trio.server import TaskRecord
@@ -243,6 +244,34 @@ async def test_a_task_s_end_is_never_replaced(redis: RedisServer) -> None:
         await b.put(TaskRecord("t2", "", now, now, 60_000, status="completed"))
         assert got(await b.get("t2")).status == "completed"
         assert b.statistics()["task_store"]["writes_refused"] == 2
+
+
+async def test_a_redis_outage_fails_no_live_worker_s_task(redis: RedisServer) -> None:
+    """Redis frozen (SIGSTOP) for three times the liveness TTL, a's key expiring meanwhile: once it is
+    back, both reconnect, a writes its key again, and a's task stays running throughout, through b.
+    (Here a and b reconnect at about the same time; the rule that keeps b from judging a before a could
+    reconnect is test_only_a_store_connected_long_enough_judges's.)"""
+    async with worker(redis.url, "b") as (b, _), worker(redis.url, "a") as (a, manager_a):
+        await a.create(task_of(manager_a, "ta"))
+        assert redis.process is not None
+        redis.process.send_signal(signal.SIGSTOP)
+        try:
+            await trio.sleep(3 * TTL)
+        finally:
+            redis.process.send_signal(signal.SIGCONT)
+        seen: list[str] = []
+        with trio.fail_after(STEP):
+            while len(seen) < 40:  # two seconds of reads, every 50 ms
+                try:
+                    seen.append(got(await b.get("ta")).status)
+                except TaskStoreUnavailable:
+                    seen.append("unavailable")
+                await trio.sleep(0.05)
+        assert set(seen) <= {"working", "unavailable"} and seen[-1] == "working", seen
+        for store in (a, b):
+            stats = store.statistics()["task_store"]
+            assert stats["failures"] >= 1 and stats["state"] == "connected", stats  # both lost Redis
+        assert b.statistics()["task_store"]["tasks_stopped"] == 0
 
 
 async def test_a_worker_restarted_under_its_id_fails_the_earlier_runs_tasks(redis: RedisServer) -> None:
