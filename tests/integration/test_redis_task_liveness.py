@@ -3,11 +3,13 @@ liveness keys.
 
 The stores alone (with bare task managers as workers): a task whose worker's liveness key expired, was
 released, or names another run of the worker is recorded ``failed`` by the next read through any other
-worker, atomically, and published; a finished task, a forged record and a forged or stale liveness value
-change nothing.  Then two demo apps on hypercorn: worker ``a`` shut down cleanly (its quick task
-completes, its long one is recorded ``failed``, "shut down"); and two ``mcp-trio demo --redis``
-processes: ``a`` killed with SIGKILL while its task runs, the task answered ``failed`` through ``b``
-within seconds.
+worker, atomically, and published, but only by a store connected long enough; a sweep does the same for
+tasks nobody reads, then forgets the run; a finished task, a forged record and a forged or stale
+liveness value change nothing; a task's end is never replaced; a Redis outage fails no live task.
+Then workers serving requests: two demo apps on hypercorn, ``a`` shut down cleanly (its quick task
+completes, its long one is recorded ``failed``, "shut down"); two ``mcp-trio demo --redis`` processes,
+``a`` stopped by SIGTERM (its task ``failed``, "shut down"), or killed with SIGKILL while its task runs
+(the task answered ``failed`` through ``b`` within seconds, a finished one still ``completed``).
 
 redis-server comes from Debian (the fixtures of test_redis.py start it on a free port and kill it after
 the test).  Without it the tests are skipped when run by hand, and fail under the test command.
