@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import mcp_types as mt
 import trio
 
-from .._app.tasks import TaskManager, TaskRecord
+from .._app.tasks import ENDED_ELSEWHERE, TaskManager, TaskRecord
 from .._protocol.cluster import (
     WORKER_ID,
     ClusterKeys,
@@ -304,7 +304,7 @@ class RedisTaskStore(TaskWorkers, RedisLink):
             )
             run = self._manager.runs.get(record.task_id) if self._manager is not None else None
             if run is not None:
-                run.cancel("it was recorded as ended by another worker")
+                run.cancel(ENDED_ELSEWHERE)
 
     async def delete(self, task_id: str) -> None:
         """Forget a task (its worker does, when its TTL ran out)."""

@@ -32,12 +32,13 @@ from test_redis import RedisServer
 from test_redis_tasks import OTHER_RING, Worker, eventually, raw, record_json, stored
 
 from mcp_trio import MCPApp, ServerConfig
-from mcp_trio._app.tasks import TaskManager
+from mcp_trio._app.tasks import ENDED_ELSEWHERE, TaskManager
+from mcp_trio._app.tasks.run import TaskRun
 from mcp_trio._protocol.cluster import ClusterKeys, seal_task_record
 from mcp_trio.demo import build_demo_server
 from mcp_trio.errors import TaskStoreUnavailable
 from mcp_trio.redis import RedisTaskStore
-from mcp_trio.redis.task_liveness import SETTLE, STOPPED_MESSAGE, seal_alive
+from mcp_trio.redis.task_liveness import SETTLE, STOPPED_MESSAGE, seal_alive, stopped
 from mcp_trio.server import TaskRecord
 
 STARTUP = 10.0
@@ -274,6 +275,35 @@ async def test_a_redis_outage_fails_no_live_worker_s_task(redis: RedisServer) ->
             stats = store.statistics()["task_store"]
             assert stats["failures"] >= 1 and stats["state"] == "connected", stats  # both lost Redis
         assert b.statistics()["task_store"]["tasks_stopped"] == 0
+
+
+async def test_a_task_ended_elsewhere_is_cancelled_here_and_not_published(redis: RedisServer) -> None:
+    """a runs a task whose record another worker ended (it took a for stopped while a could not reach
+    Redis): a's next write of it is dropped, nothing is published, and the task is cancelled in a."""
+    published: list[dict[str, Any]] = []
+    async with worker(redis.url, "a") as (a, manager_a):
+
+        async def publish(message: dict[str, Any]) -> None:
+            published.append(message)
+
+        manager_a.publish = publish
+        record = task_of(manager_a, "t1")
+        await a.create(record.copy())
+        run = TaskRun(manager_a, record, None)
+        run.created.set()
+        manager_a.runs["t1"] = run
+        await run.save()  # its own write: stored and published
+        assert [m["params"]["status"] for m in published] == ["working"]
+        ended = stopped(record, time.time())
+        key = "mcp_trio:task:t1"
+        value = seal_task_record(ClusterKeys.of(None), key, record_json(ended))
+        assert await raw(redis, "SET", key, value, "KEEPTTL") == b"+OK"  # as b's script writes it
+        run.record.status, run.record.result = "completed", {"content": []}
+        await run.save()
+        assert run.cancel_reason == ENDED_ELSEWHERE and run.scope.cancel_called
+        assert len(published) == 1  # the dropped write was not published
+        stopped_as_expected(await a.get("t1"))
+        assert a.statistics()["task_store"]["writes_refused"] == 1
 
 
 async def test_a_worker_restarted_under_its_id_fails_the_earlier_runs_tasks(redis: RedisServer) -> None:

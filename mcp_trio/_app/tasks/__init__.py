@@ -33,10 +33,12 @@ from .record import (
     declares_tasks,
     missing_extension,
 )
+from .run import ENDED_ELSEWHERE
 from .starter import NOT_A_TASK, TaskStarter
 from .store import MemoryTaskStore, TaskStore
 
 __all__ = [
+    "ENDED_ELSEWHERE",
     "NOT_A_TASK",
     "SHUTDOWN_MESSAGE",
     "STOPPED_MESSAGE",

@@ -16,14 +16,14 @@ import trio
 from ...errors import RPCError, TaskStoreFull, TaskStoreUnavailable
 from ..principal import PrincipalKeys
 from .record import TaskRecord, declares_tasks, missing_extension
-from .run import TaskPeer, TaskRun
+from .run import ENDED_ELSEWHERE, TaskPeer, TaskRun
 from .starter import TaskStarter
 from .store import MemoryTaskStore, TaskStore
 
 if TYPE_CHECKING:
     from ..context import Context
 
-__all__ = ["SHUTDOWN_MESSAGE", "STOPPED_MESSAGE", "TaskManager", "ToolRunner"]
+__all__ = ["ENDED_ELSEWHERE", "SHUTDOWN_MESSAGE", "STOPPED_MESSAGE", "TaskManager", "ToolRunner"]
 
 logger = logging.getLogger("mcp_trio._app.tasks")
 
@@ -221,6 +221,8 @@ class TaskManager:
                 self._forget(run)
 
     async def _ended_by_cancel(self, run: TaskRun) -> None:
+        if run.cancel_reason == ENDED_ELSEWHERE:
+            return
         if run.cancel_reason is None and run.scope.cancelled_caught:  # its TTL ran out: forgotten too
             with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
                 await run.created.wait()
