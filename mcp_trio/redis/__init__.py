@@ -8,7 +8,11 @@ or later.
 
 The package by job: ``connection`` (coredis, and the connection a bus and a store keep), ``bus`` (the
 notification bus), ``workers`` (a worker's heartbeat, session hash, inbox and forwarding), ``tasks``
-(the task store), ``events`` (the event store, with ``eventreads`` and ``eventscripts``).
+(the task store), ``task_records`` (its records, scripts and signals), ``task_liveness`` (a worker's
+liveness key and how a stopped worker's task is judged), ``task_workers`` (the store's part that
+keeps the key, records the tasks of stopped workers failed and sweeps for them), ``events`` (the event
+store, with ``eventreads`` and ``eventscripts``) and ``sessions`` (the records and leases of a worker's
+sessions, for adoption and hand-over).
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import mcp_types as mt
 import trio
 
-from .._app.tasks import TERMINAL, TaskManager, TaskRecord
-from .._protocol import safejson
+from .._app.tasks import ENDED_ELSEWHERE, TaskManager, TaskRecord
 from .._protocol.cluster import (
     WORKER_ID,
     ClusterKeys,
@@ -45,8 +44,10 @@ from .connection import (
     probe,
     redact,
     response_error,
-    token,
 )
+from .task_liveness import RUN_KEEP, running_key
+from .task_records import CREATE, DELETE, PUT, SIGNAL_LIMIT, decode_record, decode_signal
+from .task_workers import TaskWorkers
 
 if TYPE_CHECKING:
     import coredis
@@ -55,72 +56,8 @@ __all__ = ["SIGNAL_LIMIT", "RedisTaskStore"]
 
 _T = TypeVar("_T")
 
-_CREATE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return -1 end
-local stored
-if ARGV[2] == '' then
-  stored = redis.call('SET', KEYS[1], ARGV[1], 'NX')
-else
-  stored = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-end
-if not stored then return 0 end
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[6])
-return 1
-"""
-"""Create a task's key (SET NX, with its TTL) and count it in the index, unless the index (pruned of
-expired ids first) already holds ``max_tasks`` ids: 1 created, 0 the key exists, -1 full."""
-_DELETE = """
-redis.call('ZREM', KEYS[2], ARGV[1])
-return redis.call('DEL', KEYS[1])
-"""
-"""Delete a task's key and its id in the index."""
-SIGNAL_LIMIT = 1024 * 1024
-"""Largest signal (JSON, bytes) sent or accepted on a worker's task channel."""
-_STATUSES = frozenset({"working", "input_required"}) | TERMINAL
-_RECORD_TYPES: dict[str, tuple[type, ...]] = {
-    "task_id": (str,),
-    "owner": (str,),
-    "created_at": (int, float),
-    "updated_at": (int, float),
-    "ttl_ms": (int, type(None)),
-    "poll_interval_ms": (int, type(None)),
-    "status": (str,),
-    "status_message": (str, type(None)),
-    "result": (dict, type(None)),
-    "error": (dict, type(None)),
-    "input_requests": (dict,),
-    "worker": (str, type(None)),
-}
-"""The JSON type of each field of a stored :class:`~mcp_trio.server.TaskRecord`."""
 
-
-def _decode_record(raw: object, task_id: str) -> TaskRecord:
-    """The record stored for ``task_id``, or ValueError saying why the value is not one."""
-    if not isinstance(raw, bytes | str):
-        raise ValueError("the key does not hold a string")
-    try:
-        data = safejson.loads(raw)
-    except ValueError as exc:
-        raise ValueError("not JSON") from exc
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    for name, types in _RECORD_TYPES.items():
-        value = data.get(name)
-        if name not in data or isinstance(value, bool) or not isinstance(value, types):
-            raise ValueError(f"{name} is missing or of the wrong type")
-    if data["task_id"] != task_id:
-        raise ValueError("it names another task")
-    if data["status"] not in _STATUSES:
-        raise ValueError("unknown status")
-    if not all(isinstance(k, str) and isinstance(v, dict) for k, v in data["input_requests"].items()):
-        raise ValueError("input_requests is not an object of objects")
-    if not all(math.isfinite(data[name]) for name in ("created_at", "updated_at")):
-        raise ValueError("a timestamp is not finite")
-    return TaskRecord.from_json(data)
-
-
-class RedisTaskStore(RedisLink):
+class RedisTaskStore(TaskWorkers, RedisLink):
     """A :class:`~mcp_trio.server.TaskStore` in Redis, shared by the workers of a deployment: a task
     created on one worker is found by ``tasks/get`` on any other, and ``tasks/cancel`` or
     ``tasks/update`` sent to another worker reach the one that runs it.  Give each app its own store
@@ -150,6 +87,15 @@ class RedisTaskStore(RedisLink):
     running), each command opens a connection of its own.  It reconnects with exponential backoff
     (``retry_initial`` doubling up to ``retry_max`` seconds, with jitter), and logs an outage once.
 
+    A task ends with its worker: while :meth:`run` is connected, it writes this worker's liveness key
+    ``<prefix>:tasks:alive:<worker>`` (naming the run, its manager's ``instance_id``, signed) every
+    ``heartbeat_interval`` seconds, expiring after ``heartbeat_ttl``, and deletes it when the app ends.
+    A task that has not ended and whose worker's key is gone, or names another run, is recorded
+    ``failed`` ("The worker running this task stopped before it ended") by the next :meth:`get` of it,
+    and by :meth:`run`'s sweep of the runs that stopped, once this store has been connected for
+    ``heartbeat_ttl + retry_max`` seconds (``tasks_stopped`` counts them).  :meth:`put` never replaces a
+    record that ends its task.
+
     ``url``: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or ``unix://path``.
     """
 
@@ -168,6 +114,8 @@ class RedisTaskStore(RedisLink):
         retry_max: float = 2.0,
         signal_limit: int = SIGNAL_LIMIT,
         secret: bytes | Sequence[bytes] | None = None,
+        heartbeat_interval: float = 1.0,
+        heartbeat_ttl: float = 3.0,
     ) -> None:
         load_coredis()  # fail here, not in the app's nursery
         check_url(url)
@@ -175,6 +123,8 @@ class RedisTaskStore(RedisLink):
             raise ValueError("max_tasks and signal_limit must be at least 1, and timeout positive")
         if not 0 < retry_initial <= retry_max:
             raise ValueError("0 < retry_initial <= retry_max")
+        if not 0 < heartbeat_interval < heartbeat_ttl:
+            raise ValueError("0 < heartbeat_interval < heartbeat_ttl")
         super().__init__(url, retry_initial, retry_max)
         self.prefix = check_channel_prefix(prefix)
         self.index_key = f"{self.prefix}:tasks:index"
@@ -187,6 +137,17 @@ class RedisTaskStore(RedisLink):
         self.instance_id = secrets.token_hex(8)
         self.worker_id: str | None = None
         """The worker whose signals :meth:`run` receives (the app's ``worker_id``), once it runs."""
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_ttl = heartbeat_ttl
+        self.settle_after = heartbeat_ttl + retry_max
+        """How long :meth:`run` must have been connected before this store judges another worker's
+        tasks stopped (after a Redis outage, every live worker has written its liveness key again)."""
+        self._manager: TaskManager | None = None
+        self._instance: str | None = None
+        """The run of this worker whose liveness :meth:`run` keeps (its manager's ``instance_id``)."""
+        self._beaten = False
+        """Whether this run's liveness key was written (once, before its first task is created)."""
+        self._connected_since: float | None = None
         self._live: coredis.Redis[bytes] | None = None
         """The client :meth:`run` keeps connected, while it is (what the commands use)."""
         self._lost = trio.Event()
@@ -208,6 +169,9 @@ class RedisTaskStore(RedisLink):
                 "signals_forged",
                 "connects",
                 "failures",
+                "tasks_stopped",
+                "liveness_forged",
+                "writes_refused",
             ),
             0,
         )
@@ -225,7 +189,9 @@ class RedisTaskStore(RedisLink):
         no task, commands that failed (``unavailable``), signals sent
         (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received,
         malformed and forged (not signed by the key ring), ``connects`` and ``failures`` of
-        :meth:`run`, and the ``last_error``."""
+        :meth:`run`, tasks of a stopped worker recorded ``failed`` here (``tasks_stopped``), liveness
+        values that proved nothing (``liveness_forged``: not signed by the ring, or stale), writes of a
+        task that had already ended (``writes_refused``), and the ``last_error``."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
@@ -243,6 +209,8 @@ class RedisTaskStore(RedisLink):
     async def create(self, record: TaskRecord) -> None:
         """Store a new record (SET NX, expiring with its TTL) unless ``max_tasks`` live tasks are
         stored (:class:`~mcp_trio.errors.TaskStoreFull`).  Atomic across workers."""
+        if not self._beaten and record.instance is not None and record.instance == self._instance:
+            await self._command("create", self._beat)  # no task of this run before its liveness key
         value = self._encode(record, self.task_key(record.task_id))
         now = time.time()
         if record.ttl_ms is None:
@@ -253,7 +221,11 @@ class RedisTaskStore(RedisLink):
         keys = [self.task_key(record.task_id), self.index_key]
         millis, cap = str(math.floor(now * 1000)), str(self.max_tasks)
         args: list[str | bytes] = [value, px, score, millis, cap, record.task_id]
-        created = await self._command("create", lambda c: c.eval(_CREATE, keys=keys, args=args))
+        running = self.running_key_of(record)
+        if running is not None and not record.terminal:  # the sweep's index of the run's tasks
+            keys.append(running)
+            args.append(str(int(RUN_KEEP * 1000)))
+        created = await self._command("create", lambda c: c.eval(CREATE, keys=keys, args=args))
         if created == -1:
             self._counts["full"] += 1
             raise TaskStoreFull(f"{self.max_tasks} tasks are stored")
@@ -262,6 +234,18 @@ class RedisTaskStore(RedisLink):
         self._counts["created"] += 1
 
     async def get(self, task_id: str) -> TaskRecord | None:
+        """The record of ``task_id``; a task whose worker stopped (see :meth:`run`) is recorded
+        ``failed`` first, atomically, and the change is published."""
+        found = await self._read(task_id)
+        if found is None:
+            return None
+        record, raw = found
+        if not self._may_settle(record):
+            return record
+        return await self._settle(record, raw)
+
+    async def _read(self, task_id: str) -> tuple[TaskRecord, bytes] | None:
+        """The record of ``task_id`` and the value it was read from (None: unknown, forged, malformed)."""
         key = self.task_key(task_id)
         raw = await self._command("get", lambda c: get_value(c, key))
         if raw is None:
@@ -283,10 +267,11 @@ class RedisTaskStore(RedisLink):
             self._malformed(key, exc)
             return None
         try:
-            return _decode_record(data, task_id)
+            record = decode_record(data, task_id)
         except ValueError as exc:
             self._malformed(key, exc)
             return None
+        return record, raw if isinstance(raw, bytes) else str(raw).encode()
 
     def _malformed(self, key: str, exc: ValueError) -> None:
         """Count and log (once at WARNING, then DEBUG) a value under ``key`` that is no record."""
@@ -303,15 +288,30 @@ class RedisTaskStore(RedisLink):
         )
 
     async def put(self, record: TaskRecord) -> None:
-        """Replace the record of a task still stored (SET XX, its expiry kept): a task already
-        forgotten stays forgotten."""
+        """Replace the record of a task still stored (its expiry kept): a task already forgotten stays
+        forgotten, and a task's end is never replaced (a worker that could not reach Redis for longer
+        than ``heartbeat_ttl`` may find its task recorded ``failed`` by another: its later writes are
+        dropped, counted as ``writes_refused``, and the task is cancelled here)."""
         key = self.task_key(record.task_id)
         value = self._encode(record, key)
-        await self._command("put", lambda c: c.set(key, value, condition=token("XX"), keepttl=True))
+        running = self.running_key_of(record) if record.terminal else None
+        keys = [key] if running is None else [key, running]
+        done = await self._command("put", lambda c: c.eval(PUT, keys=keys, args=[value, record.task_id]))
+        if done == -1:
+            self._counts["writes_refused"] += 1
+            logger.info(
+                "Redis task store: task %s has already ended; a write of it was dropped", record.task_id
+            )
+            run = self._manager.runs.get(record.task_id) if self._manager is not None else None
+            if run is not None:
+                run.cancel(ENDED_ELSEWHERE)
 
     async def delete(self, task_id: str) -> None:
+        """Forget a task (its worker does, when its TTL ran out)."""
         keys = [self.task_key(task_id), self.index_key]
-        await self._command("delete", lambda c: c.eval(_DELETE, keys=keys, args=[task_id]))
+        if self.worker_id is not None and self._instance is not None:
+            keys.append(running_key(self.prefix, self.worker_id, self._instance))
+        await self._command("delete", lambda c: c.eval(DELETE, keys=keys, args=[task_id]))
 
     def _encode(self, record: TaskRecord, key: str) -> bytes:
         """The value stored under ``key`` for ``record``: its JSON, signed for that key.  Every write
@@ -352,8 +352,16 @@ class RedisTaskStore(RedisLink):
         worker = manager.worker_id
         if worker is not None:
             check_worker_id(worker)
+            self._instance = manager.instance_id
         self.worker_id = worker
-        await self._keep_connected(functools.partial(self._connect_and_serve, manager, worker), task_status)
+        self._manager = manager
+        try:
+            await self._keep_connected(
+                functools.partial(self._connect_and_serve, manager, worker), task_status
+            )
+        finally:
+            self._connected_since = None
+            await self._release()
 
     async def _connect_and_serve(self, manager: TaskManager, worker: str | None) -> bool:
         """One connection, until it fails (never raises but cancellation); whether it got connected."""
@@ -366,11 +374,19 @@ class RedisTaskStore(RedisLink):
         async with client, trio.open_nursery() as nursery:
             if worker is not None:
                 await nursery.start(self._subscriber, client, manager, worker)
+                with trio.fail_after(self.timeout):
+                    await self._beat(client)
+                nursery.start_soon(self._heartbeat, client)
             else:
                 with trio.fail_after(self.timeout):
                     await client.ping()
+            nursery.start_soon(self._sweeper)
             self._connected(client, f" ({self.channel(worker)})" if worker is not None else "")
-            await lost.wait()
+            self._connected_since = trio.current_time()
+            try:
+                await lost.wait()
+            finally:
+                self._connected_since = None
             raise ConnectionError(self._last_error or "a command failed")
 
     async def _subscriber(
@@ -399,7 +415,7 @@ class RedisTaskStore(RedisLink):
         data = item.get("data")
         try:
             inner = open_bus_message(self._keys, channel, data, time.time(), self.signal_limit)
-            task_id, message = self._decode_signal(inner)
+            task_id, message = decode_signal(inner, self.signal_limit)
         except ForgedMessage as exc:
             self._counts["signals_forged"] += 1
             now = trio.current_time()
@@ -422,24 +438,6 @@ class RedisTaskStore(RedisLink):
             await manager.on_signal(task_id, message)
         except Exception:
             logger.exception("Redis task store: the signal for task %s failed", task_id)
-
-    def _decode_signal(self, data: object) -> tuple[str, dict[str, Any]]:
-        if isinstance(data, str):
-            data = data.encode()
-        if not isinstance(data, bytes):
-            raise ValueError(f"a {type(data).__name__}, not a string")
-        if len(data) > self.signal_limit:
-            raise ValueError(f"{len(data)} bytes, over the limit of {self.signal_limit}")
-        try:
-            message = safejson.loads(data)
-        except ValueError as exc:
-            raise ValueError("not JSON") from exc
-        if not isinstance(message, dict):
-            raise ValueError("not a JSON object")
-        task_id = message.pop("taskId", None)
-        if not isinstance(task_id, str) or not task_id:
-            raise ValueError("no taskId")
-        return task_id, message
 
     # -- commands ---------------------------------------------------------------------------------
 

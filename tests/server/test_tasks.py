@@ -894,23 +894,33 @@ async def test_a_full_store_evicts_finished_tasks_then_answers_32603(
 # -- 9. shutdown ------------------------------------------------------------------------------
 
 
-async def test_shutdown_cancels_running_tasks_and_records_them(
-    app: MCPApp, tc: TaskClient, probe: Probe
+async def test_shutdown_gives_tasks_the_grace_then_records_them_failed(
+    app: MCPApp, tc: TaskClient, probe: Probe, autojump_clock: trio.testing.MockClock
 ) -> None:
+    """aclose: a task that ends within ``shutdown_grace`` (5 s) completes as it would; the ones still
+    running then (one holding, one waiting for input) are cancelled and recorded ``failed``, saying the
+    server shut down; no task starts meanwhile."""
     held = (await tc.start("hold"))["taskId"]
     waiting = (await tc.start("confirm_delete", {"filename": "d.txt"}))["taskId"]
+    quick = (await tc.start("slow_compute", {"seconds": 3, "label": "q"}))["taskId"]
     await probe.entered.wait()
     await tc.wait(waiting, "input_required")
-    assert stats(app) == (2, 2)
-    with trio.fail_after(2):
+    assert stats(app) == (3, 3)
+    start = trio.current_time()
+    with trio.fail_after(app.config.shutdown_grace + 1):
         await app.aclose()
+    assert trio.current_time() - start >= app.config.shutdown_grace  # the grace was given in full
     assert probe.cancelled.is_set()
     assert app.statistics()["tasks_running"] == 0
     store = app._modern.tasks.store
+    done = await store.get(quick)
+    assert done is not None and done.status == "completed", done
+    assert done.result is not None and done.result["content"][0]["text"] == "Computed q after 3 s"
     for task_id in (held, waiting):
         record = await store.get(task_id)
-        assert record is not None and record.status == "cancelled", record
-        assert "shut down" in (record.status_message or ""), record
+        assert record is not None and record.status == "failed", record
+        assert record.status_message == "The server shut down before this task ended", record
+        assert record.error == {"code": mt.INTERNAL_ERROR, "message": record.status_message}
         assert record.input_requests == {}
     # no new task starts once shut down
     status, body = await tc.call("tools/call", {"name": "hold", "arguments": {}})
@@ -918,7 +928,7 @@ async def test_shutdown_cancels_running_tasks_and_records_them(
     assert "shutting down" in body["error"]["message"] and probe.runs == 1
 
 
-async def test_a_cancelled_app_records_its_running_tasks_cancelled() -> None:
+async def test_a_cancelled_app_records_its_running_tasks_failed() -> None:
     # Cancelling MCPApp.run (no aclose: what open_asgi_client does on exit, or a crash next to it) ends
     # the tasks too; their records (in a shared store, what other workers answer from) must say so.
     # Trio wakes the cancelled tasks in a random order, so this runs ten times.
@@ -932,7 +942,34 @@ async def test_a_cancelled_app_records_its_running_tasks_cancelled() -> None:
         assert probe.cancelled.is_set() and app.statistics()["tasks_running"] == 0
         record = await app._modern.tasks.store.get(task_id)
         outcomes.append(None if record is None else (record.status, record.status_message))
-    assert outcomes == [("cancelled", "Cancelled: the server shut down")] * 10, outcomes
+    assert outcomes == [("failed", "The server shut down before this task ended")] * 10, outcomes
+
+
+async def test_a_task_of_this_worker_id_not_running_here_is_recorded_failed() -> None:
+    """A record that names this worker (its id) as running a task that does not run here (an earlier
+    process under the same id stopped, or the last write was lost): the next tasks/get records it
+    failed, says the worker stopped, and publishes the change."""
+    app = MCPApp(build_demo_server(), ServerConfig(worker_id="a"))
+    tasks = app._modern.tasks
+    published: list[dict[str, Any]] = []
+    async with open_asgi_client(app) as asgi:
+
+        async def publish(message: dict[str, Any]) -> None:
+            published.append(message)
+
+        tasks.publish = publish
+        now = time.time()
+        owner = tasks.principals.key(None)
+        orphan = TaskRecord("f" * 32, owner, now, now, 60_000, worker="a", instance="an-earlier-run")
+        await tasks.store.create(orphan)
+        task = await TaskClient(asgi).get(orphan.task_id)
+        assert task["status"] == "failed", task
+        assert task["statusMessage"] == "The worker running this task stopped before it ended"
+        assert task["error"] == {"code": mt.INTERNAL_ERROR, "message": task["statusMessage"]}
+        stored = await tasks.store.get(orphan.task_id)
+        assert stored is not None and stored.status == "failed"
+        assert [m["params"]["status"] for m in published] == ["failed"]
+        assert published[0]["method"] == "notifications/tasks"
 
 
 # -- 10. client disconnects -------------------------------------------------------------------

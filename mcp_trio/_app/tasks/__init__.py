@@ -23,7 +23,7 @@ The package by job: :mod:`.record` (:class:`TaskRecord`, the extension's names),
 from __future__ import annotations
 
 from ...errors import TaskStoreFull, TaskStoreUnavailable
-from .manager import TaskManager
+from .manager import SHUTDOWN_MESSAGE, STOPPED_MESSAGE, TaskManager
 from .record import (
     TASK_METHODS,
     TASKS_EXTENSION,
@@ -33,11 +33,15 @@ from .record import (
     declares_tasks,
     missing_extension,
 )
+from .run import ENDED_ELSEWHERE
 from .starter import NOT_A_TASK, TaskStarter
 from .store import MemoryTaskStore, TaskStore
 
 __all__ = [
+    "ENDED_ELSEWHERE",
     "NOT_A_TASK",
+    "SHUTDOWN_MESSAGE",
+    "STOPPED_MESSAGE",
     "TASKS_EXTENSION",
     "TASK_METHODS",
     "TERMINAL",

@@ -16,21 +16,30 @@ import trio
 from ...errors import RPCError, TaskStoreFull, TaskStoreUnavailable
 from ..principal import PrincipalKeys
 from .record import TaskRecord, declares_tasks, missing_extension
-from .run import TaskPeer, TaskRun
+from .run import ENDED_ELSEWHERE, TaskPeer, TaskRun
 from .starter import TaskStarter
 from .store import MemoryTaskStore, TaskStore
 
 if TYPE_CHECKING:
     from ..context import Context
 
-__all__ = ["TaskManager", "ToolRunner"]
+__all__ = ["ENDED_ELSEWHERE", "SHUTDOWN_MESSAGE", "STOPPED_MESSAGE", "TaskManager", "ToolRunner"]
 
 logger = logging.getLogger("mcp_trio._app.tasks")
 
 MAX_TASK_ID_LENGTH = 256
 """Longest task id looked up (ours are 32 characters); a longer one is simply not found."""
 SAVE_TIMEOUT = 5.0
-"""How long the last write of a cancelled task (its ``cancelled`` status) may take."""
+"""How long the last write of a task that ended by cancellation (its ``cancelled`` or ``failed``
+status) may take."""
+SHUTDOWN_MESSAGE = "The server shut down before this task ended"
+"""The ``statusMessage`` (and error message) of a task that was still running when its server shut
+down: it is recorded ``failed``."""
+STOPPED_MESSAGE = "The worker running this task stopped before it ended"
+"""The ``statusMessage`` (and error message) of a task whose worker stopped (was killed, or restarted
+under the same worker id) before it ended: it is recorded ``failed`` by whichever worker finds out."""
+_SHUTDOWN = "the server shut down"
+"""The cancel reason of a task ended by shutdown."""
 
 
 @dataclass(slots=True)
@@ -66,6 +75,9 @@ class TaskManager:
         self.ttl = ttl
         self.poll_interval = poll_interval
         self.worker_id = worker_id
+        self.instance_id = secrets.token_hex(8)
+        """This run of the worker (each record it creates names it: a worker restarted under the same id
+        has another, so the tasks of the earlier run are known to have stopped)."""
         self.shutdown_grace = shutdown_grace
         self.runs: dict[str, TaskRun] = {}
         self.publish: Callable[[dict[str, Any]], Awaitable[None]] | None = None
@@ -86,15 +98,18 @@ class TaskManager:
             finally:
                 self._nursery = None
                 for run in list(self.runs.values()):
-                    run.cancel("the server shut down")
+                    run.cancel(_SHUTDOWN)
 
     async def aclose(self) -> None:
-        """Shutdown: no new task starts; every running one is cancelled and recorded as such (within
-        ``shutdown_grace``)."""
+        """Shutdown: no new task starts; the running ones get ``shutdown_grace`` to end as they would,
+        then those still running are cancelled and recorded ``failed`` (:data:`SHUTDOWN_MESSAGE`),
+        their last writes within :data:`SAVE_TIMEOUT`."""
         self._closing = True
-        for run in list(self.runs.values()):
-            run.cancel("the server shut down")
         with trio.move_on_after(self.shutdown_grace):
+            await self._idle.wait()
+        for run in list(self.runs.values()):
+            run.cancel(_SHUTDOWN)
+        with trio.move_on_after(SAVE_TIMEOUT):
             await self._idle.wait()
 
     def statistics(self) -> dict[str, int]:
@@ -126,6 +141,7 @@ class TaskManager:
             ttl_ms=None if self.ttl is None else int(self.ttl * 1000),
             poll_interval_ms=max(1, int(self.poll_interval * 1000)),
             worker=self.worker_id,
+            instance=self.instance_id if self.worker_id is not None else None,
         )
         run = TaskRun(self, record, ctx.principal)
         outcome: _Outcome = await nursery.start(self._task, ctx, runner, run)
@@ -205,13 +221,18 @@ class TaskManager:
                 self._forget(run)
 
     async def _ended_by_cancel(self, run: TaskRun) -> None:
+        if run.cancel_reason == ENDED_ELSEWHERE:
+            return
         if run.cancel_reason is None and run.scope.cancelled_caught:  # its TTL ran out: forgotten too
             with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
                 await run.created.wait()
                 await self.store.delete(run.record.task_id)
             return
-        reason = run.cancel_reason or "the server shut down"  # else the app's nursery was cancelled
-        await self._record_end(run, "cancelled", message=f"Cancelled: {reason}")
+        if run.cancel_reason in (None, _SHUTDOWN):  # shutdown, or the app's nursery was cancelled
+            error = {"code": mt.INTERNAL_ERROR, "message": SHUTDOWN_MESSAGE}
+            await self._record_end(run, "failed", message=SHUTDOWN_MESSAGE, error=error)
+            return
+        await self._record_end(run, "cancelled", message=f"Cancelled: {run.cancel_reason}")
 
     async def _record_end(
         self, run: TaskRun, status: str, *, message: str | None = None, error: dict[str, Any] | None = None
@@ -257,15 +278,15 @@ class TaskManager:
     async def _orphaned(self, record: TaskRecord) -> None:
         """A task recorded as running here that is not (the process that ran it under this worker id
         stopped, or its last write failed): it failed, and is recorded so."""
-        message = "The server running this task stopped before it ended"
-        record.status, record.status_message = "failed", message
-        record.error = {"code": mt.INTERNAL_ERROR, "message": message}
+        record.status, record.status_message = "failed", STOPPED_MESSAGE
+        record.error = {"code": mt.INTERNAL_ERROR, "message": STOPPED_MESSAGE}
         record.input_requests.clear()
         record.updated_at = time.time()
         try:
             await self.store.put(record.copy())
         except TaskStoreUnavailable as exc:
             raise RPCError(mt.INTERNAL_ERROR, "Task store unavailable: try again later") from exc
+        await self.published(record.copy())
 
     async def lookup(self, task_id: str) -> TaskRecord | None:
         """The record of ``task_id`` whoever owns it (None when unknown or expired)."""

@@ -65,6 +65,10 @@ class TaskRecord:
     input_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
     worker: str | None = None
     """The worker whose nursery runs the task (None in a single process)."""
+    instance: str | None = None
+    """Which run of that worker runs it (a random id each time an app starts, so that a worker
+    restarted under the same id is told apart from the one that ran the task; None for records
+    written before it existed)."""
 
     @property
     def expires_at(self) -> float:

@@ -17,7 +17,11 @@ from .record import TaskRecord
 if TYPE_CHECKING:
     from .manager import TaskManager
 
-__all__ = ["TaskPeer", "TaskRun"]
+__all__ = ["ENDED_ELSEWHERE", "TaskPeer", "TaskRun"]
+
+ENDED_ELSEWHERE = "its end was already recorded by another worker"
+"""The cancel reason a shared store gives a task whose record another worker ended (it took this worker
+for stopped): nothing more of it is written or published."""
 
 _RESULT_MODELS: dict[str, type[pydantic.BaseModel]] = {
     "elicitation/create": mt.ElicitResult,
@@ -88,7 +92,8 @@ class TaskRun:
                 return
             await self.manager.store.put(snapshot)
             self._written = version
-            await self.manager.published(snapshot)
+            if self.cancel_reason != ENDED_ELSEWHERE:  # else the store kept another worker's end
+                await self.manager.published(snapshot)
 
     async def ask(self, requests: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
         keys: dict[str, str] = {}
