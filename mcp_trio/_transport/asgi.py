@@ -133,8 +133,8 @@ class MCPApp:
                 nursery.cancel_scope.cancel()
 
     async def aclose(self) -> None:
-        """End gracefully: drain first (see :func:`~mcp_trio._transport.ownership.drain`: readiness
-        turns at once, ``drain_delay``, then no new session, and sessions kept in Redis are handed over),
+        """End gracefully: drain first (readiness turns at once, ``config.drain_delay`` passes, then no
+        new session is made, and sessions kept in Redis are handed over to other workers),
         then close every session, subscription and WebSocket connection (each open stream ends cleanly,
         each WebSocket with close code 1001 after what was queued for it) within
         ``config.shutdown_grace``."""

@@ -123,8 +123,8 @@ class ServerConfig:
     """Seconds a stopping app (``app.aclose()``, SIGTERM under ``serve`` or ``mcp-trio``) goes on
     serving as before once its readiness has turned (a ``GET`` without a session, the shipped balancer
     configurations' health check, gets 503 from the start), so that the balancer stops sending it
-    requests first.  None: :data:`DRAIN_DELAY` when the app hands its sessions over to other workers
-    (a worker id and a Redis bus), else 0."""
+    requests first.  None: 3 seconds when the app hands its sessions over to other workers (a worker id
+    and a Redis bus), else 0."""
     dns_rebinding_protection: bool | None = None
     """Check ``Host`` (421 when foreign) and ``Origin`` (403 when foreign; requests without one pass)
     against the allowed ones: the loopback names (``localhost``, ``127.0.0.1``, ``[::1]``, any port) and
