@@ -30,7 +30,7 @@ __all__ = [
 
 RETRY_STATUSES = frozenset({429, 503})
 """The statuses that say "not processed, try again later"."""
-DEFAULT_RETRY_ATTEMPTS = 5
+DEFAULT_RETRY_ATTEMPTS = 10
 """How many times one message is sent at most (the first time included)."""
 DEFAULT_RETRY_BUDGET = 30.0
 """Seconds: the longest one message's retries may wait in all."""

@@ -130,7 +130,7 @@ async def open_client_session(
     - every message (a request, a notification, an answer to the server, the GET stream, a
       resumption, the DELETE) answered 503 or 429 is sent again after the wait the answer's
       ``Retry-After`` asks for (seconds or an HTTP date; without one, 0.5 s doubling up to 8 s), plus
-      jitter: at most ``retry_attempts`` times in all (default 5), waiting at most ``retry_budget``
+      jitter: at most ``retry_attempts`` times in all (default 10), waiting at most ``retry_budget``
       seconds in all (default 30).  Then, or at once if ``Retry-After`` asks for more than is left,
       the call raises :class:`~mcp_trio.errors.ServerBusy` (a :class:`TransportError` with ``status``
       and ``retry_after``).  ``retry_attempts=1`` retries nothing.

@@ -37,6 +37,9 @@ from mcp_http import (
 )
 from test_deploy_workers import SECRET, STARTUP, Redis, free_port, haproxy, need
 
+from mcp_trio import open_client_session
+from mcp_trio.errors import TransportError
+
 SESSIONS = 40
 CALLS = 10
 CALL_SECONDS = 3.0
@@ -347,3 +350,64 @@ async def test_events_missed_during_a_hand_over_are_replayed_by_the_adopter(tmp_
         stats = (await fetch_stats(c.servers["b"]))["notification_bus"]
         assert stats["adopted"] >= 1, stats
         assert 404 not in statuses, statuses
+
+
+@pytest.mark.deadline(180)
+async def test_mcp_trio_s_own_client_goes_on_in_one_block(tmp_path: Path) -> None:
+    """The same story with ``open_client_session``: one block, one session id, no new ``initialize``,
+    through a SIGTERM of the session's worker (its call in flight completes), that worker's return (the
+    session moves home) and its SIGKILL (the call in flight fails at once, the next ones work)."""
+    notes: list[str] = []
+
+    async def on_notification(message: dict[str, Any]) -> None:
+        notes.append(message.get("method", ""))
+
+    async with (
+        workers(tmp_path) as c,
+        open_client_session(c.url, mode="legacy", on_notification=on_notification) as s,
+    ):
+        if True:
+            first_id = s.session_id
+            assert first_id is not None
+            home = first_id.split(".", 1)[0]
+            other = "b" if home == "a" else "a"
+            async with trio.open_nursery() as nursery:
+                slept: list[str] = []
+
+                async def slow() -> None:
+                    result = await s.call_tool("sleep", {"seconds": CALL_SECONDS})
+                    slept.append(result.content[0].text)  # type: ignore[union-attr]
+
+                nursery.start_soon(slow)
+                await trio.sleep(0.5)
+                await c.servers[home].stop(signal.SIGTERM)
+            assert len(slept) == 1
+            assert (await s.call_tool("echo", {"text": "on the other"})).content[0].text == "on the other"  # type: ignore[union-attr]
+            assert (await fetch_stats(c.servers[other]))["sessions"] >= 1
+            await c.start(home)
+            await c.until_routed(home)
+            assert (await s.call_tool("echo", {"text": "home"})).content[0].text == "home"  # type: ignore[union-attr]
+            assert (await fetch_stats(c.servers[home]))["notification_bus"]["adopted"] == 1
+            broken: list[TransportError] = []
+
+            async def doomed() -> None:
+                with trio.fail_after(10):  # the call in flight on a killed worker fails at once
+                    try:
+                        await s.call_tool("sleep", {"seconds": 60})
+                    except TransportError as exc:
+                        broken.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(doomed)
+                await trio.sleep(0.5)
+                server = c.servers[home]
+                server.stopped = True
+                server.process.kill()
+            assert len(broken) == 1, broken
+            killed_at = trio.current_time()
+            assert (await s.call_tool("echo", {"text": "again"})).content[0].text == "again"  # type: ignore[union-attr]
+            assert trio.current_time() - killed_at < ADOPTED_WITHIN
+            await s.call_tool("test_trigger_tool_change", {})
+            await eventually(lambda: "notifications/tools/list_changed" in notes, 20, lambda: notes)
+            assert s.session_id == first_id
+            assert s.renewals == 0
