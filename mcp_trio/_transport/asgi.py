@@ -104,6 +104,7 @@ class MCPApp:
             if store_run is not None:  # a store with tasks of its own (a shared one's signals)
                 await nursery.start(store_run, tasks)
             await nursery.start(tasks.run)
+            await nursery.start(self._modern.keepalive.run)
             await self._manager.run(task_status=task_status)
             nursery.cancel_scope.cancel()
 
