@@ -117,7 +117,8 @@ class Raw:
         with trio.CancelScope() as scope:  # unwinds httpx's generators (see mcp_http.SSEResponse.aclose)
             scope.cancel()
             try:
-                await self._chunks.__anext__()
+                while True:  # what is buffered comes without a checkpoint; then the cancel ends it all
+                    await self._chunks.__anext__()
             except (StopAsyncIteration, httpx.HTTPError):
                 pass
         await self.response.aclose()
