@@ -35,8 +35,9 @@ answer (seconds): a healthy write takes far less, and a cut one (the client went
 
 
 class Responder:
-    """One HTTP answer whose kind is decided late: the first notification makes it an SSE stream; a
-    final message with no notification before it is sent as one JSON body (with a fitting status)."""
+    """One HTTP answer whose kind is decided late: the first notification (or :class:`KeepAlive`'s first
+    comment) makes it an SSE stream; a final message with nothing sent before it is sent as one JSON
+    body (with a fitting status)."""
 
     __slots__ = ("_json_only", "beat", "gone", "send", "sending", "streaming")
 
@@ -51,10 +52,10 @@ class Responder:
         """While :class:`KeepAlive` sends a comment on this answer: the request's own sends wait for it."""
 
     async def notify(self, message: dict[str, Any]) -> None:
+        while self.beat is not None:  # a keep-alive comment goes out first (it may find the client gone)
+            await self.beat.wait()
         if self.gone or self._json_only:
             return  # nobody listens, or a JSON answer cannot carry notifications
-        while self.beat is not None:
-            await self.beat.wait()
         self.sending += 1
         try:
             if not self.streaming:

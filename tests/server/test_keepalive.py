@@ -31,10 +31,10 @@ class Recorder:
         self.fail: BaseException | None = None
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        if self.fail is not None:
-            raise self.fail
         if self.hold is not None:
             await self.hold.wait()
+        if self.fail is not None:
+            raise self.fail
         await trio.lowlevel.checkpoint()
         kind = "head" if message["type"] == "http.response.start" else "body"
         body = message.get("body", b"") if kind == "body" else str(message["status"]).encode()
@@ -149,6 +149,35 @@ async def test_a_failed_comment_ends_that_answer_only(
             nursery.cancel_scope.cancel()
     assert healthy.bodies == [KEEPALIVE_COMMENT, KEEPALIVE_COMMENT] and keepalive.comments == 2
     assert any("keep-alive comment" in r.message for r in caplog.records) == isinstance(error, RuntimeError)
+
+
+async def test_a_notification_waiting_for_a_comment_that_fails_is_dropped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    keepalive = KeepAlive(INTERVAL)
+    send = Recorder()
+    responder = Responder(send, json_only=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(keepalive.run)
+        keepalive.watch(responder)
+        send.hold = trio.Event()
+        await trio.sleep(INTERVAL + 0.1)  # the comment's head is being sent (held)
+        assert responder.beat is not None
+        notified = trio.Event()
+
+        async def notify() -> None:  # raises into the test's nursery if the failure reaches it
+            await responder.notify({"jsonrpc": "2.0", "method": "notifications/progress"})
+            notified.set()
+
+        nursery.start_soon(notify)
+        await trio.sleep(0.1)
+        send.fail = trio.BrokenResourceError("the client went")
+        send.hold.set()
+        with trio.fail_after(1):
+            await notified.wait()
+        assert responder.gone and send.sent == []
+        keepalive.unwatch(responder)
+        nursery.cancel_scope.cancel()
 
 
 def test_keepalive_interval_must_be_positive() -> None:
