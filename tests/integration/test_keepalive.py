@@ -25,7 +25,7 @@ import pytest
 import trio
 from mcp_http import POST_HEADERS, MCPClient, http_client, serve_in_process
 
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, open_client_session
 from mcp_trio._protocol.sse import SSEDecoder
 
 INTERVAL = 0.2
@@ -302,3 +302,16 @@ async def test_a_client_gone_during_the_comments_cancels_its_call() -> None:
             while app.statistics()["modern_inflight"] or app.statistics()["keepalive_watched"]:  # noqa: ASYNC110
                 await trio.sleep(0.02)
         assert cancelled == ["silent"]
+
+
+@pytest.mark.parametrize("mode", ["modern", "legacy"])
+async def test_mcp_trio_s_client_reads_a_silent_call_s_stream(mode: str) -> None:
+    """The client takes an answer that began with comments (a 2026 one that became an SSE stream, a
+    2025 POST stream) as any other."""
+    async with served() as (url, app, _):
+        with trio.fail_after(SILENCE + 10):
+            async with open_client_session(url, mode=mode) as session:
+                result = await session.call_tool("silent", {"seconds": SILENCE})
+        assert result.content[0].text == f"slept {SILENCE}"  # type: ignore[union-attr]
+        if mode == "modern":
+            assert app.statistics()["keepalive_comments"] >= AT_LEAST
