@@ -119,6 +119,7 @@ class MCPApp:
             if events_run is not None:  # an event store with a task of its own (a shared one's writer)
                 await nursery.start(events_run)
             await nursery.start(tasks.run)
+            await nursery.start(self._modern.keepalive.run)
             await self._manager.run(task_status=task_status)
             nursery.cancel_scope.cancel()
 

@@ -77,7 +77,11 @@ class ServerConfig:
     """Answer requests with one ``application/json`` body instead of an SSE stream."""
     max_body_size: int = 4 * 1024 * 1024
     keepalive_interval: float = 15.0
-    """Idle SSE streams get a comment frame this often, so proxies do not time them out."""
+    """Every SSE stream silent for this long gets a comment (``: keep-alive``), and again each time it
+    stays silent this long, so that proxies do not time it out: 2025-era GET and POST streams,
+    ``subscriptions/listen`` streams, and 2026-era answers, which become SSE streams when their handler
+    is silent this long (not with ``json_response``: a JSON body cannot carry comments).  WebSocket
+    connections get a ping this often from mcp_trio's servers.  Proxies' read timeouts must exceed it."""
     sse_retry_ms: int = 1000
     """The SSE ``retry`` field sent on 2025-11-25 streams."""
     sse_start_delay: float = 0.05
@@ -207,6 +211,8 @@ class ServerConfig:
             check_worker_id(self.worker_id)
         if self.drain_delay is not None and not 0 <= self.drain_delay <= 600:
             raise ValueError("drain_delay must be between 0 and 600 seconds (or None)")
+        if not self.keepalive_interval > 0:
+            raise ValueError("keepalive_interval must be positive (math.inf: no keep-alive comments)")
         if self.max_event_store_bytes < 1:
             raise ValueError("max_event_store_bytes must be at least 1")
         for name in ("max_sessions_per_principal", "max_sessions_per_address"):

@@ -35,7 +35,7 @@ from .._runtime.containment import contained
 from .._runtime.contract import DisconnectHook
 from ..errors import RPCError
 from .config import ServerConfig
-from .responder import Responder, disconnected, watch_disconnect
+from .responder import KeepAlive, Responder, disconnected, watch_disconnect
 from .subscriptions import Listener, Subscriptions
 from .wire import Receive, Send
 
@@ -155,6 +155,8 @@ class ModernEndpoint:
             )
         self.subscriptions = Subscriptions(server, config, self.tasks, self.principals)
         """The open ``subscriptions/listen`` streams."""
+        self.keepalive = KeepAlive(config.keepalive_interval)
+        """Comments on answers whose handler is silent (its task runs in :meth:`MCPApp.run`)."""
         self.clock: Callable[[], float] = time.time
         """Wall-clock seconds for ``requestState`` expiry (replicas sharing a secret share this clock)."""
 
@@ -216,7 +218,16 @@ class ModernEndpoint:
         if listener is not None:
             await self.subscriptions.listen_sse(listener, responder.send)
             return
-        message, status = await self.answer(request, revision, responder, principal)
+        if self.config.json_response:  # one JSON body: no comments (proxies must wait for the answer)
+            message, status = await self.answer(request, revision, responder, principal)
+        else:
+            self.keepalive.watch(responder)
+            try:
+                message, status = await self.answer(request, revision, responder, principal)
+            finally:
+                self.keepalive.unwatch(responder)
+                if responder.beat is not None:
+                    await responder.settle()
         if on_disconnect is not None:
             on_disconnect.set(None)
         await responder.finish(message, status, shield=on_disconnect is None)
@@ -288,4 +299,10 @@ class ModernEndpoint:
 
     def statistics(self) -> dict[str, int]:
         listeners = len(self.subscriptions.open)
-        return {"modern_inflight": self.inflight, "listeners": listeners, **self.tasks.statistics()}
+        return {
+            "modern_inflight": self.inflight,
+            "listeners": listeners,
+            "keepalive_watched": len(self.keepalive),
+            "keepalive_comments": self.keepalive.comments,
+            **self.tasks.statistics(),
+        }
