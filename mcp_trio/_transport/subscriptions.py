@@ -245,7 +245,9 @@ class Subscriptions:
 
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         await self.listen(listener, emit, keepalive)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        # A stream ended by a shutdown (a worker that drains) says when to listen again (elsewhere).
+        last = sse.encode_retry(self.config.sse_retry_ms) if self._closing else b""
+        await send({"type": "http.response.body", "body": last, "more_body": False})
 
     async def aclose(self) -> None:
         """Shutdown: every open listen stream gets its completion result and ends (within the grace)."""

@@ -14,6 +14,7 @@ its ``Retry-After``, and reconnect a GET stream with ``Last-Event-ID``.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -36,8 +37,10 @@ from mcp_http import (
     serve_demo,
 )
 from test_deploy_workers import SECRET, STARTUP, Redis, free_port, haproxy, need
+from test_redis import call as redis_call
 
 from mcp_trio import open_client_session
+from mcp_trio._protocol.cluster import SESSION_TAG, ClusterKeys
 from mcp_trio.errors import TransportError
 
 SESSIONS = 40
@@ -124,6 +127,29 @@ async def post(client: MCPClient, message: dict[str, Any], statuses: list[int]) 
             await stream.response.aread()
             await stream.aclose()
             await trio.sleep(retry_after(stream.response))
+
+
+async def call_messages(
+    client: MCPClient, name: str, arguments: dict[str, Any], statuses: list[int]
+) -> list[dict[str, Any]]:
+    """Every message of a ``tools/call``'s stream, its response last."""
+    message = {
+        "jsonrpc": "2.0",
+        "id": client._request_id(),
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
+    stream = await post(client, message, statuses)
+    try:
+        messages = []
+        while (answer := await stream.next_message()) is not None:
+            messages.append(answer)
+            if answer.get("id") == message["id"]:
+                break
+    finally:
+        await stream.aclose()
+    assert messages and "result" in messages[-1], messages
+    return messages
 
 
 async def call(
@@ -411,3 +437,50 @@ async def test_mcp_trio_s_own_client_goes_on_in_one_block(tmp_path: Path) -> Non
             await eventually(lambda: "notifications/tools/list_changed" in notes, 20, lambda: notes)
             assert s.session_id == first_id
             assert s.renewals == 0
+
+
+@pytest.mark.deadline(120)
+async def test_an_adopted_session_keeps_its_log_level_and_a_forged_record_is_no_session(
+    tmp_path: Path,
+) -> None:
+    """A session's log level, set on its first worker, holds on the worker that adopts it (the demo's
+    logging tool says nothing below ``error``); a record copied by a Redis writer to another session's
+    key is no session (404), and counted."""
+    statuses: list[int] = []
+    async with workers(tmp_path) as c:
+        clients = await open_sessions(c, 8, statuses)
+        quiet, copied_over = [client for client in clients if owner_of(client) == "a"][:2]
+        loud = next(client for client in clients if owner_of(client) == "b")
+        level = {"jsonrpc": "2.0", "id": 900, "method": "logging/setLevel", "params": {"level": "error"}}
+        stream = await post(quiet, level, statuses)
+        await stream.aclose()
+
+        def logs(messages: list[dict[str, Any]]) -> int:
+            return sum(m.get("method") == "notifications/message" for m in messages)
+
+        assert logs(await call_messages(loud, "test_tool_with_logging", {}, statuses)) > 0  # the control
+        assert logs(await call_messages(quiet, "test_tool_with_logging", {}, statuses)) == 0
+        keys = ClusterKeys([base64.b64decode(SECRET)])
+
+        def record_key_of(client: MCPClient) -> str:
+            assert client.session_id is not None
+            return "mcp-trio:session:" + keys.tag(SESSION_TAG, client.session_id.encode())
+
+        await trio.sleep(0.5)  # the record written again after setLevel (by the bus's writer)
+        value = await redis_call(c.redis.port, "GET", record_key_of(quiet))
+        assert value is not None and value.startswith(b"mtr1 ")
+        assert b"error" in value  # the log level is in the record (signed)
+        server = c.servers["a"]
+        server.stopped = True
+        server.process.kill()
+        with trio.fail_after(5):
+            await server.process.wait()
+        assert await redis_call(c.redis.port, "SET", record_key_of(copied_over), value) == "OK"
+        messages = await call_messages(quiet, "test_tool_with_logging", {}, statuses)  # adopted by b
+        assert logs(messages) == 0, messages
+        with trio.fail_after(RETRY_FOR):
+            while (status := await copied_over.status_of("DELETE")) == 503:  # noqa: ASYNC110
+                await trio.sleep(0.2)
+        assert status == 404
+        stats = (await fetch_stats(c.servers["b"]))["notification_bus"]
+        assert stats["adopted"] == 1 and stats["records_forged"] >= 1, stats

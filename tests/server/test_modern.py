@@ -536,7 +536,8 @@ async def test_listen_ends_gracefully_on_shutdown(app: MCPApp) -> None:
                 "_meta": {"io.modelcontextprotocol/subscriptionId": modern.next_id},
             },
         }
-        assert await stream.next_event() is None and stream.complete
+        # then its last words: when to listen again (elsewhere, for a worker that drains)
+        assert await stream.read() == b"retry: 1000\n\n" and stream.complete
         response = await modern.post("subscriptions/listen", {"notifications": {}})
         assert response.status == 503
 
