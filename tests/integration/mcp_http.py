@@ -113,6 +113,8 @@ class DemoServer:
     process: trio.Process | subprocess.Popen[bytes]
     stderr: IO[bytes]
     shutdown_grace: float
+    drain_delay: float = 0.0
+    """What the server serves on for after a SIGTERM/SIGINT before it hands its sessions over."""
     stopped: bool = False
     returncode: int | None = None
     stdout_tail: bytes = b""
@@ -151,7 +153,8 @@ class DemoServer:
         self.stopped = True
         start = trio.current_time()
         self.process.send_signal(sig)
-        with trio.move_on_after(self.shutdown_grace + EXIT_MARGIN):
+        allowed = self.shutdown_grace + self.drain_delay + EXIT_MARGIN
+        with trio.move_on_after(allowed):
             self.returncode = await self.process.wait()
         took = trio.current_time() - start
         if self.returncode is None:
@@ -159,7 +162,7 @@ class DemoServer:
             with trio.move_on_after(5):
                 await self.process.wait()
             raise AssertionError(
-                f"mcp-trio did not exit within {self.shutdown_grace + EXIT_MARGIN} s of "
+                f"mcp-trio did not exit within {allowed} s of "
                 f"{signal.Signals(sig).name}; killed it. stderr:\n{self.log()}"
             )
         assert self.process.stdout is not None
@@ -188,7 +191,7 @@ async def serve_demo(
         process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr, env=env)
         try:
             url = await _read_url(process, stderr)
-            server = DemoServer(url, process.pid, process, stderr, shutdown_grace)
+            server = DemoServer(url, process.pid, process, stderr, shutdown_grace, drain_delay(flags))
             yield server
             await server.stop()
         finally:
@@ -198,6 +201,14 @@ async def serve_demo(
                     await process.wait()
             assert process.stdout is not None
             await process.stdout.aclose()
+
+
+def drain_delay(flags: tuple[str, ...]) -> float:
+    """The ``--drain-delay`` of a demo started with ``flags`` (3 s by default with a worker id and Redis:
+    it hands its sessions over)."""
+    if "--drain-delay" in flags:
+        return float(flags[flags.index("--drain-delay") + 1])
+    return 3.0 if "--worker-id" in flags and "--redis" in flags else 0.0
 
 
 def _env_without_coverage() -> dict[str, str]:
