@@ -23,6 +23,7 @@ here without taking its record or events with it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -53,6 +54,7 @@ class SessionLink(WorkerLink, Protocol):
 
     session_ttl: float
     draining: bool
+    on_lost: Callable[[str], None] | None
 
     def session_recorded(self, session_id: str, record: bytes) -> None: ...
 
@@ -101,7 +103,7 @@ class Ownership:
         self.handover_wait = config.shutdown_grace + 5.0
         """How long a request waits for its session to be handed over by its owner."""
         link.session_ttl = config.idle_timeout + 60.0
-        link.on_lost = self._lost  # type: ignore[attr-defined]
+        link.on_lost = self._lost
         manager.on_change = self._record
         manager.on_forget = self._forget
         forwarding.on_release = self._release_asked

@@ -751,3 +751,57 @@ async def test_an_inbox_nobody_reads_is_bounded_and_expires(redis: RedisServer) 
         assert outcomes == ["sent", "sent", "full"]  # 4 MiB hold two of 1.5 MiB
         stats = bus.statistics()
         assert (stats["forwarded"], stats["forward_full"], stats["forward_unknown"]) == (5, 2, 2), stats
+
+
+async def test_a_handed_over_session_keeps_its_subscriptions(redis: RedisServer) -> None:
+    """A session subscribed to a resource on worker a, handed over when a drains (``app.aclose()``),
+    is adopted by b with its subscription: b's update of that resource reaches the session's GET stream
+    there, an update of another resource does not."""
+    apps = {}
+    for name in ("a", "b"):
+        server, _ = worker(redis.url)
+        apps[name] = MCPApp(server, ServerConfig(worker_id=name, drain_delay=0))
+    bus_a, bus_b = bus_of(apps["a"].server), bus_of(apps["b"].server)
+    async with open_asgi_client(apps["b"]) as on_b:
+        async with open_asgi_client(apps["a"]) as on_a:
+            await eventually(lambda: bus_a.state == bus_b.state == "connected", STARTUP, "connected")
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
+            }
+            response = await on_a.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
+            assert response.status == 200, await response.read()
+            await response.read()
+            session_id = response.headers["mcp-session-id"]
+            headers = legacy_headers(session_id)
+            for message in (
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "resources/subscribe",
+                    "params": {"uri": "test://watched-resource"},
+                },
+            ):
+                response = await on_a.request("POST", headers=headers, body=json.dumps(message).encode())
+                assert response.status in (200, 202), await response.read()
+                await response.read()
+            await eventually(lambda: bus_a.statistics()["sessions_recorded"] == 1, 5, "recorded")
+            with trio.fail_after(10):
+                await apps["a"].aclose()  # drains: hands the session over
+            assert bus_a.statistics()["released"] == 1
+        get_headers = {**headers, "accept": "text/event-stream"}
+        stream = await on_b.request("GET", headers=get_headers)
+        assert stream.status == 200
+        await eventually(lambda: apps["b"].statistics()["sessions"] == 1, 5, "adopted")
+        await apps["b"].server.notify_resource_updated("test://unwatched")
+        await apps["b"].server.notify_resource_updated("test://watched-resource")
+        with trio.fail_after(5):
+            message = await stream.next_message()
+        assert message is not None
+        assert message["method"] == "notifications/resources/updated", message
+        assert message["params"]["uri"] == "test://watched-resource"  # the other one was not sent
+        await stream.aclose()
+        assert bus_b.statistics()["adopted"] == 1
