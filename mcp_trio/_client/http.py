@@ -33,6 +33,8 @@ ACCEPT = "application/json, text/event-stream"
 DRAIN_SECONDS = 1.0
 MAX_RETRY_DELAY = 60.0
 """Seconds: the longest wait before a reconnection that a server's SSE ``retry`` can ask for."""
+MAX_GET_BACKOFF = 30.0
+"""Longest pause between two reconnections of a GET stream that keeps dropping."""
 MAX_ERROR_BODY = 64 * 1024
 """How much of an HTTP error answer's body is read (the rest is not: the connection is dropped)."""
 
@@ -340,7 +342,10 @@ class HTTPTransport:
         failure): a server that sends what concerns no request only on an open GET stream (and drops
         it otherwise) loses nothing the session asks for after that.
 
-        A 503 or 429 is retried as any message (:attr:`retry`; then it counts as a drop).  A 404 to a
+        Once it has been open, a drop is followed by a reconnection for as long as the session lives,
+        the pause doubling (from the server's ``retry``) up to :data:`MAX_GET_BACKOFF` seconds while the
+        drops go on; before, it gives up after ``max_reconnects`` failures in a row.  A 503 or 429 is
+        retried as any message (:attr:`retry`; then it counts as a drop).  A 404 to a
         reconnection (the stream was open before) raises :class:`SessionExpired`: the session is gone
         (a 404 to the first attempt ends the stream quietly, like any refusal).  So does a session
         replaced meanwhile: the stream belongs to the session that opened it."""
@@ -354,7 +359,10 @@ class HTTPTransport:
         decoder = SSEDecoder(max_event_size=self.max_message_size)
         failures = 0
         opened = False
-        while failures <= self.max_reconnects:
+        # Until it has opened once, the stream gives up after a few failures in a row (a server without
+        # one); once it has, it lives as long as the session (a worker that died or drains: the
+        # balancer finds the session's next one), reconnecting less and less often.
+        while opened or failures <= self.max_reconnects:
             extra = {"accept": "text/event-stream"}
             if decoder.last_event_id:
                 extra["last-event-id"] = decoder.last_event_id
@@ -390,7 +398,10 @@ class HTTPTransport:
                 logger.exception("GET stream failed")
             ready.set()
             failures += 1
-            await trio.sleep(_retry_delay(decoder))
+            delay = _retry_delay(decoder)
+            if opened:
+                delay = min(max(delay, 0.1) * 2 ** min(failures - 1, 8), MAX_GET_BACKOFF)
+            await trio.sleep(delay)
 
     async def delete(self) -> None:
         session_id = self.session_id

@@ -124,7 +124,7 @@ class LegacyEndpoint:
         session.principal = principal
         result = session.accept(accepted)
         if self.ownership is not None:  # its record, so that another worker can adopt it
-            self.ownership.opened(session)
+            await self.ownership.opened(session)
         elif self.forwarding is not None:  # other workers may forward this session's answers here
             self.forwarding.link.session_opened(session.session_id, principal_identity(principal))
         with session.activity():

@@ -109,6 +109,12 @@ class SessionManager:
                 self._starter_parked = None
 
     @property
+    def shared_events(self) -> bool:
+        """Whether the event store shares the events with other workers (one that may adopt a session
+        asks it where the session's streams stand)."""
+        return hasattr(self.event_store, "positions")
+
+    @property
     def running(self) -> bool:
         return self._nursery is not None and not self._closing
 

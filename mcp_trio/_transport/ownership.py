@@ -58,6 +58,8 @@ class SessionLink(WorkerLink, Protocol):
 
     def session_recorded(self, session_id: str, record: bytes) -> None: ...
 
+    async def session_recorded_now(self, session_id: str, record: bytes) -> None: ...
+
     def session_dropped(self, session_id: str) -> None: ...
 
     def start_draining(self) -> None: ...
@@ -110,10 +112,12 @@ class Ownership:
 
     # -- this worker's sessions -----------------------------------------------------------------
 
-    def opened(self, session: Session) -> None:
-        """A session made here: its record and lease are written."""
+    async def opened(self, session: Session) -> None:
+        """A session made here: its record and lease are written before its ``initialize`` is
+        answered (a worker killed right after does not lose it)."""
         self.link.session_opened(session.session_id, principal_identity(session.principal))
-        self._record(session)
+        record = record_of(session, session.owner, session.state is SessionState.ACTIVE)
+        await self.link.session_recorded_now(session.session_id, encode_session_record(record))
 
     def _record(self, session: SessionPeer) -> None:
         assert isinstance(session, Session)

@@ -299,8 +299,13 @@ class Session(SessionPeer):
         if self.closing or message.get("method") == "notifications/tasks":  # for listen streams only
             return
         event = self._route(message, None)
-        if self._store is None:
-            return
+        if self._store is not None:
+            self._keep(event)
+
+    def _keep(self, event: StoredEvent) -> None:
+        """Store an event without waiting: ``store_nowait`` when the event store has one, else by a task
+        of the session."""
+        assert self._store is not None
         store_nowait = getattr(self._store, "store_nowait", None)
         if store_nowait is not None:
             store_nowait(self.session_id, event)
@@ -372,6 +377,11 @@ class Session(SessionPeer):
                 self._manager.defer(self, stream)
             return
         first = self.streams.first_event(stream, replay_after)
+        if first <= -2 and stream.id == GET_STREAM and self._manager.shared_events:
+            # A store shared between workers keeps the GET stream's priming event too: a worker that
+            # adopts the session numbers its events after the last one the store has (``ownership``),
+            # and the client may resume from this one.
+            self._keep(StoredEvent(GET_STREAM, -first - 2, b""))
         if quick:
             stream.detach_current()
             stream.attach_deferred(exchange, first)

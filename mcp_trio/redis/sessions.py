@@ -146,6 +146,20 @@ class SessionLeases:
         self._record_changes[session_id] = record
         self._records_changed.set()
 
+    async def session_recorded_now(self, session_id: str, record: bytes) -> None:
+        """A new session of this worker: its record and lease written before it is answered (so that
+        a worker killed right after cannot lose it), or, if Redis cannot be reached now, soon after."""
+        self._records[session_id] = record
+        client = self._live
+        if client is not None and self._state == "connected":
+            try:
+                await self._write(client, session_id, record)
+                return
+            except Exception as exc:
+                logger.debug("Redis: writing a new session's record failed (%s)", leaf_of(exc))
+        self._record_changes[session_id] = record
+        self._records_changed.set()
+
     def session_dropped(self, session_id: str) -> None:
         """A session of this worker ended: its record and lease go."""
         if self._records.pop(session_id, None) is not None:

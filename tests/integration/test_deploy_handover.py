@@ -430,9 +430,19 @@ async def test_mcp_trio_s_own_client_goes_on_in_one_block(tmp_path: Path) -> Non
                 server.stopped = True
                 server.process.kill()
             assert len(broken) == 1, broken
-            killed_at = trio.current_time()
-            assert (await s.call_tool("echo", {"text": "again"})).content[0].text == "again"  # type: ignore[union-attr]
-            assert trio.current_time() - killed_at < ADOPTED_WITHIN
+            # The next call: retried by the client on 503 until the session is adopted.  A call sent in
+            # the very instant the worker died may find its connection closed by the balancer (seen
+            # once, under load): that call fails at once, never hangs, and the next one goes through.
+            cut: list[TransportError] = []
+            with trio.fail_after(ADOPTED_WITHIN):
+                while True:
+                    try:
+                        echoed = await s.call_tool("echo", {"text": "again"})
+                        break
+                    except TransportError as exc:
+                        cut.append(exc)
+                        assert len(cut) <= 2, cut
+            assert echoed.content[0].text == "again"  # type: ignore[union-attr]
             await s.call_tool("test_trigger_tool_change", {})
             await eventually(lambda: "notifications/tools/list_changed" in notes, 20, lambda: notes)
             assert s.session_id == first_id
@@ -484,3 +494,32 @@ async def test_an_adopted_session_keeps_its_log_level_and_a_forged_record_is_no_
         assert status == 404
         stats = (await fetch_stats(c.servers["b"]))["notification_bus"]
         assert stats["adopted"] == 1 and stats["records_forged"] >= 1, stats
+
+
+@pytest.mark.deadline(120)
+async def test_a_notification_to_an_adopted_session_before_its_get_returns_is_replayed(
+    tmp_path: Path,
+) -> None:
+    """The client last saw the priming event of its second GET connection; its session is adopted (by a
+    call) and notified before its GET stream comes back: the adopter numbers the notification after
+    every event the client may have seen (priming events included), so its resumption gets it."""
+    statuses: list[int] = []
+    async with workers(tmp_path) as c:
+        clients = await open_sessions(c, 4, statuses)
+        victim = next(client for client in clients if owner_of(client) == "a")
+        seen = ""
+        for _ in range(2):  # each new GET connection is primed with a new id: 0-0, then 0-1
+            get = await victim.open_get()
+            seen = get._decoder.last_event_id
+            await get.aclose()
+        assert seen == "0-1", seen
+        await c.servers["a"].stop(signal.SIGTERM)
+        assert (await call(victim, "echo", {"text": "x"}, statuses))["content"][0]["text"] == "x"  # adopted
+        await call(victim, "test_trigger_tool_change", {}, statuses)
+        listener = Listener(victim, statuses, last_event_id=seen)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listener.run)
+            await every_listener_gets([listener], "notifications/tools/list_changed")
+            nursery.cancel_scope.cancel()
+        assert listener.connects == 1
+        assert 404 not in statuses, statuses
