@@ -82,9 +82,13 @@ class LegacyEndpoint:
                 raise RemoteProtocolError("Invalid Request: initialize must not be part of a batch")
             await self._initialize(initialize[0], receive, send, principal, client_address(client))
             return
-        session = await self._find(facts, send, None if incoming.requests else body, principal, client)
-        if session is None:
-            return
+        if self.forwarding is None:  # one worker (the common case: no coroutine more per POST)
+            session = self.session(facts, principal)
+        else:
+            found = await self._find(facts, send, None if incoming.requests else body, principal, client)
+            if found is None:
+                return
+            session = found
         check_batch(incoming.batch, len(incoming.messages), session.revision, self.config.stream_buffer)
         session.check_request_ids(incoming.requests)
         with session.activity():
