@@ -14,12 +14,12 @@ import math
 import random
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import trio
 
-from .._runtime.containment import contained
+from .._runtime.containment import contained, split_fatal
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -30,6 +30,7 @@ logger = logging.getLogger("mcp_trio.redis")
 """One logger for the whole package (what operators filter on)."""
 
 State = Literal["stopped", "connecting", "connected", "disconnected"]
+_T = TypeVar("_T")
 MALFORMED_LOG_INTERVAL = 10.0
 """Seconds between two log lines about malformed messages (the ones between are only counted)."""
 _URL = re.compile(r"(rediss?|unix)://", re.IGNORECASE)
@@ -79,6 +80,10 @@ def check_url(url: str) -> None:
         raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
 
 
+class CallFailed(Exception):
+    """A command that :meth:`RedisLink._call` could not complete (already counted and described)."""
+
+
 class RedisLink:
     """A connection to Redis kept until cancelled: what :class:`~mcp_trio.redis.RedisNotificationBus`
     and :class:`~mcp_trio.redis.RedisTaskStore` share.  Each attempt (one connection, run by
@@ -94,7 +99,13 @@ class RedisLink:
     """What the end of an outage means, in the log line that reports it ('' for nothing)."""
     _live: coredis.Redis[bytes] | None
     _counts: dict[str, int]
-    """The subclass's counters, ``connects`` and ``failures`` among them."""
+    """The subclass's counters, ``connects`` and ``failures`` among them (and ``unavailable``, for a
+    store that uses :meth:`_call`)."""
+    timeout: float
+    """Of one command of :meth:`_call` (a store's)."""
+
+    def _client(self) -> coredis.Redis[bytes]:
+        raise NotImplementedError
 
     def __init__(self, url: str, retry_initial: float, retry_max: float) -> None:
         self.url = url
@@ -141,6 +152,39 @@ class RedisLink:
 
     def _disconnected(self) -> None:
         """Called each time the connection is gone (and when the link stops)."""
+
+    async def _call(self, call: Callable[[coredis.Redis[bytes]], Awaitable[_T]]) -> _T:
+        """``call`` on the connected client (or, while there is none, on a connection of its own), within
+        ``timeout`` (a store's commands and reads).  A failure is counted (``unavailable``), kept as
+        ``last_error`` and raised as :class:`CallFailed`; one that broke the connected client (not an
+        error answer of Redis) drops it and calls :meth:`_live_lost`: the next calls connect on their own
+        until :meth:`_keep_connected` is connected again."""
+        client = self._live
+        in_store = IN_BUS.set(True)  # what coredis logs of a connection of its own is ours to report
+        try:
+            with trio.fail_after(self.timeout):
+                if client is not None:
+                    return await call(client)
+                await probe(self.url, self.timeout)
+                async with self._client() as own:
+                    return await call(own)
+        except BaseException as exc:
+            fatal, rest = split_fatal(exc)
+            if fatal is not None:
+                raise
+            assert rest is not None
+            leaf = leaf_of(rest)
+            self._counts["unavailable"] += 1
+            self._last_error = describe(leaf, self.timeout)
+            if client is not None and self._live is client and not isinstance(leaf, response_error()):
+                self._live = None
+                self._live_lost()
+            raise CallFailed(self._last_error) from None
+        finally:
+            IN_BUS.reset(in_store)
+
+    def _live_lost(self) -> None:
+        """:meth:`_call` dropped the connected client, which failed."""
 
     async def _contain_attempt(self, serve: Callable[[], Awaitable[None]]) -> bool:
         """Run one connection (``serve``, which calls :meth:`_connected` once connected and raises

@@ -319,6 +319,10 @@ class RedisEventStore(EventReads, RedisLink):
         self._queued += 1
         self._wake.set()
 
+    def _live_lost(self) -> None:
+        self._lost.set()  # the writer reconnects
+        self._wake.set()
+
     def _take_batch(self) -> list[_Op]:
         batch: list[_Op] = []
         size = 0

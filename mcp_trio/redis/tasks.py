@@ -26,24 +26,21 @@ from .._protocol.cluster import (
     seal_bus_message,
     seal_task_record,
 )
-from .._runtime.containment import split_fatal
 from .._runtime.peerlog import RateLimitedLog
 from ..errors import RPCError, TaskStoreFull, TaskStoreUnavailable
 from .connection import (
-    IN_BUS,
     MALFORMED_LOG_INTERVAL,
+    CallFailed,
     RedisLink,
     check_url,
     closing_connections,
     describe,
     get_value,
-    leaf_of,
     load_coredis,
     logger,
     new_client,
     probe,
     redact,
-    response_error,
 )
 from .task_liveness import RUN_KEEP, running_key
 from .task_records import CREATE, DELETE, PUT, SIGNAL_LIMIT, decode_record, decode_signal
@@ -442,32 +439,16 @@ class RedisTaskStore(TaskWorkers, RedisLink):
     # -- commands ---------------------------------------------------------------------------------
 
     async def _command(self, what: str, call: Callable[[coredis.Redis[bytes]], Awaitable[_T]]) -> _T:
-        """``call`` on the connected client (or, while there is none, on a connection of its own),
-        within ``timeout``; any failure is :class:`~mcp_trio.errors.TaskStoreUnavailable`."""
-        client = self._live
-        in_store = IN_BUS.set(True)  # what coredis logs of a connection of its own is ours to report
+        """``call`` through :meth:`~mcp_trio.redis.connection.RedisLink._call`; any failure is
+        :class:`~mcp_trio.errors.TaskStoreUnavailable`."""
         try:
-            with trio.fail_after(self.timeout):
-                if client is not None:
-                    return await call(client)
-                await probe(self.url, self.timeout)
-                async with self._client() as own:
-                    return await call(own)
-        except BaseException as exc:
-            fatal, rest = split_fatal(exc)
-            if fatal is not None:
-                raise
-            assert rest is not None
-            leaf = leaf_of(rest)
-            self._counts["unavailable"] += 1
-            self._last_error = describe(leaf, self.timeout)
-            if client is not None and self._live is client and not isinstance(leaf, response_error()):
-                self._live = None  # the next commands connect on their own until run() is back
-                self._lost.set()
+            return await self._call(call)
+        except CallFailed:
             logger.debug("Redis task store: %s failed (%s)", what, self._last_error)
             raise TaskStoreUnavailable(f"Redis task store: {what} failed ({self._last_error})") from None
-        finally:
-            IN_BUS.reset(in_store)
+
+    def _live_lost(self) -> None:
+        self._lost.set()  # run() reconnects
 
     def _client(self) -> coredis.Redis[bytes]:
         return closing_connections(new_client(self.url, self.timeout, self.timeout, self.instance_id))
