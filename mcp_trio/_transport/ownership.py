@@ -32,7 +32,7 @@ from .._app.principal import PrincipalKeys, principal_identity
 from .._protocol import http, sse
 from .._protocol.admission import handing_over, lives_elsewhere
 from .._protocol.cluster import Peek, SessionRecord, encode_session_record, session_owner
-from .._protocol.session import Outgoing, SessionEvent, SessionState, transition
+from .._protocol.session import GET_STREAM, Outgoing, SessionEvent, SessionState, transition
 from .._protocol.versions import revision
 from .config import DRAIN_DELAY, ServerConfig
 from .forwarding import RELEASE_BODY, Forwarding, WorkerLink
@@ -71,15 +71,18 @@ class SessionLink(WorkerLink, Protocol):
     async def release_session(self, session_id: str, record: bytes) -> bool: ...
 
 
-def record_of(session: SessionPeer, owner: str, initialized: bool) -> SessionRecord:
-    return SessionRecord(
-        revision=session.protocol_version,
-        initialized=initialized,
-        owner=owner,
-        client_info=session.client_info,
-        client_capabilities=session.client_capabilities,
-        log_level=session.log_level,
-        subscriptions=tuple(sorted(session.subscriptions)),
+def record_of(session: Session) -> bytes:
+    """The session's record as its worker writes it to Redis."""
+    return encode_session_record(
+        SessionRecord(
+            revision=session.protocol_version,
+            initialized=session.state is SessionState.ACTIVE,
+            owner=session.owner,
+            client_info=session.client_info,
+            client_capabilities=session.client_capabilities,
+            log_level=session.log_level,
+            subscriptions=tuple(sorted(session.subscriptions)),
+        )
     )
 
 
@@ -116,15 +119,13 @@ class Ownership:
         """A session made here: its record and lease are written before its ``initialize`` is
         answered (a worker killed right after does not lose it)."""
         self.link.session_opened(session.session_id, principal_identity(session.principal))
-        record = record_of(session, session.owner, session.state is SessionState.ACTIVE)
-        await self.link.session_recorded_now(session.session_id, encode_session_record(record))
+        await self.link.session_recorded_now(session.session_id, record_of(session))
 
     def _record(self, session: SessionPeer) -> None:
         assert isinstance(session, Session)
         if session.moved or session.closing:
             return
-        record = record_of(session, session.owner, session.state is SessionState.ACTIVE)
-        self.link.session_recorded(session.session_id, encode_session_record(record))
+        self.link.session_recorded(session.session_id, record_of(session))
 
     def _forget(self, session: Session) -> None:
         self.link.session_closed(session.session_id)
@@ -238,17 +239,13 @@ class Ownership:
         if record.initialized:
             session.state = transition(session.state, SessionEvent.INITIALIZED)
         streams = session.streams
-        for stream_id, last in positions.items():
-            if stream_id == 0:
-                streams.get_stream.next_seq = max(streams.get_stream.next_seq, last + 1)
+        if GET_STREAM in positions:
+            streams.get_stream.next_seq = max(streams.get_stream.next_seq, positions[GET_STREAM] + 1)
         streams.skip_to(max(positions, default=0) + 1)
         self.link.session_opened(session_id, principal_identity(principal))
-        self._records_now(session, record)
+        self.link.session_recorded(session_id, record_of(session))
         logger.info("adopted session %.12s… from another worker", session_id)
         return session
-
-    def _records_now(self, session: Session, record: SessionRecord) -> None:
-        self.link.session_recorded(session.session_id, encode_session_record(record))
 
     # -- handing sessions over ----------------------------------------------------------------------
 
@@ -269,10 +266,10 @@ class Ownership:
         flush = getattr(store, "flush", None)
         if flush is not None:
             await flush(self.config.shutdown_grace)
-        record = record_of(session, session.owner, session.state is SessionState.ACTIVE)
+        record = record_of(session)
         session.moved = True  # from here, its end leaves its record and events in Redis
         with trio.CancelScope(shield=True), trio.move_on_after(self.config.shutdown_grace):
-            released = await self.link.release_session(session.session_id, encode_session_record(record))
+            released = await self.link.release_session(session.session_id, record)
             if not released:
                 logger.warning(
                     "session %.12s… could not be handed over (Redis): its lease expires with this "
