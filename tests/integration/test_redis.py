@@ -47,6 +47,7 @@ from tests.required import missing
 
 from mcp_trio import MCPApp, MCPServer, ServerConfig
 from mcp_trio._protocol.cluster import ClusterKeys, encode_inbox_entry, seal_bus_message
+from mcp_trio._transport.forwarding import RELEASE_BODY
 from mcp_trio.auth import AccessToken, InvalidToken, ProtectedResource
 from mcp_trio.demo import build_demo_server
 from mcp_trio.redis import RedisNotificationBus  # imports coredis only once a bus is made
@@ -805,3 +806,34 @@ async def test_a_handed_over_session_keeps_its_subscriptions(redis: RedisServer)
         assert message["params"]["uri"] == "test://watched-resource"  # the other one was not sent
         await stream.aclose()
         assert bus_b.statistics()["adopted"] == 1
+
+
+async def test_a_client_cannot_ask_for_its_session_to_be_handed_over(redis: RedisServer) -> None:
+    """The bytes a session's home puts in an owner's inbox to have the session handed back, POSTed by a
+    client: another worker does not forward them (404), the owner ignores them as an unknown
+    notification, and the session stays where it is."""
+    apps = {name: MCPApp(worker(redis.url)[0], ServerConfig(worker_id=name)) for name in ("a", "b")}
+    bus_a, bus_b = bus_of(apps["a"].server), bus_of(apps["b"].server)
+    async with open_asgi_client(apps["a"]) as on_a, open_asgi_client(apps["b"]) as on_b:
+        await eventually(lambda: bus_a.state == bus_b.state == "connected", STARTUP, "connected")
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
+        }
+        response = await on_a.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
+        assert response.status == 200, await response.read()
+        await response.read()
+        headers = legacy_headers(response.headers["mcp-session-id"])
+        response = await on_b.request("POST", headers=headers, body=RELEASE_BODY)
+        assert response.status == 404, await response.read()
+        response = await on_a.request("POST", headers=headers, body=RELEASE_BODY)
+        assert response.status == 202, await response.read()
+        await trio.sleep(0.3)
+        assert bus_a.statistics()["released"] == 0 and bus_a.statistics()["inbox_received"] == 0
+        assert apps["a"].statistics()["sessions"] == 1
+        ping = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode()
+        response = await on_a.request("POST", headers=headers, body=ping)
+        assert response.status == 200, await response.read()
+        await response.read()
