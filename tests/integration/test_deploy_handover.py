@@ -155,21 +155,8 @@ async def call_messages(
 async def call(
     client: MCPClient, name: str, arguments: dict[str, Any], statuses: list[int]
 ) -> dict[str, Any]:
-    message = {
-        "jsonrpc": "2.0",
-        "id": client._request_id(),
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
-    stream = await post(client, message, statuses)
-    try:
-        answer = await stream.next_message()
-        while answer is not None and answer.get("id") != message["id"]:
-            answer = await stream.next_message()
-    finally:
-        await stream.aclose()
-    assert answer is not None and "result" in answer, answer
-    result: dict[str, Any] = answer["result"]
+    """A ``tools/call``'s result."""
+    result: dict[str, Any] = (await call_messages(client, name, arguments, statuses))[-1]["result"]
     return result
 
 
