@@ -15,12 +15,14 @@ import mcp_types.methods as mtm
 import pydantic
 import pydantic_core
 
+from .._observe.telemetry import Telemetry
 from .._protocol import jsonrpc, versions
 from ..errors import RPCError
 from .bus import LocalNotificationBus, NotificationBus, Subscriber
 from .codec import Layout, first_error, parse_params, text_result
 from .context import Context
 from .handlers import RESOURCE_NOT_FOUND, CompletionFn, CoreHandlers
+from .principal import principal_identity
 from .prompts import PromptFn, PromptSpec
 from .resources import ResourceFn, ResourceSpec
 from .tasks import TASK_METHODS, TaskSupport
@@ -89,6 +91,10 @@ class MCPServer(CoreHandlers):
         self._text_layouts: dict[str, tuple[Any, Layout | None]] = {}
         """Per revision: how ``serialize_server_result`` lays out a text-only ``tools/call`` result
         (see :func:`.codec.text_result`)."""
+        self.telemetry = Telemetry("server", self._registered, principal_identity)
+        """What this server's requests and sessions are recorded into: OpenTelemetry (with the ``otel``
+        extra, while a provider is set), an operations listener's Prometheus registry, the request log
+        (see docs/operations.md)."""
         self.notifications: NotificationBus = (
             LocalNotificationBus() if notification_bus is None else notification_bus
         )
@@ -112,6 +118,11 @@ class MCPServer(CoreHandlers):
             "logging/setLevel": self._set_level,
             "server/discover": self._discover,
         }
+
+    def _registered(self, kind: str, name: str) -> bool:
+        """Whether a tool (``kind == "tool"``) or prompt of this name is registered (only their names
+        are span names' targets and metric attributes)."""
+        return name in (self._tools if kind == "tool" else self._prompts)
 
     # -- registration -------------------------------------------------------------------------
 

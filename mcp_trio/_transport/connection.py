@@ -148,6 +148,7 @@ class MessageConnection(SessionPeer):
                 self._modern.tasks.publish = self.server.notifications.publish  # notifications/tasks
                 await nursery.start(self._modern.tasks.run)
             self.server.attach(self)
+            clock = self.server.telemetry.session(self.carrier)
             try:
                 task_status.started()
                 await self._read_loop()
@@ -156,6 +157,8 @@ class MessageConnection(SessionPeer):
                 self.closing = True
                 self.server.detach(self)
                 nursery.cancel_scope.cancel()
+                if clock is not None and self.revision is not None:  # it was a 2025 session
+                    clock.end(self.protocol_version)
 
     async def _shutdown(self) -> None:
         """End of input: requests already read get ``shutdown_grace`` to finish (so a script piped in
@@ -254,11 +257,24 @@ class MessageConnection(SessionPeer):
     # -- 2025: the session ----------------------------------------------------------------------
 
     async def _initialize(self, request: mt.JSONRPCRequest) -> None:
-        if self.revision is not None:
-            raise RPCError(mt.INVALID_REQUEST, "Invalid Request: the session is already initialized")
-        accepted = self.server.initialize(request.params)
+        operation = self.server.telemetry.operation(
+            "initialize", request.params, request.id, incoming=True, carrier=self.carrier,
+            principal=self.principal,
+        )  # fmt: skip
+        try:
+            if self.revision is not None:
+                raise RPCError(mt.INVALID_REQUEST, "Invalid Request: the session is already initialized")
+            accepted = self.server.initialize(request.params)
+        except RPCError as exc:
+            if operation is not None:
+                operation.finish(jsonrpc.error_envelope(request.id, exc.code, exc.message))
+            raise
         self.revision = accepted.revision
-        await self.write(jsonrpc.response(request.id, self.accept(accepted)))
+        answer = jsonrpc.response(request.id, self.accept(accepted))
+        if operation is not None:
+            operation.set_session(None, self.protocol_version)
+            operation.finish(answer)
+        await self.write(answer)
 
     def _initialized(self) -> None:
         if self.revision is not None:
@@ -316,20 +332,23 @@ class MessageConnection(SessionPeer):
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {request.method}")
         if request.method == "subscriptions/listen":
             listener = self._modern.subscriptions.listener(request, self.principal)
-            self._start(request.id, self._run_listener, listener)
+            self._start(request.id, self._run_listener, listener, request, revision)
         else:
             self._start(request.id, self._run_modern, request, revision)
 
     async def _run_modern(self, call: _Call, request: mt.JSONRPCRequest, revision: versions.Revision) -> None:
         message, _status = await self._modern.answer(
-            request, revision, _ConnectionResponder(self, call), self.principal
+            request, revision, _ConnectionResponder(self, call), self.principal, self.carrier
         )
         await self.write(message, call)
 
-    async def _run_listener(self, call: _Call, listener: Listener) -> None:
+    async def _run_listener(
+        self, call: _Call, listener: Listener, request: mt.JSONRPCRequest, revision: versions.Revision
+    ) -> None:
         """A ``subscriptions/listen`` request: the modern endpoint runs it, each message written for it
         (until the client cancels it, or it falls behind: then it just ends)."""
-        await self._modern.subscriptions.listen(listener, lambda message: self.write(message, call))
+        with self._modern.listening(request, revision, self.principal, self.carrier):
+            await self._modern.subscriptions.listen(listener, lambda message: self.write(message, call))
 
     # -- tasks ----------------------------------------------------------------------------------
 

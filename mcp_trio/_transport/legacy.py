@@ -10,12 +10,14 @@ for its exchange to end while watching ``receive()`` for ``http.disconnect`` (:f
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import mcp_types as mt
 import trio
 
 from .._app.principal import PrincipalKeys, principal_identity
 from .._app.server import MCPServer
+from .._observe.telemetry import HTTP
 from .._protocol import http, jsonrpc
 from .._protocol.admission import over_quota, refuse_modern
 from .._protocol.cluster import session_owner
@@ -112,6 +114,33 @@ class LegacyEndpoint:
         principal: object,
         address: str | None,
     ) -> None:
+        operation = self.server.telemetry.operation(
+            "initialize", request.params, request.id, incoming=True, carrier=HTTP, principal=principal
+        )
+        try:
+            session, result = await self._open_session(request, principal, address)
+        except RemoteProtocolError as exc:
+            if operation is not None:
+                operation.finish(jsonrpc.error_envelope(request.id, exc.code, exc.message))
+            raise
+        except BaseException as exc:
+            if operation is not None:
+                operation.fail(exc)
+            raise
+        if operation is not None:
+            operation.set_session(session.session_id, session.protocol_version)
+            operation.finish({"result": result})
+        with session.activity():
+            stream = session.open_post_stream((request,), batch=False)
+            exchange = Exchange(send, head=((b"mcp-session-id", session.session_id.encode()),))
+            with session.connection(stream, exchange):
+                await session.answer_now(request.id, jsonrpc.response(request.id, result))
+                await wait(exchange, receive)
+
+    async def _open_session(
+        self, request: mt.JSONRPCRequest, principal: object, address: str | None
+    ) -> tuple[Session, dict[str, Any]]:
+        """The session an accepted ``initialize`` makes, and its answer's result."""
         try:
             accepted = self.server.initialize(request.params)
         except RPCError as exc:
@@ -131,12 +160,7 @@ class LegacyEndpoint:
             await self.ownership.opened(session)
         elif self.forwarding is not None:  # other workers may forward this session's answers here
             self.forwarding.link.session_opened(session.session_id, principal_identity(principal))
-        with session.activity():
-            stream = session.open_post_stream((request,), batch=False)
-            exchange = Exchange(send, head=((b"mcp-session-id", session.session_id.encode()),))
-            with session.connection(stream, exchange):
-                await session.answer_now(request.id, jsonrpc.response(request.id, result))
-                await wait(exchange, receive)
+        return session, result
 
     async def _find(
         self,

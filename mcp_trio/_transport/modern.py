@@ -16,7 +16,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import mcp_types as mt
@@ -28,6 +28,7 @@ from .._app.inputs import InputRequired
 from .._app.principal import PrincipalKeys
 from .._app.server import MCPServer
 from .._app.tasks import MemoryTaskStore, TaskManager
+from .._observe.telemetry import HTTP, Carrier
 from .._protocol import jsonrpc, versions
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._protocol.modern import RequestState
@@ -216,7 +217,8 @@ class ModernEndpoint:
         mcp_trio's, where a cut send only closes its connection; a client that stops reading meets the
         server's write timeout, as under a shield)."""
         if listener is not None:
-            await self.subscriptions.listen_sse(listener, responder.send)
+            with self.listening(request, revision, principal, HTTP):
+                await self.subscriptions.listen_sse(listener, responder.send)
             return
         if self.config.json_response:  # one JSON body: no comments (proxies must wait for the answer)
             message, status = await self.answer(request, revision, responder, principal)
@@ -232,12 +234,60 @@ class ModernEndpoint:
             on_disconnect.set(None)
         await responder.finish(message, status, shield=on_disconnect is None)
 
+    @contextlib.contextmanager
+    def listening(
+        self, request: mt.JSONRPCRequest, revision: versions.Revision, principal: object, carrier: Carrier
+    ) -> Iterator[None]:
+        """A ``subscriptions/listen`` stream, recorded as one operation from its request to its end."""
+        operation = self.server.telemetry.operation(
+            request.method, request.params, request.id, incoming=True, carrier=carrier,
+            protocol_version=revision.name, principal=principal,
+        )  # fmt: skip
+        if operation is None:
+            yield
+            return
+        try:
+            yield
+        except BaseException as exc:
+            operation.fail(exc)
+            raise
+        operation.finish({"result": {}})
+
     async def answer(
         self,
         request: mt.JSONRPCRequest,
         revision: versions.Revision,
         responder: Responder,
         principal: object = None,
+        carrier: Carrier = HTTP,
+    ) -> tuple[dict[str, Any], int]:
+        """The answer to one request and its HTTP status; recorded (a SERVER span, the operation
+        histogram, the request log) when the server's telemetry records anything."""
+        operation = self.server.telemetry.operation(
+            request.method,
+            request.params,
+            request.id,
+            incoming=True,
+            carrier=carrier,
+            protocol_version=revision.name,
+            principal=principal,
+        )
+        if operation is None:
+            return await self._answer(request, revision, responder, principal)
+        try:
+            answer = await self._answer(request, revision, responder, principal)
+        except BaseException as exc:
+            operation.fail(exc)
+            raise
+        operation.finish(answer[0])
+        return answer
+
+    async def _answer(
+        self,
+        request: mt.JSONRPCRequest,
+        revision: versions.Revision,
+        responder: Responder,
+        principal: object,
     ) -> tuple[dict[str, Any], int]:
         params = request.params or {}
         meta = params.get("_meta")

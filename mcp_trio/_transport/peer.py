@@ -17,6 +17,7 @@ import mcp_types as mt
 
 from .._app.context import Context
 from .._app.outgoing import PendingRequests, ask_concurrently
+from .._observe.telemetry import PIPE, Carrier
 from .._protocol import jsonrpc
 from .._runtime.containment import contained
 from ..errors import RPCError
@@ -43,6 +44,10 @@ class SessionPeer:
     server: MCPServer
     session_id: str | None
     closing: bool
+    principal: object
+    protocol_version: str
+    carrier: Carrier = PIPE
+    """How the session's messages travel (its telemetry's ``network.*`` attributes)."""
 
     def _init_session(self) -> None:
         self.log_level: mt.LoggingLevel | None = None
@@ -73,6 +78,20 @@ class SessionPeer:
                 self.receive_response(message)
 
     def receive_notification(self, message: mt.JSONRPCNotification) -> None:
+        operation = self.server.telemetry.operation(
+            message.method,
+            message.params,
+            None,
+            incoming=True,
+            carrier=self.carrier,
+            protocol_version=self.protocol_version,
+            session_id=self.session_id,
+        )
+        self._notification(message)
+        if operation is not None:
+            operation.finish()
+
+    def _notification(self, message: mt.JSONRPCNotification) -> None:
         if message.method == "notifications/initialized":
             self._initialized()
             if self.on_change is not None:
@@ -95,7 +114,29 @@ class SessionPeer:
 
     async def answer(self, request: mt.JSONRPCRequest) -> dict[str, Any]:
         """Run the request's handler; its result or error as the JSON-RPC message to send.  A handler
-        that fails unexpectedly is logged and answered -32603."""
+        that fails unexpectedly is logged and answered -32603.  Recorded (a SERVER span, the operation
+        histogram, the request log) when the server's telemetry records anything."""
+        operation = self.server.telemetry.operation(
+            request.method,
+            request.params,
+            request.id,
+            incoming=True,
+            carrier=self.carrier,
+            protocol_version=self.protocol_version,
+            session_id=self.session_id,
+            principal=self.principal,
+        )
+        if operation is None:
+            return await self._answer(request)
+        try:
+            message = await self._answer(request)
+        except BaseException as exc:
+            operation.fail(exc)
+            raise
+        operation.finish(message)
+        return message
+
+    async def _answer(self, request: mt.JSONRPCRequest) -> dict[str, Any]:
         params = request.params
         meta = params.get("_meta") if params else None
         ctx = Context(request.id, request.method, self, meta if isinstance(meta, dict) else {})
@@ -115,13 +156,39 @@ class SessionPeer:
     async def request(
         self, method: str, params: dict[str, Any] | None, related: mt.RequestId | None = None
     ) -> dict[str, Any]:
-        """Send a server-to-client request (related to a handler's request) and wait for the answer."""
-        return await self._outgoing.call(
+        """Send a server-to-client request (related to a handler's request) and wait for the answer
+        (a CLIENT span, its trace context in the request's ``params._meta``, when traced)."""
+        operation = self.server.telemetry.operation(
             method,
             params,
-            lambda message: self._send_request(message, related),
-            lambda notice: None if self.closing else self._send_notice(notice, related),
+            None,
+            incoming=False,
+            carrier=self.carrier,
+            protocol_version=self.protocol_version,
+            session_id=self.session_id,
         )
+        if operation is None:
+            return await self._outgoing.call(
+                method,
+                params,
+                lambda message: self._send_request(message, related),
+                lambda notice: None if self.closing else self._send_notice(notice, related),
+            )
+        try:
+            result = await self._outgoing.call(
+                method,
+                params,
+                lambda message: self._send_request(operation.inject(message), related),
+                lambda notice: None if self.closing else self._send_notice(notice, related),
+            )
+        except RPCError as exc:
+            operation.finish({"error": {"code": exc.code, "message": exc.message}})
+            raise
+        except BaseException as exc:
+            operation.fail(exc)
+            raise
+        operation.finish({"result": result})
+        return result
 
     async def ask(
         self, requests: Mapping[str, dict[str, Any]], related: mt.RequestId | None

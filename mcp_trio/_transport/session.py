@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as mt
 import trio
 
+from .._observe.telemetry import HTTP
 from .._protocol.session import (
     CUT,
     END,
@@ -66,6 +67,7 @@ class Session(SessionPeer):
     nursery, queues and exchanges."""
 
     session_id: str
+    carrier = HTTP
 
     def __init__(self, manager: SessionManager, session_id: str, revision: Revision) -> None:
         self.session_id = session_id
@@ -118,6 +120,7 @@ class Session(SessionPeer):
         The manager starts it with ``start_soon`` (no round trip through ``Nursery.start``): tasks the
         session is offered before its nursery is open wait in :attr:`_early` and start first in it,
         and a session closed before this task ran ends at once (its early tasks start cancelled)."""
+        clock = self._manager.server.telemetry.session(HTTP)
         try:
             with contained(f"session {self.session_id}"):
                 async with trio.open_nursery() as nursery:
@@ -132,6 +135,8 @@ class Session(SessionPeer):
                     self.closing = True  # before the nursery can close: no new task is offered to it
                     nursery.cancel_scope.cancel()
         finally:
+            if clock is not None:
+                clock.end(self.protocol_version)
             self.closing = True
             self._manager.server.detach(self)
             self.state = transition(self.state, SessionEvent.CLOSE)

@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 from .._app.server import MCPServer
+from .._observe.telemetry import WEBSOCKET
 from .._runtime.peerlog import RateLimitedLog
 from .config import ServerConfig
 from .connection import MessageConnection
@@ -47,6 +48,8 @@ MESSAGE_TOO_BIG = 1009
 
 class WebSocketConnection(MessageConnection):
     """One accepted MCP WebSocket connection, served over its ASGI ``receive``/``send``."""
+
+    carrier = WEBSOCKET
 
     def __init__(
         self,

@@ -1,0 +1,147 @@
+"""The OpenTelemetry semantic conventions for MCP, as data (semantic-conventions-genai, ``mcp.md``).
+
+Sans-IO: what a request's span is called, which attributes it and its duration carry, and how its
+answer's outcome reads (``error.type``, ``rpc.response.status_code``), from the JSON-RPC messages alone.
+Attribute values bounded in cardinality for metrics (:func:`metric_attributes`): a method the spec does
+not name, a tool or prompt the server did not register and an error code outside JSON-RPC's and MCP's
+become ``_OTHER``, so a hostile client cannot grow the number of series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = [
+    "DURATION_BUCKETS",
+    "KNOWN_METHODS",
+    "OTHER",
+    "describe",
+    "metric_attributes",
+    "outcome",
+    "span_name",
+]
+
+DURATION_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""The explicit bucket boundaries the conventions give every MCP duration histogram (seconds)."""
+
+OTHER = "_OTHER"
+"""The conventions' fallback value of a low-cardinality attribute."""
+
+KNOWN_METHODS = frozenset(
+    {
+        # the conventions' well-known values
+        "completion/complete", "elicitation/create", "initialize", "logging/setLevel",
+        "notifications/cancelled", "notifications/initialized", "notifications/message",
+        "notifications/progress", "notifications/prompts/list_changed",
+        "notifications/resources/list_changed", "notifications/resources/updated",
+        "notifications/roots/list_changed", "notifications/tools/list_changed", "ping", "prompts/get",
+        "prompts/list", "resources/list", "resources/read", "resources/subscribe",
+        "resources/templates/list", "resources/unsubscribe", "roots/list", "sampling/createMessage",
+        "tools/call", "tools/list",
+        # the 2025-11-25 and 2026-07-28 revisions' own
+        "server/discover", "subscriptions/listen", "tasks/get", "tasks/result", "tasks/list",
+        "tasks/cancel", "notifications/tasks/status", "notifications/elicitation/complete",
+    }
+)  # fmt: skip
+"""Methods named as themselves in metrics; any other is ``_OTHER`` there (spans keep the name)."""
+
+_KNOWN_CODES = frozenset(
+    {-32700, -32600, -32601, -32602, -32603, -32000, -32001, -32002, -32003, -32042, -32800}
+)
+"""JSON-RPC's error codes and those MCP's revisions define or our transport answers."""
+
+_MAX_VALUE = 256
+"""Longest attribute value taken from a message (a tool name, a resource URI), in characters."""
+
+
+def _text(value: object) -> str | None:
+    return value[:_MAX_VALUE] if isinstance(value, str) else None
+
+
+def describe(method: str, params: Mapping[str, Any] | None, request_id: object = None) -> dict[str, Any]:
+    """The span attributes one request or notification carries on its own: ``mcp.method.name``,
+    ``jsonrpc.request.id`` (not for a notification), and by method ``gen_ai.tool.name`` with
+    ``gen_ai.operation.name`` (``execute_tool``), ``gen_ai.prompt.name`` or ``mcp.resource.uri``."""
+    attributes: dict[str, Any] = {"mcp.method.name": method[:_MAX_VALUE]}
+    if request_id is not None:
+        attributes["jsonrpc.request.id"] = str(request_id)[:_MAX_VALUE]
+    if params:
+        if method == "tools/call":
+            name = _text(params.get("name"))
+            if name is not None:
+                attributes["gen_ai.tool.name"] = name
+            attributes["gen_ai.operation.name"] = "execute_tool"
+        elif method == "prompts/get":
+            name = _text(params.get("name"))
+            if name is not None:
+                attributes["gen_ai.prompt.name"] = name
+        elif method in ("resources/read", "resources/subscribe", "resources/unsubscribe",
+                        "notifications/resources/updated"):  # fmt: skip
+            uri = _text(params.get("uri"))
+            if uri is not None:
+                attributes["mcp.resource.uri"] = uri
+    return attributes
+
+
+def span_name(attributes: Mapping[str, Any], known: Callable[[str, str], bool] | None = None) -> str:
+    """``{mcp.method.name} {target}``: the target is the tool or prompt name, and only one that
+    ``known(kind, name)`` says is registered (``kind`` ``"tool"`` or ``"prompt"``; without ``known``,
+    any): a span name is low-cardinality, whatever names a client sends."""
+    method: str = attributes["mcp.method.name"]
+    for key, kind in (("gen_ai.tool.name", "tool"), ("gen_ai.prompt.name", "prompt")):
+        name = attributes.get(key)
+        if name is not None and (known is None or known(kind, name)):
+            return f"{method} {name}"
+    return method
+
+
+def outcome(message: Mapping[str, Any] | None) -> tuple[str | None, str | None, str | None]:
+    """``(error.type, rpc.response.status_code, description)`` of an answer: a JSON-RPC error is its
+    code (as a string) for both, with its message; a ``tools/call`` result with ``isError`` is
+    ``tool_error``; a success is ``(None, None, None)``."""
+    if message is None:
+        return None, None, None
+    error = message.get("error")
+    if isinstance(error, Mapping):
+        code = error.get("code")
+        text = error.get("message")
+        code_text = str(code) if isinstance(code, int) else OTHER
+        return code_text, code_text, text[:_MAX_VALUE] if isinstance(text, str) else None
+    result = message.get("result")
+    if isinstance(result, Mapping) and result.get("isError") is True:
+        return "tool_error", None, None
+    return None, None, None
+
+
+def metric_attributes(
+    attributes: Mapping[str, Any],
+    error_type: str | None,
+    status_code: str | None,
+    known: Callable[[str, str], bool] | None,
+) -> dict[str, Any]:
+    """The attributes of an operation's duration measurement, bounded in cardinality: no request id,
+    no resource URI; an unknown method, unregistered tool or prompt, or an error code outside the
+    known ones is ``_OTHER``."""
+    method = attributes["mcp.method.name"]
+    out: dict[str, Any] = {"mcp.method.name": method if method in KNOWN_METHODS else OTHER}
+    for key, kind in (("gen_ai.tool.name", "tool"), ("gen_ai.prompt.name", "prompt")):
+        name = attributes.get(key)
+        if name is not None:
+            out[key] = name if known is not None and known(kind, name) else OTHER
+    if "gen_ai.operation.name" in attributes:
+        out["gen_ai.operation.name"] = attributes["gen_ai.operation.name"]
+    if error_type is not None:
+        out["error.type"] = error_type if _bounded_error(error_type) else OTHER
+    if status_code is not None:
+        out["rpc.response.status_code"] = status_code if _bounded_error(status_code) else OTHER
+    return out
+
+
+def _bounded_error(value: str) -> bool:
+    if value in ("tool_error", "cancelled", "timeout", OTHER):
+        return True
+    try:
+        return int(value) in _KNOWN_CODES
+    except ValueError:
+        return False

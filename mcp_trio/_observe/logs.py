@@ -1,0 +1,46 @@
+"""Logs as JSON lines: ``mcp-trio serve --log-format json``.
+
+One JSON object per record: time (RFC 3339, UTC), level, logger, message, and what the record carries
+besides: a request record (``mcp_trio.requests``, see :class:`~.telemetry.Operation`) its method,
+target, status, duration, request id, hashed session id and principal, and the trace and span ids of
+its span; any other record, when a span is current (a tool's own log line), that span's ids, so logs
+and traces correlate.  An exception's traceback is one string field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+__all__ = ["JSONFormatter"]
+
+
+def _current_ids() -> tuple[str, str] | None:
+    try:
+        from .otel import OtelInstruments
+    except ImportError:
+        return None
+    return OtelInstruments.trace_ids()
+
+
+class JSONFormatter(logging.Formatter):
+    """A :class:`logging.Formatter` writing each record as one line of JSON."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        seconds = time.gmtime(record.created)
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", seconds) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "mcp", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        elif (ids := _current_ids()) is not None:
+            out["trace_id"], out["span_id"] = ids
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)

@@ -1,0 +1,141 @@
+"""The OpenTelemetry API, as one side of an MCP connection uses it.  Imported only when
+``opentelemetry-api`` is installed (the ``otel`` extra); see :mod:`.telemetry`.
+
+Spans and the duration histograms go to the global providers, so whatever the application (or
+``opentelemetry-instrument``, or ``mcp-trio serve`` with ``OTEL_EXPORTER_OTLP_ENDPOINT``) set up
+receives them.  While no tracer provider is set, no span is made at all (the API's proxy provider would
+only make non-recording ones).  Trace context travels in ``params._meta`` through the global
+propagator (W3C ``traceparent``/``tracestate``, and ``baggage``, by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
+
+from .conventions import DURATION_BUCKETS
+
+__all__ = ["OtelInstruments", "inject"]
+
+_SCOPE = "mcp_trio"
+_VERSION = "1"
+_NOT_SET = (ProxyTracerProvider, NoOpTracerProvider)
+_PROXY_METERS: tuple[type, ...] = (metrics.NoOpMeterProvider,)
+try:  # the API's stand-in while no meter provider is set: recording into it goes nowhere
+    from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+    _PROXY_METERS += (_ProxyMeterProvider,)
+except ImportError:  # pragma: no cover - another API release: measurements are then always made
+    pass
+
+
+def _get(carrier: Mapping[str, Any], key: str) -> list[str] | None:
+    value = carrier.get(key)
+    return [value] if isinstance(value, str) else None
+
+
+class _MetaGetter(Getter[Mapping[str, Any]]):
+    """Reads trace context from a ``_meta`` object (strings only: anything else a peer sends there is
+    not a header value)."""
+
+    def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
+        return _get(carrier, key)
+
+    def keys(self, carrier: Mapping[str, Any]) -> list[str]:
+        return [key for key, value in carrier.items() if isinstance(value, str)]
+
+
+_GETTER = _MetaGetter()
+
+
+def inject(meta: MutableMapping[str, Any]) -> None:
+    """Write the current trace context (``traceparent``, ``tracestate``, ``baggage``) into ``meta``."""
+    propagate.inject(meta)
+
+
+class OtelInstruments:
+    """One side's tracer and duration histograms (``side`` is ``"server"`` or ``"client"``)."""
+
+    def __init__(self, side: str) -> None:
+        self.side = side
+        self.tracer = trace.get_tracer(_SCOPE, _VERSION)
+        meter = metrics.get_meter(_SCOPE, _VERSION)
+        advice: dict[str, Any] = {"explicit_bucket_boundaries_advisory": list(DURATION_BUCKETS)}
+        self.operation_duration = meter.create_histogram(
+            f"mcp.{side}.operation.duration",
+            unit="s",
+            description=(
+                "MCP request or notification duration as observed on the receiver from the time it was "
+                "received until the result or ack is sent."
+                if side == "server"
+                else "The duration of the MCP request or notification as observed on the sender from "
+                "the time it was sent until the response or ack is received."
+            ),
+            **advice,
+        )
+        self.session_duration = meter.create_histogram(
+            f"mcp.{side}.session.duration",
+            unit="s",
+            description=f"The duration of the MCP session as observed on the MCP {side}.",
+            **advice,
+        )
+
+    @staticmethod
+    def tracing() -> bool:
+        """Whether spans go anywhere: a tracer provider is set."""
+        return not isinstance(trace.get_tracer_provider(), _NOT_SET)
+
+    @staticmethod
+    def metering() -> bool:
+        """Whether measurements go anywhere: a meter provider is set."""
+        return not isinstance(metrics.get_meter_provider(), _PROXY_METERS)
+
+    def start(
+        self, name: str, incoming: bool, attributes: dict[str, Any], meta: Mapping[str, Any] | None
+    ) -> tuple[Any, object]:
+        """Start the span of one operation and make it current; returns it and the token that
+        :meth:`end` gives back.  ``incoming``: a SERVER span whose parent is the trace context in
+        ``meta`` (the peer's CLIENT span), linked to the ambient context if there is one; else a
+        CLIENT span under the ambient context."""
+        links = None
+        if incoming:
+            parent = propagate.extract(meta, getter=_GETTER) if meta else otel_context.Context()
+            ambient = trace.get_current_span().get_span_context()
+            if ambient.is_valid:
+                links = [Link(ambient)]
+            kind = SpanKind.SERVER
+        else:
+            parent = None
+            kind = SpanKind.CLIENT
+        span = self.tracer.start_span(name, parent, kind, attributes, links)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        return span, token
+
+    @staticmethod
+    def end(
+        span: Any,
+        token: object,
+        error_type: str | None,
+        status_code: str | None,
+        description: str | None,
+    ) -> None:
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+            span.set_status(Status(StatusCode.ERROR, description))
+        if status_code is not None:
+            span.set_attribute("rpc.response.status_code", status_code)
+        span.end()
+        otel_context.detach(token)  # type: ignore[arg-type]
+
+    @staticmethod
+    def trace_ids() -> tuple[str, str] | None:
+        """The current span's trace and span ids (hex), for a log record; None without a span."""
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid:
+            return None
+        return format(context.trace_id, "032x"), format(context.span_id, "016x")

@@ -1,0 +1,327 @@
+"""The instruments one side of MCP connections records into, and one operation's record.
+
+A :class:`Telemetry` belongs to a server (:attr:`mcp_trio.MCPServer.telemetry`) or to a client's
+sessions.  It records into what is in use, and only that:
+
+- OpenTelemetry, when ``opentelemetry-api`` is installed: spans while a tracer provider is set, the
+  ``mcp.{side}.operation.duration`` and ``mcp.{side}.session.duration`` histograms while a meter
+  provider is set;
+- a Prometheus :class:`~.prometheus.MetricsRegistry`, once :meth:`Telemetry.enable_metrics` was
+  called (an operations listener does);
+- the request log (:attr:`Telemetry.request_log`): one record per request on the
+  ``mcp_trio.requests`` logger (see :mod:`.logs`).
+
+With none in use :meth:`Telemetry.operation` and :meth:`Telemetry.session` return None: the caller
+records nothing, and the cost is that test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import trio
+
+from .conventions import DURATION_BUCKETS, describe, metric_attributes, outcome, span_name
+from .prometheus import MetricsRegistry
+
+__all__ = ["HTTP", "PIPE", "WEBSOCKET", "Carrier", "Operation", "SessionClock", "Telemetry", "identity_hash"]
+
+request_logger = logging.getLogger("mcp_trio.requests")
+
+
+class Carrier(NamedTuple):
+    """How a connection carries MCP messages: ``network.transport`` (``tcp``, ``pipe``, ``unix``),
+    ``network.protocol.name`` (``http``, ``websocket``) and ``network.protocol.version``."""
+
+    transport: str
+    protocol: str | None = None
+    version: str | None = None
+
+    def attributes(self) -> dict[str, str]:
+        out = {"network.transport": self.transport}
+        if self.protocol is not None:
+            out["network.protocol.name"] = self.protocol
+            if self.version is not None:
+                out["network.protocol.version"] = self.version
+        return out
+
+
+PIPE = Carrier("pipe")
+"""stdio."""
+HTTP = Carrier("tcp", "http")
+"""Streamable HTTP."""
+WEBSOCKET = Carrier("tcp", "websocket")
+"""MCP over WebSocket."""
+
+
+def identity_hash(value: str | bytes) -> str:
+    """A short, stable stand-in for a session id or principal in a log (the first 16 hex digits of its
+    SHA-256): records of one session correlate, and the log holds no credential."""
+    data = value.encode() if isinstance(value, str) else value
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _load_otel(side: str) -> Any:
+    try:
+        from .otel import OtelInstruments
+    except ImportError:  # the otel extra is not installed: nothing of OpenTelemetry is imported
+        return None
+    return OtelInstruments(side)
+
+
+class Telemetry:
+    """What one side (``"server"`` or ``"client"``) records.
+
+    ``known(kind, name)`` says whether a tool (``kind == "tool"``) or prompt is registered: only those
+    names become a span name's target or a metric attribute.  ``identify(principal)`` gives the bytes
+    identifying a principal (hashed in the request log).
+    """
+
+    def __init__(
+        self,
+        side: str,
+        known: Callable[[str, str], bool] | None = None,
+        identify: Callable[[object], bytes] | None = None,
+        *,
+        opentelemetry: bool = True,
+    ) -> None:
+        self.side = side
+        self.known = known
+        self.identify = identify
+        self.otel: Any = _load_otel(side) if opentelemetry else None
+        """The OpenTelemetry instruments (None without the ``otel`` extra)."""
+        self.registry: MetricsRegistry | None = None
+        """The Prometheus registry (None until :meth:`enable_metrics`)."""
+        self.request_log = False
+        """Whether each request is logged (INFO on ``mcp_trio.requests``) when its answer is sent."""
+        self._operations: Any = None
+        self._sessions: Any = None
+
+    def enable_metrics(self) -> MetricsRegistry:
+        """Record the duration histograms in a Prometheus registry too (idempotent); returns it."""
+        if self.registry is None:
+            self.registry = MetricsRegistry()
+            side = self.side
+            self._operations = self.registry.histogram(
+                f"mcp_{side}_operation_duration_seconds",
+                f"MCP request or notification duration as observed on the {side}.",
+                DURATION_BUCKETS,
+            )
+            self._sessions = self.registry.histogram(
+                f"mcp_{side}_session_duration_seconds",
+                f"The duration of the MCP session as observed on the MCP {side}.",
+                DURATION_BUCKETS,
+            )
+        return self.registry
+
+    def operation(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        request_id: object,
+        *,
+        incoming: bool,
+        carrier: Carrier,
+        protocol_version: str | None = None,
+        session_id: str | None = None,
+        principal: object = None,
+    ) -> Operation | None:
+        """Begin recording one request (``request_id`` not None) or notification; None when nothing
+        records.  ``incoming``: the peer sent it (a SERVER span, its parent the trace context in
+        ``params._meta``); else this side sends it (a CLIENT span: call :meth:`Operation.inject` to put
+        its context into the message).  Call :meth:`Operation.finish` with the answer."""
+        otel = self.otel
+        tracing = otel is not None and otel.tracing()
+        metering = otel is not None and otel.metering()
+        if not (tracing or metering or self.registry is not None or self.request_log):
+            return None
+        return Operation(
+            self, method, params, request_id, incoming, carrier, protocol_version, session_id,
+            principal, tracing, metering,
+        )  # fmt: skip
+
+    def session(self, carrier: Carrier) -> SessionClock | None:
+        """Begin timing a session; None when no histogram records it."""
+        otel = self.otel
+        metering = otel is not None and otel.metering()
+        if not metering and self.registry is None:
+            return None
+        return SessionClock(self, carrier, metering)
+
+
+class Operation:
+    """One request or notification being recorded (see :meth:`Telemetry.operation`)."""
+
+    __slots__ = (
+        "_metering", "_span", "_started", "_token", "attributes", "carrier", "principal", "session_id",
+        "telemetry",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        method: str,
+        params: Mapping[str, Any] | None,
+        request_id: object,
+        incoming: bool,
+        carrier: Carrier,
+        protocol_version: str | None,
+        session_id: str | None,
+        principal: object,
+        tracing: bool,
+        metering: bool,
+    ) -> None:
+        self.telemetry = telemetry
+        self.carrier = carrier
+        self.session_id = session_id
+        self.principal = principal
+        self._metering = metering
+        attributes = self.attributes = describe(method, params, request_id)
+        if protocol_version is not None:
+            attributes["mcp.protocol.version"] = protocol_version
+        attributes.update(carrier.attributes())
+        self._span: Any = None
+        self._token: object = None
+        if tracing:
+            span_attributes = dict(attributes)
+            if session_id is not None:
+                span_attributes["mcp.session.id"] = session_id
+            meta = params.get("_meta") if params else None
+            self._span, self._token = telemetry.otel.start(
+                span_name(attributes, telemetry.known),
+                incoming,
+                span_attributes,
+                meta if isinstance(meta, Mapping) else None,
+            )
+        self._started = time.perf_counter()
+
+    def inject(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Put this operation's trace context into ``message``'s ``params._meta`` (a copy of params
+        and ``_meta``: the caller's dicts are not changed); returns the message.  The message's id
+        becomes the operation's ``jsonrpc.request.id`` if it had none."""
+        request_id = message.get("id")
+        if request_id is not None and "jsonrpc.request.id" not in self.attributes:
+            self.attributes["jsonrpc.request.id"] = str(request_id)
+            if self._span is not None:
+                self._span.set_attribute("jsonrpc.request.id", str(request_id))
+        if self._span is None:
+            return message
+        from .otel import inject
+
+        params = dict(message.get("params") or {})
+        meta = params.get("_meta")
+        meta = dict(meta) if isinstance(meta, Mapping) else {}
+        inject(meta)
+        params["_meta"] = meta
+        message = dict(message)
+        message["params"] = params
+        return message
+
+    def set_session(self, session_id: str | None, protocol_version: str | None = None) -> None:
+        """What ``initialize`` decided, for a span begun before it was known."""
+        if session_id is not None:
+            self.session_id = session_id
+            if self._span is not None:
+                self._span.set_attribute("mcp.session.id", session_id)
+        if protocol_version is not None:
+            self.attributes["mcp.protocol.version"] = protocol_version
+            if self._span is not None:
+                self._span.set_attribute("mcp.protocol.version", protocol_version)
+
+    def finish(self, message: Mapping[str, Any] | None = None, error: str | None = None) -> None:
+        """The operation ended: ``message`` is the JSON-RPC answer (None for a notification); ``error``
+        an ``error.type`` of an operation that ended without one (``cancelled``, ``timeout``, an
+        exception's class name)."""
+        duration = time.perf_counter() - self._started
+        telemetry = self.telemetry
+        error_type, status_code, description = outcome(message)
+        if error_type is None and error is not None:
+            error_type = error
+        ids = None
+        if self._span is not None:
+            if telemetry.request_log:
+                context = self._span.get_span_context()
+                ids = format(context.trace_id, "032x"), format(context.span_id, "016x")
+            telemetry.otel.end(self._span, self._token, error_type, status_code, description)
+            self._span = None
+        if self._metering or telemetry.registry is not None:
+            attributes = metric_attributes(self.attributes, error_type, status_code, telemetry.known)
+            for key in ("mcp.protocol.version", "network.transport", "network.protocol.name",
+                        "network.protocol.version"):  # fmt: skip
+                if key in self.attributes:
+                    attributes[key] = self.attributes[key]
+            if self._metering:
+                telemetry.otel.operation_duration.record(duration, attributes)
+            if telemetry._operations is not None:
+                telemetry._operations.observe(duration, attributes)
+        if telemetry.request_log:
+            self._log(duration, error_type, ids)
+
+    def _log(self, duration: float, error_type: str | None, ids: tuple[str, str] | None) -> None:
+        attributes = self.attributes
+        record: dict[str, Any] = {
+            "method": attributes["mcp.method.name"],
+            "status": error_type or "ok",
+            "duration_ms": round(duration * 1000, 3),
+        }
+        target = (
+            attributes.get("gen_ai.tool.name")
+            or attributes.get("gen_ai.prompt.name")
+            or attributes.get("mcp.resource.uri")
+        )
+        if target is not None:
+            record["target"] = target
+        if "jsonrpc.request.id" in attributes:
+            record["request_id"] = attributes["jsonrpc.request.id"]
+        if "mcp.protocol.version" in attributes:
+            record["protocol_version"] = attributes["mcp.protocol.version"]
+        record["transport"] = self.carrier.protocol or self.carrier.transport
+        if self.session_id is not None:
+            record["session"] = identity_hash(self.session_id)
+        identify = self.telemetry.identify
+        if self.principal is not None and identify is not None:
+            record["principal"] = identity_hash(identify(self.principal))
+        if ids is not None:
+            record["trace_id"], record["span_id"] = ids
+        request_logger.info(
+            "%s %s %s %.1f ms",
+            record["method"],
+            target or "-",
+            record["status"],
+            duration * 1000,
+            extra={"mcp": record},
+        )
+
+    def fail(self, exc: BaseException) -> None:
+        """The operation ended by ``exc`` (cancelled, or a failure the caller did not answer)."""
+        name = "cancelled" if isinstance(exc, trio.Cancelled) else type(exc).__qualname__
+        self.finish(None, name)
+
+
+class SessionClock:
+    """One session being timed (see :meth:`Telemetry.session`)."""
+
+    __slots__ = ("_metering", "_started", "attributes", "telemetry")
+
+    def __init__(self, telemetry: Telemetry, carrier: Carrier, metering: bool) -> None:
+        self.telemetry = telemetry
+        self._metering = metering
+        self.attributes: dict[str, Any] = carrier.attributes()
+        self._started = time.perf_counter()
+
+    def end(self, protocol_version: str | None, error_type: str | None = None) -> None:
+        """The session ended (``error_type``: it ended by a failure, not by its peer or its expiry)."""
+        duration = time.perf_counter() - self._started
+        attributes = dict(self.attributes)
+        if protocol_version is not None:
+            attributes["mcp.protocol.version"] = protocol_version
+        if error_type is not None:
+            attributes["error.type"] = error_type
+        if self._metering:
+            self.telemetry.otel.session_duration.record(duration, attributes)
+        if self.telemetry._sessions is not None:
+            self.telemetry._sessions.observe(duration, attributes)
