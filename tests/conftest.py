@@ -18,6 +18,8 @@ import pytest
 import trio
 
 import mcp_trio  # noqa: F401 - xdist's controlling process too: else coverage warns it saw no mcp_trio
+from tests import otel
+from tests.otel import metric_points, spans  # noqa: F401 - fixtures for every test directory
 from tests.required import NOT_APPLICABLE, REQUIRE_ALL, required
 
 DEFAULT_DEADLINE = 30.0
@@ -25,6 +27,7 @@ DEFAULT_DEADLINE = 30.0
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "deadline(seconds): fail the trio test after this many seconds")
+    otel.install()  # every test runs traced and measured (see tests/otel.py)
 
 
 def _with_deadline(fn: Callable[..., Any], seconds: float) -> Callable[..., Any]:

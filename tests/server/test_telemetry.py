@@ -1,0 +1,367 @@
+"""The server's telemetry by the OpenTelemetry MCP conventions, read back from the SDK's in-memory
+exporters (tests/otel.py): span names, kinds, attributes, parents and status, and the duration
+histograms, in both eras and on every transport (Streamable HTTP, stdio's message connection,
+WebSocket); the Prometheus registry; nothing recorded (and nothing made) when nothing records."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind, StatusCode
+
+from mcp_trio import MCPApp, MCPServer, ServerConfig, open_websocket_client
+from mcp_trio._observe.conventions import DURATION_BUCKETS, OTHER
+from mcp_trio._observe.telemetry import PIPE, Telemetry
+from mcp_trio.demo import build_demo_server
+from mcp_trio.testing import open_asgi_client
+
+from ..otel import MetricPoint
+from .conftest import POST_HEADERS, Client, init_body
+from .test_message_connection import ChannelConnection
+from .test_modern import Modern
+from .test_modern import build as build_modern
+from .test_stdio_server import modern_meta
+from .test_websocket import serving
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+
+
+def named(spans: list[ReadableSpan], name: str, kind: SpanKind = SpanKind.SERVER) -> ReadableSpan:
+    found = [span for span in spans if span.name == name and span.kind == kind]
+    assert len(found) == 1, [(span.name, span.kind) for span in spans]
+    return found[0]
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def operations(points: list[MetricPoint], method: str) -> list[MetricPoint]:
+    return [
+        point
+        for point in points
+        if point.name == "mcp.server.operation.duration" and point.attributes["mcp.method.name"] == method
+    ]
+
+
+# -- Streamable HTTP, 2025 ------------------------------------------------------------------------
+
+
+async def test_a_2025_session_over_http(
+    client: Client, spans: list[ReadableSpan], metric_points: Any
+) -> None:
+    await client.initialize()
+    session_id = client.session_id
+    echo = await client.request(
+        2, "tools/call", {"name": "echo", "arguments": {"text": "hi"}, "_meta": {"traceparent": TRACEPARENT}}
+    )
+    assert echo["result"]["content"][0]["text"] == "hi"
+    failed = await client.request(3, "tools/call", {"name": "test_error_handling", "arguments": {}})
+    assert failed["result"]["isError"] is True
+    unknown = await client.request(4, "prompts/get", {"name": "no-such-prompt"})
+    assert unknown["error"]["code"] == -32602
+    await client.request(5, "resources/read", {"uri": "test://static-text"})
+    assert (await client.delete()).status == 200
+    await trio.testing.wait_all_tasks_blocked()
+
+    initialize = named(spans, "initialize")
+    assert attributes(initialize) == {
+        "mcp.method.name": "initialize",
+        "jsonrpc.request.id": "1",
+        "mcp.session.id": session_id,
+        "mcp.protocol.version": "2025-11-25",
+        "network.transport": "tcp",
+        "network.protocol.name": "http",
+    }
+    assert initialize.status.status_code == StatusCode.UNSET
+    initialized = named(spans, "notifications/initialized")
+    assert "jsonrpc.request.id" not in attributes(initialized)
+    assert attributes(initialized)["mcp.session.id"] == session_id
+
+    call = named(spans, "tools/call echo")
+    assert attributes(call) == {
+        "mcp.method.name": "tools/call",
+        "jsonrpc.request.id": "2",
+        "gen_ai.tool.name": "echo",
+        "gen_ai.operation.name": "execute_tool",
+        "mcp.session.id": session_id,
+        "mcp.protocol.version": "2025-11-25",
+        "network.transport": "tcp",
+        "network.protocol.name": "http",
+    }
+    # the client's traceparent is the parent; the server span is remote-parented, in the client's trace
+    assert format(call.context.trace_id, "032x") == TRACE_ID
+    assert call.parent is not None and format(call.parent.span_id, "016x") == PARENT_ID
+    assert call.parent.is_remote
+    assert call.status.status_code == StatusCode.UNSET
+
+    tool_error = named(spans, "tools/call test_error_handling")
+    assert attributes(tool_error)["error.type"] == "tool_error"
+    assert tool_error.status.status_code == StatusCode.ERROR
+    assert tool_error.parent is None  # no traceparent: a root span
+
+    prompt = named(spans, "prompts/get")  # not registered: no target in the name
+    assert attributes(prompt)["gen_ai.prompt.name"] == "no-such-prompt"
+    assert attributes(prompt)["error.type"] == "-32602"
+    assert attributes(prompt)["rpc.response.status_code"] == "-32602"
+    assert prompt.status.status_code == StatusCode.ERROR
+    assert prompt.status.description and "no-such-prompt" in prompt.status.description
+    read = named(spans, "resources/read")
+    assert attributes(read)["mcp.resource.uri"] == "test://static-text"
+
+    points = metric_points()
+    (echo_point,) = [
+        p for p in operations(points, "tools/call") if p.attributes["gen_ai.tool.name"] == "echo"
+    ]
+    assert echo_point.unit == "s" and echo_point.count == 1
+    assert echo_point.bounds == DURATION_BUCKETS
+    assert echo_point.attributes == {
+        "mcp.method.name": "tools/call",
+        "gen_ai.tool.name": "echo",
+        "gen_ai.operation.name": "execute_tool",
+        "mcp.protocol.version": "2025-11-25",
+        "network.transport": "tcp",
+        "network.protocol.name": "http",
+    }
+    (error_point,) = [
+        p
+        for p in operations(points, "tools/call")
+        if p.attributes["gen_ai.tool.name"] == "test_error_handling"
+    ]
+    assert error_point.attributes["error.type"] == "tool_error"
+    (prompt_point,) = operations(points, "prompts/get")
+    assert prompt_point.attributes["gen_ai.prompt.name"] == OTHER  # unregistered: no client-made series
+    assert prompt_point.attributes["error.type"] == "-32602"
+    (read_point,) = operations(points, "resources/read")
+    assert "mcp.resource.uri" not in read_point.attributes  # never a URI as a metric attribute
+    for point in points:
+        assert "jsonrpc.request.id" not in point.attributes and "mcp.session.id" not in point.attributes
+    sessions = [p for p in points if p.name == "mcp.server.session.duration"]
+    assert [(p.count, p.attributes) for p in sessions] == [
+        (
+            1,
+            {
+                "network.transport": "tcp",
+                "network.protocol.name": "http",
+                "mcp.protocol.version": "2025-11-25",
+            },
+        )
+    ]
+
+
+async def test_a_server_request_is_a_client_span_under_the_tool(
+    client: Client, spans: list[ReadableSpan]
+) -> None:
+    """Sampling asked by a tool: a CLIENT span, child of the tool's span, its context in the request's
+    ``params._meta``."""
+    init = json.loads(init_body())
+    init["params"]["capabilities"] = {"sampling": {}}
+    response = await client.asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
+    client.session_id = response.headers["mcp-session-id"]
+    await client.notify("notifications/initialized")
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {
+            "name": "test_sampling",
+            "arguments": {"prompt": "hi"},
+            "_meta": {"traceparent": TRACEPARENT},
+        },
+    }
+    response = await client.post(json.dumps(body).encode())
+    request = await response.next_message()
+    assert request is not None and request["method"] == "sampling/createMessage"
+    traceparent = request["params"]["_meta"]["traceparent"]
+    answer = {
+        "jsonrpc": "2.0",
+        "id": request["id"],
+        "result": {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"},
+    }
+    await client.post(json.dumps(answer).encode())
+    result = await response.next_message()
+    assert result is not None and "result" in result
+    await trio.testing.wait_all_tasks_blocked()
+    tool = named(spans, "tools/call test_sampling")
+    sampling = named(spans, "sampling/createMessage", SpanKind.CLIENT)
+    assert sampling.parent is not None and sampling.parent.span_id == tool.context.span_id
+    assert sampling.context.trace_id == tool.context.trace_id == int(TRACE_ID, 16)
+    assert traceparent == f"00-{TRACE_ID}-{format(sampling.context.span_id, '016x')}-01"
+    assert attributes(sampling)["jsonrpc.request.id"] == str(request["id"])
+    assert attributes(sampling)["mcp.session.id"] == client.session_id
+
+
+# -- Streamable HTTP, 2026 ------------------------------------------------------------------------
+
+
+async def test_2026_requests_over_http(spans: list[ReadableSpan], metric_points: Any) -> None:
+    app = MCPApp(build_modern(), ServerConfig())
+    async with app.running(), open_asgi_client(app) as asgi:
+        modern = Modern(asgi)
+        status, body = await modern.call(
+            "tools/call", {"name": "echo", "arguments": {"text": "x"}, "_meta": {"traceparent": TRACEPARENT}}
+        )
+        assert status == 200 and body["result"]["content"][0]["text"] == "x"
+        status, body = await modern.call("tools/call", {"name": "greet", "arguments": {}})
+        assert body["result"]["resultType"] == "input_required"
+        status, body = await modern.call("prompts/get", {"name": "hello", "arguments": {"name": "a"}})
+        assert status == 200
+    call = named(spans, "tools/call echo")
+    assert attributes(call) == {
+        "mcp.method.name": "tools/call",
+        "jsonrpc.request.id": "1",
+        "gen_ai.tool.name": "echo",
+        "gen_ai.operation.name": "execute_tool",
+        "mcp.protocol.version": "2026-07-28",
+        "network.transport": "tcp",
+        "network.protocol.name": "http",
+    }
+    assert format(call.context.trace_id, "032x") == TRACE_ID
+    round_one = named(spans, "tools/call greet")  # an input-required round: an answer, not an error
+    assert round_one.status.status_code == StatusCode.UNSET and "error.type" not in attributes(round_one)
+    assert attributes(named(spans, "prompts/get hello"))["gen_ai.prompt.name"] == "hello"
+    points = operations(metric_points(), "tools/call")
+    assert {p.attributes["gen_ai.tool.name"] for p in points} == {"echo", "greet"}
+    assert {p.attributes["mcp.protocol.version"] for p in points} == {"2026-07-28"}
+
+
+# -- stdio (the message connection) and WebSocket ------------------------------------------------------
+
+
+async def test_both_eras_over_a_pipe(spans: list[ReadableSpan], metric_points: Any) -> None:
+    server = MCPServer("pipe")
+
+    @server.tool()
+    async def echo(text: str) -> str:
+        return text
+
+    send, receive = trio.open_memory_channel[bytes](100)
+    connection = ChannelConnection(server, receive)
+
+    async def call(request: dict[str, Any]) -> dict[str, Any]:
+        await send.send(json.dumps(request).encode())
+        answer: dict[str, Any] = json.loads(await connection.out_receive.receive())
+        return answer
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(connection.run)
+            init = {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            }
+            await call({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+            params = {"name": "echo", "arguments": {"text": "a"}, "_meta": {"traceparent": TRACEPARENT}}
+            await call({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params})
+            params = {"name": "echo", "arguments": {"text": "b"}, "_meta": modern_meta()}
+            await call({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params})
+            await send.aclose()
+    legacy, modern = (s for s in spans if s.name == "tools/call echo")
+    assert attributes(legacy)["network.transport"] == "pipe"
+    assert "network.protocol.name" not in attributes(legacy)
+    assert attributes(legacy)["mcp.protocol.version"] == "2025-06-18"
+    assert format(legacy.context.trace_id, "032x") == TRACE_ID
+    assert attributes(modern)["mcp.protocol.version"] == "2026-07-28"
+    assert attributes(modern)["network.transport"] == "pipe"
+    assert attributes(named(spans, "initialize"))["mcp.protocol.version"] == "2025-06-18"
+    points = metric_points()
+    assert {p.attributes["mcp.protocol.version"] for p in operations(points, "tools/call")} == {
+        "2025-06-18",
+        "2026-07-28",
+    }
+    (session,) = [p for p in points if p.name == "mcp.server.session.duration"]
+    assert session.attributes == {"network.transport": "pipe", "mcp.protocol.version": "2025-06-18"}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "modern"])
+async def test_both_eras_over_websocket(mode: Any, spans: list[ReadableSpan], metric_points: Any) -> None:
+    async with serving("h11", MCPApp(build_demo_server(), ServerConfig(shutdown_grace=1.0))) as served:
+        async with open_websocket_client(served.url, mode=mode) as session:
+            await session.call_tool("echo", {"text": "x"})
+        await served.until_no_connection()
+    call = named(spans, "tools/call echo")
+    assert attributes(call)["network.transport"] == "tcp"
+    assert attributes(call)["network.protocol.name"] == "websocket"
+    version = "2026-07-28" if mode == "modern" else "2025-11-25"
+    assert attributes(call)["mcp.protocol.version"] == version
+    (point,) = operations(metric_points(), "tools/call")
+    assert point.attributes["network.protocol.name"] == "websocket"
+
+
+# -- bounds, cancellation, the registry, nothing on ----------------------------------------------------
+
+
+async def test_client_chosen_names_do_not_grow_the_series(client: Client, metric_points: Any) -> None:
+    await client.initialize()
+    for n in range(20):
+        await client.request(10 + n, "tools/call", {"name": f"nope-{n}", "arguments": {}})
+        await client.request(40 + n, f"custom/method-{n}", {})
+    points = metric_points()
+    assert len(operations(points, "tools/call")) == 1  # every unknown tool is one _OTHER series
+    (other,) = operations(points, OTHER)  # ... and every unknown method one more
+    assert other.count == 20 and other.attributes["error.type"] == "-32601"
+
+
+async def test_a_cancelled_request_ends_its_span(client: Client, spans: list[ReadableSpan]) -> None:
+    await client.initialize()
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 60}},
+        }
+    ).encode()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.post, body)
+        await trio.testing.wait_all_tasks_blocked()
+        await client.notify("notifications/cancelled", {"requestId": 9})
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    span = named(spans, "tools/call sleep")
+    assert attributes(span)["error.type"] == "cancelled"
+    assert span.status.status_code == StatusCode.ERROR
+
+
+async def test_the_prometheus_registry(client: Client, app: MCPApp) -> None:
+    registry = app.server.telemetry.enable_metrics()
+    await client.initialize()
+    await client.request(2, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+    text = registry.render([("mcp_trio_sessions", "gauge", "Open sessions.", [({}, 1)])])
+    lines = text.splitlines()
+    assert "# TYPE mcp_server_operation_duration_seconds histogram" in lines
+    series = [line for line in lines if line.startswith("mcp_server_operation_duration_seconds_count{")]
+    echo = [line for line in series if 'gen_ai_tool_name="echo"' in line]
+    assert len(echo) == 1 and echo[0].endswith(" 1")
+    assert 'mcp_method_name="tools/call"' in echo[0] and 'mcp_protocol_version="2025-11-25"' in echo[0]
+    buckets = [
+        line
+        for line in lines
+        if line.startswith("mcp_server_operation_duration_seconds_bucket{")
+        and 'gen_ai_tool_name="echo"' in line
+    ]
+    assert (
+        len(buckets) == len(DURATION_BUCKETS) + 1
+        and buckets[-1].endswith(" 1")
+        and 'le="+Inf"' in buckets[-1]
+    )
+    assert "mcp_trio_sessions 1" in lines
+
+
+def test_nothing_records_when_nothing_is_on() -> None:
+    telemetry = Telemetry("server", opentelemetry=False)
+    assert telemetry.operation("tools/call", {"name": "x"}, 1, incoming=True, carrier=PIPE) is None
+    assert telemetry.session(PIPE) is None
+    telemetry.enable_metrics()
+    operation = telemetry.operation("tools/call", {"name": "x"}, 1, incoming=True, carrier=PIPE)
+    assert operation is not None
+    operation.finish({"result": {}})
+    assert telemetry.registry is not None
+    assert 'mcp_method_name="tools/call"' in telemetry.registry.render()
