@@ -36,6 +36,9 @@ SERVERS = {
         "--bind",
         "127.0.0.1:0",
     ],
+    # telemetry: OpenTelemetry not importable (no otel extra), or an SDK tracing and measuring everything
+    "mcp-trio-no-otel": [str(HERE / "otel_demo.py"), "absent", "demo", "--bind", "127.0.0.1:0"],
+    "mcp-trio-traced": [str(HERE / "otel_demo.py"), "traced", "demo", "--bind", "127.0.0.1:0"],
     "bare-asgi": [str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"],
     "python-sdk": [str(HERE / "baseline_python_sdk.py"), "--bind", "127.0.0.1:0"],
 }
