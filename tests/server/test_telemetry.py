@@ -365,3 +365,32 @@ def test_nothing_records_when_nothing_is_on() -> None:
     operation.finish({"result": {}})
     assert telemetry.registry is not None
     assert 'mcp_method_name="tools/call"' in telemetry.registry.render()
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"traceparent": "garbage", "tracestate": "x" * 100_000},
+        {"traceparent": 12, "tracestate": ["a"], "baggage": {"k": "v"}},
+        {"traceparent": "00-00000000000000000000000000000000-0000000000000000-01"},
+        {"traceparent": TRACEPARENT, "baggage": ",".join(f"k{n}=v" for n in range(5000))},
+        "not an object",
+    ],
+)
+async def test_a_hostile_trace_context_costs_only_its_parent(
+    client: Client, spans: list[ReadableSpan], meta: Any
+) -> None:
+    """Whatever a client puts where trace context goes, the call is answered and its span is made: a
+    context that does not parse is no parent (a new trace), a valid one is."""
+    await client.initialize()
+    answer = await client.request(
+        2, "tools/call", {"name": "echo", "arguments": {"text": "x"}, "_meta": meta}
+    )
+    assert answer.get("result", {}).get("content") == [{"type": "text", "text": "x"}] or "error" in answer
+    if isinstance(meta, dict):
+        assert "result" in answer
+        span = named(spans, "tools/call echo")
+        if meta.get("traceparent") == TRACEPARENT:
+            assert format(span.context.trace_id, "032x") == TRACE_ID
+        else:
+            assert span.parent is None
