@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import mcp_types as mt
 
+from .._observe.telemetry import PIPE, Telemetry
 from .._protocol import jsonrpc, versions
 from .inputs import InputRequest, missing_capability
 
@@ -70,6 +71,8 @@ class Context:
     method: str
     peer: Peer
     meta: dict[str, Any] = field(default_factory=dict)
+    telemetry: Telemetry | None = None
+    """What the notifications it sends are recorded into (its server's; None: not recorded)."""
     _asked: int = 0
 
     @property
@@ -93,7 +96,30 @@ class Context:
         return token if isinstance(token, (str, int)) else None
 
     async def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
-        await self.peer.send_message(jsonrpc.notification(method, params), self.request_id)
+        """Send a notification related to the request (a CLIENT span when traced)."""
+        message = jsonrpc.notification(method, params)
+        operation = (
+            None
+            if self.telemetry is None
+            else self.telemetry.operation(
+                method,
+                params,
+                None,
+                incoming=False,
+                carrier=getattr(self.peer, "carrier", PIPE),
+                protocol_version=self.protocol_version,
+                session_id=self.session_id,
+            )
+        )
+        if operation is None:
+            await self.peer.send_message(message, self.request_id)
+            return
+        try:
+            await self.peer.send_message(operation.inject(message), self.request_id)
+        except BaseException as exc:
+            operation.fail(exc)
+            raise
+        operation.finish()
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None

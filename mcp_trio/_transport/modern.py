@@ -55,6 +55,7 @@ class RequestPeer:
     session_id: str | None = None
     principal: object = None
     tasks: TaskManager | None = None
+    carrier: Carrier = HTTP
 
     def __init__(self, revision: versions.Revision, meta: Mapping[str, Any], responder: Responder) -> None:
         self.protocol_version = revision.name
@@ -273,9 +274,9 @@ class ModernEndpoint:
             principal=principal,
         )
         if operation is None:
-            return await self._answer(request, revision, responder, principal)
+            return await self._answer(request, revision, responder, principal, carrier)
         try:
-            answer = await self._answer(request, revision, responder, principal)
+            answer = await self._answer(request, revision, responder, principal, carrier)
         except BaseException as exc:
             operation.fail(exc)
             raise
@@ -288,13 +289,17 @@ class ModernEndpoint:
         revision: versions.Revision,
         responder: Responder,
         principal: object,
+        carrier: Carrier,
     ) -> tuple[dict[str, Any], int]:
         params = request.params or {}
         meta = params.get("_meta")
         peer = RequestPeer(revision, meta if isinstance(meta, dict) else {}, responder)
         peer.principal = principal
         peer.tasks = self.tasks
-        ctx = Context(request.id, request.method, peer, meta if isinstance(meta, dict) else {})
+        peer.carrier = carrier
+        ctx = Context(
+            request.id, request.method, peer, meta if isinstance(meta, dict) else {}, self.server.telemetry
+        )
         with contained(f"handler of {request.method}"):
             try:
                 peer.known = self._answers_brought(request.method, params)

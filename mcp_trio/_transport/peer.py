@@ -139,7 +139,9 @@ class SessionPeer:
     async def _answer(self, request: mt.JSONRPCRequest) -> dict[str, Any]:
         params = request.params
         meta = params.get("_meta") if params else None
-        ctx = Context(request.id, request.method, self, meta if isinstance(meta, dict) else {})
+        ctx = Context(
+            request.id, request.method, self, meta if isinstance(meta, dict) else {}, self.server.telemetry
+        )
         with contained(f"handler of {request.method}") as failure:
             try:
                 result = await self.server.handle_request(ctx, request.method, params)

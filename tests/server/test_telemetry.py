@@ -200,6 +200,37 @@ async def test_a_server_request_is_a_client_span_under_the_tool(
 # -- Streamable HTTP, 2026 ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("era", ["2025", "2026"])
+async def test_notifications_a_tool_sends_are_client_spans_under_it(
+    client: Client, spans: list[ReadableSpan], era: str
+) -> None:
+    params: dict[str, Any] = {
+        "name": "count",
+        "arguments": {"steps": 2, "delay": 0},
+        "_meta": {"progressToken": "p"},
+    }
+    if era == "2025":
+        await client.initialize()
+        response = await client.post(
+            json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}).encode()
+        )
+    else:
+        params["_meta"].update(modern_meta())
+        response = await Modern(client.asgi).post("tools/call", params)
+    messages = []
+    while (message := await response.next_message()) is not None:
+        messages.append(message)
+    progress = [m for m in messages if m.get("method") == "notifications/progress"]
+    assert len(progress) == 2
+    tool = named(spans, "tools/call count")
+    sent = [s for s in spans if s.name == "notifications/progress"]
+    assert len(sent) == 2 and {s.kind for s in sent} == {SpanKind.CLIENT}
+    for span, message in zip(sent, progress, strict=True):
+        assert span.parent is not None and span.parent.span_id == tool.context.span_id
+        assert "jsonrpc.request.id" not in attributes(span)
+        assert message["params"]["_meta"]["traceparent"].split("-")[2] == format(span.context.span_id, "016x")
+
+
 async def test_2026_requests_over_http(spans: list[ReadableSpan], metric_points: Any) -> None:
     app = MCPApp(build_modern(), ServerConfig())
     async with app.running(), open_asgi_client(app) as asgi:
