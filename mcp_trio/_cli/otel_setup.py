@@ -109,7 +109,7 @@ def otlp_plan(environ: Mapping[str, str]) -> OtlpPlan | None:
     return OtlpPlan(wanted["traces"], wanted["metrics"], variable)
 
 
-def start_otlp(environ: Mapping[str, str]) -> Callable[[], None] | None:
+def start_otlp(environ: Mapping[str, str]) -> Callable[[], object] | None:
     """Set up the global tracer and meter providers that :func:`otlp_plan` asks for; return the
     function that flushes and shuts them down (call it once, at exit), or None when nothing was set up
     (nothing asked, or the ``otel`` extra missing: then a WARNING says so).  :class:`OtelConfigError`
