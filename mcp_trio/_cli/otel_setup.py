@@ -134,23 +134,45 @@ def start_otlp(environ: Mapping[str, str]) -> Callable[[], object] | None:
     if str(resource.attributes.get(SERVICE_NAME, "unknown_service")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
     shutdowns: list[Callable[[], object]] = []
-    if plan.traces:
+    exported = []
+    traces, metered = _providers_set()
+    for signal, already in (("traces", traces), ("metrics", metered)):
+        if getattr(plan, signal) and already:
+            logger.info(
+                "%s: a provider is set already (opentelemetry-instrument?): it is left as it is", signal
+            )
+    if plan.traces and not traces:
+        exported.append("traces")
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(tracer_provider)
         shutdowns.append(tracer_provider.shutdown)  # its batch processor exports what it holds
-    if plan.metrics:
+    if plan.metrics and not metered:
+        exported.append("metrics")
         reader = PeriodicExportingMetricReader(OTLPMetricExporter())
         meter_provider = MeterProvider(metric_readers=[reader], resource=resource, shutdown_on_exit=False)
         metrics.set_meter_provider(meter_provider)
         # its reader collects and exports once more
         shutdowns.append(functools.partial(meter_provider.shutdown, timeout_millis=SHUTDOWN_TIMEOUT * 1000))
-    logger.info(
-        "exporting %s over OTLP/HTTP (%s)",
-        " and ".join(signal for signal in _SIGNALS if getattr(plan, signal)),
-        plan.variable,
-    )
+    if not exported:
+        return None
+    logger.info("exporting %s over OTLP/HTTP (%s)", " and ".join(exported), plan.variable)
     return functools.partial(shut_down, shutdowns, SHUTDOWN_TIMEOUT)
+
+
+def _providers_set() -> tuple[bool, bool]:
+    """Whether a tracer provider, and a meter provider, were set before mcp-trio's (by
+    ``opentelemetry-instrument``'s distro, or a ``sitecustomize``): the API lets the first one stay."""
+    from opentelemetry import metrics, trace
+
+    try:
+        from opentelemetry.metrics._internal import _ProxyMeterProvider as ProxyMeterProvider
+    except ImportError:  # pragma: no cover - another API release: take the meter provider as unset
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider), False
+    return (
+        not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider),
+        not isinstance(metrics.get_meter_provider(), ProxyMeterProvider),
+    )
 
 
 def shut_down(shutdowns: list[Callable[[], object]], timeout: float) -> bool:

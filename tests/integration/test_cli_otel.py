@@ -298,12 +298,15 @@ async def test_spans_and_histograms_reach_an_otlp_receiver_and_the_request_log_c
 
 @pytest.mark.deadline(90)
 async def test_the_last_spans_and_measurements_are_exported_at_sigterm() -> None:
-    """Nothing would be exported for a minute: what the receiver gets, it gets from the shutdown."""
+    """Nothing would be exported for a minute: what the receiver gets, it gets from the shutdown.  The
+    resource is the one of the standard variables."""
     with otlp_receiver() as receiver:
         environment = {
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
             "OTEL_METRIC_EXPORT_INTERVAL": "60000",
             "OTEL_BSP_SCHEDULE_DELAY": "60000",
+            "OTEL_SERVICE_NAME": "my-tools",
+            "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=test,service.namespace=mcp",
         }
         async with serve_demo(environment=environment) as server, http_client() as http:
             with trio.fail_after(10):
@@ -313,6 +316,11 @@ async def test_the_last_spans_and_measurements_are_exported_at_sigterm() -> None
             assert receiver.spans() == [] and receiver.metric_points("mcp.server.operation.duration") == []
             await server.stop(signal.SIGTERM)
     assert [span.name for span in receiver.spans()] == ["tools/call echo"]
+    resources = receiver.resources()
+    assert len(resources) == 2  # one export of each signal, the same resource
+    for resource in resources:
+        assert resource["service.name"] == "my-tools" and resource["service.namespace"] == "mcp"
+        assert resource["deployment.environment.name"] == "test"
     assert [point.count for _metric, point in receiver.metric_points("mcp.server.operation.duration")] == [1]
 
 
@@ -372,6 +380,47 @@ async def test_request_log_is_asked_for_in_either_format() -> None:
         await server.stop(signal.SIGTERM)
         log = stderr_of(server)
     assert request_records(json_lines(log)) == []
+
+
+OWN_TRACER_PROVIDER = """
+import sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+provider = TracerProvider()
+exporter = ConsoleSpanExporter(out=sys.stderr, formatter=lambda span: f"own provider: {span.name}\\n")
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+from mcp_trio._cli import main
+
+main()
+"""
+
+
+@pytest.mark.deadline(60)
+async def test_a_provider_set_before_is_left_as_it_is() -> None:
+    """As under ``opentelemetry-instrument``: a tracer provider was set before ``main`` runs; its spans
+    go where it says, mcp-trio sets up only the meter provider."""
+    with otlp_receiver() as receiver:
+        command = [
+            sys.executable,
+            "-c",
+            OWN_TRACER_PROVIDER,
+            "demo",
+            "--bind",
+            "127.0.0.1:0",
+            "--shutdown-grace",
+            "1",
+        ]
+        environment = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, **QUICK_EXPORT}
+        code, _stdout, stderr = await run_until_serving(command, environment, call_echo=True)
+    assert code == 0, stderr
+    assert "own provider: tools/call echo" in stderr.splitlines(), stderr
+    assert receiver.spans() == []
+    assert "Overriding of current TracerProvider is not allowed" not in stderr, stderr  # none was tried
+    points = receiver.metric_points("mcp.server.operation.duration")
+    assert [attributes(point.attributes)["gen_ai.tool.name"] for _metric, point in points] == ["echo"]
 
 
 # -- what cannot be exported ------------------------------------------------------------------------
