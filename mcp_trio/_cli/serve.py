@@ -323,19 +323,26 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         report(exc)
         return EXIT_USAGE
     try:
-        _run(app, config, args, tls)
+        _run(app, config, args, tls, stop_stdio_on_sigterm=shutdown_otlp is not None)
     finally:
         if shutdown_otlp is not None:
             shutdown_otlp()  # the last spans and measurements, within otel_setup.SHUTDOWN_TIMEOUT
     return 0
 
 
-def _run(app: MCPApp, config: ServerConfig, args: argparse.Namespace, tls: tuple[str, str] | None) -> None:
+def _run(
+    app: MCPApp,
+    config: ServerConfig,
+    args: argparse.Namespace,
+    tls: tuple[str, str] | None,
+    *,
+    stop_stdio_on_sigterm: bool,
+) -> None:
+    """Serve until stopped.  ``stop_stdio_on_sigterm``: over stdio, a SIGTERM ends serving (as stdin's
+    end does) instead of the process, so that what comes after (the last OTLP export) runs."""
     if args.stdio:
         # stdout carries only MCP messages (logging.basicConfig writes to stderr)
-        from .._transport.stdio import serve_stdio
-
-        trio.run(functools.partial(serve_stdio, app.server, config=config))
+        trio.run(_serve_stdio, app, config, stop_stdio_on_sigterm)
         return
     trio.run(
         functools.partial(
@@ -348,3 +355,22 @@ def _run(app: MCPApp, config: ServerConfig, args: argparse.Namespace, tls: tuple
             allow_stock_hypercorn=args.allow_stock_hypercorn,
         )
     )
+
+
+async def _serve_stdio(app: MCPApp, config: ServerConfig, stop_on_sigterm: bool) -> None:
+    from .._transport.stdio import serve_stdio
+
+    if not stop_on_sigterm:
+        await serve_stdio(app.server, config=config)
+        return
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await serve_stdio(app.server, config=config)
+            nursery.cancel_scope.cancel()

@@ -382,6 +382,67 @@ async def test_request_log_is_asked_for_in_either_format() -> None:
     assert request_records(json_lines(log)) == []
 
 
+@pytest.mark.deadline(60)
+async def test_over_stdio_the_last_spans_are_exported_at_sigterm() -> None:
+    """A stdio server whose client sends SIGTERM (after closing stdin or not) exports what it holds."""
+    init_params = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init_params},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x"}},
+        },
+    ]
+    with otlp_receiver() as receiver:
+        environment = {
+            **_base_environment(),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "OTEL_BSP_SCHEDULE_DELAY": "60000",
+            "OTEL_METRIC_EXPORT_INTERVAL": "60000",
+        }
+        process = await trio.lowlevel.open_process(
+            [*CLI, "demo", "--stdio"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environment,
+        )
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        stderr = bytearray()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_drain, process.stderr, stderr)
+                await process.stdin.send_all(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+                output = b""
+                with trio.fail_after(30):
+                    while b'"id": 2' not in output and b'"id":2' not in output:
+                        chunk = await process.stdout.receive_some(65536)
+                        assert chunk, (output, bytes(stderr))
+                        output += chunk
+                process.send_signal(signal.SIGTERM)
+                with trio.fail_after(SHUTDOWN_TIMEOUT + 5):
+                    code = await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+            await process.stdin.aclose()
+            await process.stdout.aclose()
+            await process.stderr.aclose()
+    assert code == 0, bytes(stderr)
+    spans = {span.name: attributes(span.attributes) for span in receiver.spans()}
+    assert spans["tools/call echo"]["network.transport"] == "pipe", spans
+    assert "initialize" in spans
+
+
 OWN_TRACER_PROVIDER = """
 import sys
 from opentelemetry import trace
