@@ -112,8 +112,11 @@ def otlp_plan(environ: Mapping[str, str]) -> OtlpPlan | None:
 def start_otlp(environ: Mapping[str, str]) -> Callable[[], object] | None:
     """Set up the global tracer and meter providers that :func:`otlp_plan` asks for; return the
     function that flushes and shuts them down (call it once, at exit), or None when nothing was set up
-    (nothing asked, or the ``otel`` extra missing: then a WARNING says so).  :class:`OtelConfigError`
-    as :func:`otlp_plan`."""
+    (nothing asked; the ``otel`` extra missing: then a WARNING says so; or providers set before, which
+    are left as they are).  :class:`OtelConfigError` as :func:`otlp_plan`.
+
+    ``environ`` decides the plan; the SDK reads its own variables from ``os.environ`` (the command
+    passes ``os.environ``)."""
     plan = otlp_plan(environ)
     if plan is None:
         return None

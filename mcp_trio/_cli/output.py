@@ -1,6 +1,7 @@
 """What every ``mcp-trio`` command shares on the terminal: the exit statuses and their help text, the
 errors a command ends with, the one-line ``mcp-trio: ...`` messages on stderr, the help formatter and
-the help layout of every command, and the ``--log-level`` option (Python logging on stderr)."""
+the help layout of every command, and the ``--log-level`` option (Python logging on stderr, as text or,
+for the server commands' ``--log-format json``, JSON lines)."""
 
 from __future__ import annotations
 
