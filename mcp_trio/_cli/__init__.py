@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command is None:
         parser.print_help(sys.stderr)
         raise SystemExit(EXIT_USAGE)
-    start_logging(args.log_level)
+    start_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
         client = args.command in ("tools", "call")
         code = run_client_command(args) if client else serve_command(parser, args)

@@ -1,6 +1,7 @@
 """What every ``mcp-trio`` command shares on the terminal: the exit statuses and their help text, the
 errors a command ends with, the one-line ``mcp-trio: ...`` messages on stderr, the help formatter and
-the help layout of every command, and the ``--log-level`` option (Python logging on stderr)."""
+the help layout of every command, and the ``--log-level`` option (Python logging on stderr, as text or,
+for the server commands' ``--log-format json``, JSON lines)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ exit status:
   0    success (serve, demo: stopped by Ctrl-C or SIGTERM)
   1    call: the tool ran and reported an error (isError)
   2    usage error: a bad option, MODULE:ATTR, URL or --json, or an --arg
-       value that does not fit its type
+       value that does not fit its type; serve, demo: OTEL_* variables
+       asking for an export other than OTLP/HTTP (http/protobuf)
   3    cannot connect, an HTTP or protocol failure, or the authorization
        (--oauth) failed; serve, demo: cannot listen on the address, or
        the installed hypercorn is not the one mcp_trio's fixes were
@@ -118,6 +120,16 @@ def add_log_level(cmd: argparse.ArgumentParser) -> None:
     )
 
 
-def start_logging(level: str) -> None:
-    """Python logging on stderr at ``--log-level`` (stdout is the command's output, or MCP messages)."""
+def start_logging(level: str, log_format: str = "text") -> None:
+    """Python logging on stderr at ``--log-level`` (stdout is the command's output, or MCP messages):
+    ``LEVEL LOGGER: MESSAGE`` lines, or with ``log_format="json"`` (``--log-format json`` of the server
+    commands) one JSON object per line, Python's warnings included."""
+    if log_format == "json":
+        from .._observe.logs import JSONFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(JSONFormatter())
+        logging.basicConfig(level=level, handlers=[handler])
+        logging.captureWarnings(True)  # a warning is a record too, not a bare line among the JSON ones
+        return
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

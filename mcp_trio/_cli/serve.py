@@ -312,12 +312,38 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         if args.stdio:
             parser.error("--redis is for HTTP workers; a stdio server serves one client")
         _use_redis(parser, app, args.redis)
+    if args.log_format == "json" if args.request_log is None else args.request_log:
+        app.server.telemetry.request_log = True
+        logging.getLogger("mcp_trio.requests").setLevel(logging.INFO)  # whatever --log-level says
+    from .otel_setup import OtelConfigError, start_otlp
+
+    try:
+        shutdown_otlp = start_otlp(os.environ)
+    except OtelConfigError as exc:
+        report(exc)
+        return EXIT_USAGE
+    try:
+        _run(app, config, args, tls, stop_stdio_on_sigterm=shutdown_otlp is not None)
+    finally:
+        if shutdown_otlp is not None:
+            shutdown_otlp()  # the last spans and measurements, within otel_setup.SHUTDOWN_TIMEOUT
+    return 0
+
+
+def _run(
+    app: MCPApp,
+    config: ServerConfig,
+    args: argparse.Namespace,
+    tls: tuple[str, str] | None,
+    *,
+    stop_stdio_on_sigterm: bool,
+) -> None:
+    """Serve until stopped.  ``stop_stdio_on_sigterm``: over stdio, a SIGTERM ends serving (as stdin's
+    end does) instead of the process, so that what comes after (the last OTLP export) runs."""
     if args.stdio:
         # stdout carries only MCP messages (logging.basicConfig writes to stderr)
-        from .._transport.stdio import serve_stdio
-
-        trio.run(functools.partial(serve_stdio, app.server, config=config))
-        return 0
+        trio.run(_serve_stdio, app, config, stop_stdio_on_sigterm)
+        return
     trio.run(
         functools.partial(
             run_server,
@@ -329,4 +355,22 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             allow_stock_hypercorn=args.allow_stock_hypercorn,
         )
     )
-    return 0
+
+
+async def _serve_stdio(app: MCPApp, config: ServerConfig, stop_on_sigterm: bool) -> None:
+    from .._transport.stdio import serve_stdio
+
+    if not stop_on_sigterm:
+        await serve_stdio(app.server, config=config)
+        return
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await serve_stdio(app.server, config=config)
+            nursery.cancel_scope.cancel()

@@ -116,6 +116,22 @@ def add_server_options(cmd: argparse.ArgumentParser) -> None:
         "--stats-path", default=None, metavar="PATH", help="serve the app's statistics as JSON on PATH"
     )
     add_log_level(cmd)
+    cmd.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="how log records are written on stderr: text lines (default), or one JSON object per line "
+        "(time, level, logger, message, and the trace and span ids of the current span), with a record "
+        "per request (see --request-log)",
+    )
+    cmd.add_argument(
+        "--request-log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="log one INFO record per request on the mcp_trio.requests logger, whatever --log-level "
+        "says: method, target, status, duration, request id, hashed session id and principal, trace "
+        "ids (default: on with --log-format json, off with text)",
+    )
     limits = cmd.add_argument_group(
         "session and connection limits",
         "These and --json-response, --stats-path configure the app when\n"

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -176,17 +176,23 @@ class DemoServer:
 
 @asynccontextmanager
 async def serve_demo(
-    *flags: str, shutdown_grace: float = 2.0, measure_coverage: bool = True
+    *flags: str,
+    shutdown_grace: float = 2.0,
+    measure_coverage: bool = True,
+    environment: Mapping[str, str] | None = None,
 ) -> AsyncIterator[DemoServer]:
     """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags``.
 
     Yields once the server printed its URL.  On exit sends SIGINT (unless the test already stopped
     it) and checks it exits by itself, with status 0, in time.  ``measure_coverage=False``: when the
     tests run under ``coverage run`` (the test command), the server does not measure coverage (for a
-    volume test, where it would run several times slower and cover nothing new).
+    volume test, where it would run several times slower and cover nothing new).  ``environment``:
+    variables set for the server besides this process's.
     """
     command = _demo_command(flags, shutdown_grace)
     env = None if measure_coverage else _env_without_coverage()
+    if environment is not None:
+        env = {**(os.environ if env is None else env), **environment}
     with tempfile.TemporaryFile() as stderr:
         process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr, env=env)
         try:
