@@ -157,8 +157,8 @@ class Operation:
     """One request or notification being recorded (see :meth:`Telemetry.operation`)."""
 
     __slots__ = (
-        "_metering", "_span", "_started", "_token", "attributes", "carrier", "principal", "session_id",
-        "telemetry",
+        "_logged", "_metering", "_span", "_started", "_token", "attributes", "carrier", "principal",
+        "session_id", "telemetry",
     )  # fmt: skip
 
     def __init__(
@@ -180,6 +180,8 @@ class Operation:
         self.session_id = session_id
         self.principal = principal
         self._metering = metering
+        self._logged = telemetry.request_log and incoming and request_id is not None
+        """The request log has a record of requests received (not notifications, not what is sent)."""
         attributes = self.attributes = describe(method, params, request_id)
         if protocol_version is not None:
             attributes["mcp.protocol.version"] = protocol_version
@@ -243,7 +245,7 @@ class Operation:
             error_type = error
         ids = None
         if self._span is not None:
-            if telemetry.request_log:
+            if self._logged:
                 context = self._span.get_span_context()
                 ids = format(context.trace_id, "032x"), format(context.span_id, "016x")
             telemetry.otel.end(self._span, self._token, error_type, status_code, description)
@@ -258,7 +260,7 @@ class Operation:
                 telemetry.otel.operation_duration.record(duration, attributes)
             if telemetry._operations is not None:
                 telemetry._operations.observe(duration, attributes)
-        if telemetry.request_log:
+        if self._logged:
             self._log(duration, error_type, ids)
 
     def _log(self, duration: float, error_type: str | None, ids: tuple[str, str] | None) -> None:

@@ -353,11 +353,11 @@ async def test_json_logs_without_tracing() -> None:
     assert {"time", "level", "logger", "message"} <= set(records[0]), records[0]
     requests = request_records(records)
     methods = sorted(record["method"] for record in requests)
-    assert methods == ["initialize", "notifications/initialized", "tools/call", "tools/call", "tools/call"]
+    assert methods == ["initialize", "tools/call", "tools/call", "tools/call"]  # requests, not notifications
     for record in requests:
         assert record["level"] == "INFO" and "trace_id" not in record and "span_id" not in record, record
         assert {"method", "status", "duration_ms", "protocol_version", "transport"} <= set(record), record
-        assert ("request_id" in record) is (record["method"] != "notifications/initialized"), record
+        assert "request_id" in record, record
     echo = next(record for record in requests if record.get("target") == "echo")
     assert echo["session"] == identity_hash(session_id) and echo["request_id"] == "2"
     assert echo["message"].startswith("tools/call echo ok ")
