@@ -15,6 +15,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
 
@@ -32,6 +33,8 @@ try:  # the API's stand-in while no meter provider is set: recording into it goe
     _PROXY_METERS += (_ProxyMeterProvider,)
 except ImportError:  # pragma: no cover - another API release: measurements are then always made
     pass
+_GLOBALS = hasattr(trace, "_TRACER_PROVIDER") and hasattr(_metrics_api, "_METER_PROVIDER")
+"""Whether the API keeps its providers where :meth:`OtelInstruments.live` looks first."""
 
 
 def _get(carrier: Mapping[str, Any], key: str) -> list[str] | None:
@@ -63,6 +66,8 @@ class OtelInstruments:
 
     def __init__(self, side: str) -> None:
         self.side = side
+        trace.get_tracer_provider()  # a provider named by OTEL_PYTHON_TRACER_PROVIDER is made now
+        metrics.get_meter_provider()
         self.tracer = trace.get_tracer(_SCOPE, _VERSION)
         meter = metrics.get_meter(_SCOPE, _VERSION)
         advice: dict[str, Any] = {"explicit_bucket_boundaries_advisory": list(DURATION_BUCKETS)}
@@ -84,6 +89,16 @@ class OtelInstruments:
             description=f"The duration of the MCP session as observed on the MCP {side}.",
             **advice,
         )
+
+    @staticmethod
+    def live() -> tuple[bool, bool]:
+        """Whether spans and measurements go anywhere: ``(tracing, metering)``.  While neither
+        provider is set (the API's globals still None: nothing set one, nor named one in
+        ``OTEL_PYTHON_*_PROVIDER``, which :class:`OtelInstruments` resolved when made) this costs two
+        attribute reads; a later API without those globals takes the public functions' way."""
+        if _GLOBALS and trace._TRACER_PROVIDER is None and _metrics_api._METER_PROVIDER is None:
+            return False, False
+        return OtelInstruments.tracing(), OtelInstruments.metering()
 
     @staticmethod
     def tracing() -> bool:

@@ -135,8 +135,7 @@ class Telemetry:
         ``params._meta``); else this side sends it (a CLIENT span: call :meth:`Operation.inject` to put
         its context into the message).  Call :meth:`Operation.finish` with the answer."""
         otel = self.otel
-        tracing = otel is not None and otel.tracing()
-        metering = otel is not None and otel.metering()
+        tracing, metering = (False, False) if otel is None else otel.live()
         if not (tracing or metering or self.registry is not None or self.request_log):
             return None
         return Operation(
@@ -147,7 +146,7 @@ class Telemetry:
     def session(self, carrier: Carrier) -> SessionClock | None:
         """Begin timing a session; None when no histogram records it."""
         otel = self.otel
-        metering = otel is not None and otel.metering()
+        metering = otel is not None and otel.live()[1]
         if not metering and self.registry is None:
             return None
         return SessionClock(self, carrier, metering)

@@ -6,6 +6,8 @@ WebSocket); the Prometheus registry; nothing recorded (and nothing made) when no
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -425,3 +427,25 @@ async def test_a_hostile_trace_context_costs_only_its_parent(
             assert format(span.context.trace_id, "032x") == TRACE_ID
         else:
             assert span.parent is None
+
+
+def test_no_provider_no_record_then_one_set_later_records() -> None:
+    """In a process of its own (this one has providers): with the API installed and no provider set,
+    nothing is made; a provider set while serving is used from the next operation on."""
+    script = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from mcp_trio._observe.telemetry import PIPE, Telemetry
+telemetry = Telemetry("server")
+assert telemetry.otel.live() == (False, False)
+assert telemetry.operation("ping", None, 1, incoming=True, carrier=PIPE) is None
+assert telemetry.session(PIPE) is None
+trace.set_tracer_provider(TracerProvider())
+assert telemetry.otel.live() == (True, False)
+operation = telemetry.operation("ping", None, 1, incoming=True, carrier=PIPE)
+assert operation is not None and operation._span.is_recording()
+operation.finish({"result": {}})
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
