@@ -449,3 +449,36 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+async def test_a_task_runs_under_its_tools_call_span(spans: list[ReadableSpan]) -> None:
+    """``tools/call`` answered with a task: its span ends with the CreateTaskResult; the tool's work,
+    run by the task afterwards, stays in the call's trace (a span it starts is the call span's child);
+    ``tasks/get`` and ``tasks/result`` are spans of their own."""
+    from opentelemetry import trace as otel_trace
+
+    from .test_tasks import TaskClient
+
+    server = MCPServer("tasks")
+    release = trio.Event()
+
+    @server.tool(task="optional")
+    async def slow() -> str:
+        await release.wait()
+        with otel_trace.get_tracer("test").start_as_current_span("work"):
+            return "done"
+
+    app = MCPApp(server, ServerConfig())
+    async with app.running(), open_asgi_client(app) as asgi:
+        tc = TaskClient(asgi)
+        params = {"name": "slow", "arguments": {}, "_meta": {"traceparent": TRACEPARENT}}
+        status, body = await tc.call("tools/call", params)
+        task_id = body["result"]["taskId"]
+        release.set()
+        await tc.wait(task_id, "completed")
+    call = named(spans, "tools/call slow")
+    work = named(spans, "work", SpanKind.INTERNAL)
+    assert work.parent is not None and work.parent.span_id == call.context.span_id
+    assert format(work.context.trace_id, "032x") == TRACE_ID
+    gets = [span for span in spans if span.name == "tasks/get"]
+    assert gets and all(span.kind == SpanKind.SERVER for span in gets)
