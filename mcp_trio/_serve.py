@@ -61,8 +61,9 @@ async def serve(
 
     Runs in the caller's nursery: ``await nursery.start(serve, app, "127.0.0.1", 0)`` reports the bound
     URLs (``["http://127.0.0.1:40123"]``) through ``task_status``.  The app runs while serving (no ASGI
-    lifespan to arrange).  Shutdown is graceful: listening stops, the app's sessions are closed first,
-    so every open stream ends cleanly (each WebSocket with 1001), then the server's own grace period.
+    lifespan to arrange).  Shutdown is graceful: the app drains while still listening (its readiness
+    turns, it serves on for ``config.drain_delay``), its sessions are closed, so every open stream ends
+    cleanly (each WebSocket with 1001), then listening stops and the server's own grace period runs.
 
     ``http`` chooses the server:
 
