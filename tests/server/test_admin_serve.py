@@ -110,6 +110,19 @@ async def test_the_listener_serves_the_statistics_of_a_running_app() -> None:
             assert response.status_code == 200 and stats["sessions"] == 0
             health = await http.get(urls[0] + "/healthz")
             assert (health.status_code, health.text) == (200, "ok\n")
+            port = int(urls[0].rsplit(":", 1)[1])
+            for garbage in (
+                b"\x00\xff garbage\r\n\r\n",
+                b"GET /" + b"a" * 70000,
+                b"GET /metrics HTTP/1.1\r\n\r\n",
+            ):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                async with stream:
+                    await stream.send_all(garbage)
+                    answer = await stream.receive_some(65536)
+                    assert answer.startswith(b"HTTP/1.1 4"), answer[:100]  # refused (no Host: 400)
+            health = await http.get(urls[0] + "/healthz")
+            assert health.status_code == 200
             stop.set()
 
 
