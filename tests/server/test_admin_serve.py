@@ -4,6 +4,7 @@ listens before the public one, turns ``/readyz`` to 503 at shutdown while the pu
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 from typing import Any
@@ -130,3 +131,21 @@ def test_admin_bind_is_host_colon_port() -> None:
     assert split_bind("127.0.0.1:9100") == ("127.0.0.1", 9100)
     assert split_bind("[::1]:0") == ("::1", 0)
     assert split_bind("localhost:65535") == ("localhost", 65535)
+
+
+@pytest.mark.parametrize("kind", ["hypercorn", "h11"])
+async def test_cancelling_serve_closes_both_listeners_at_once(kind: str) -> None:
+    app = MCPApp(build_demo_server(), ServerConfig(drain_delay=30))
+    urls: list[str] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            (public,) = await nursery.start(
+                functools.partial(
+                    serve, app, "127.0.0.1", 0, http=kind, admin_bind="127.0.0.1:0", admin_started=urls.extend
+                )
+            )
+            nursery.cancel_scope.cancel()  # no drain: everything stops at once
+    async with httpx.AsyncClient(timeout=5) as http:
+        for url in (urls[0] + "/healthz", public + "/mcp"):
+            with pytest.raises(httpx.ConnectError):
+                await http.get(url)
