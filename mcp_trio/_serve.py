@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
     from ._transport.asgi import MCPApp
 
 __all__ = ["serve", "wait_for_signal"]
+
+logger = logging.getLogger("mcp_trio.serve")
+ADMIN_SHUTDOWN_GRACE = 1.0
+"""Seconds the operations listener's responses under way get once the public listener has closed."""
 
 
 async def wait_for_signal(signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> None:
@@ -47,14 +53,17 @@ async def serve(
     config: hypercorn.config.Config | H11Config | None = None,
     hypercorn_fast_path: bool = True,
     allow_stock_hypercorn: bool = False,
+    admin_bind: str | None = None,
+    admin_started: Callable[[list[str]], object] | None = None,
 ) -> None:
     """Serve ``app`` on ``host:port`` (127.0.0.1:8000 by default) until ``shutdown_trigger`` returns
     (or the task is cancelled).
 
     Runs in the caller's nursery: ``await nursery.start(serve, app, "127.0.0.1", 0)`` reports the bound
     URLs (``["http://127.0.0.1:40123"]``) through ``task_status``.  The app runs while serving (no ASGI
-    lifespan to arrange).  Shutdown is graceful: listening stops, the app's sessions are closed first,
-    so every open stream ends cleanly (each WebSocket with 1001), then the server's own grace period.
+    lifespan to arrange).  Shutdown is graceful: the app drains while still listening (its readiness
+    turns, it serves on for ``config.drain_delay``), its sessions are closed, so every open stream ends
+    cleanly (each WebSocket with 1001), then listening stops and the server's own grace period runs.
 
     ``http`` chooses the server:
 
@@ -75,8 +84,36 @@ async def serve(
       neither hypercorn nor h2 (docs/embedded-server.md).  ``config``: an
       :class:`~mcp_trio._http.h11_server.H11Config` (its timeouts and limits; its ``write_timeout``
       and WebSocket limits default to the app's).
+
+    ``admin_bind="HOST:PORT"`` (port 0 picks a free one) serves the operations listener there too
+    (:class:`~mcp_trio._transport.admin.AdminApp`: ``/metrics``, ``/healthz``, ``/readyz``,
+    ``/stats``) on the embedded h11 server, whichever ``http`` is.  It listens before the public
+    listener starts and stays until the public listener has closed and the app has drained, so
+    ``/readyz`` says 503 while the public port still serves (``config.drain_delay``).  Its URLs are
+    logged (INFO, logger ``mcp_trio.serve``) and given to ``admin_started``, if set; ``task_status``
+    still reports the public URLs.
     """
-    if http == "hypercorn":
+    if admin_bind is not None:
+        await _serve_with_admin(
+            app,
+            admin_bind,
+            admin_started,
+            functools.partial(
+                serve,
+                app,
+                host,
+                port,
+                http=http,
+                shutdown_trigger=shutdown_trigger,
+                certfile=certfile,
+                keyfile=keyfile,
+                config=config,
+                hypercorn_fast_path=hypercorn_fast_path,
+                allow_stock_hypercorn=allow_stock_hypercorn,
+            ),
+            task_status,
+        )
+    elif http == "hypercorn":
         await _serve_hypercorn(
             app,
             host,
@@ -180,16 +217,79 @@ async def _serve_h11(
             else config.websocket_ping_interval
         ),
     )
+
+    async def trigger() -> None:  # as with hypercorn: the app drains (and closes) while still listening
+        if shutdown_trigger is None:
+            await trio.sleep_forever()
+        else:
+            await shutdown_trigger()
+        await app.aclose()
+
     await serve_h11(
         app,
         host or "127.0.0.1",
         8000 if port is None else port,
         config=config,
-        shutdown_trigger=shutdown_trigger,
+        shutdown_trigger=trigger,
         task_status=task_status,
         lifetime=app.run,
         on_shutdown=app.aclose,
     )
+
+
+async def _serve_with_admin(
+    app: MCPApp,
+    bind: str,
+    admin_started: Callable[[list[str]], object] | None,
+    serve_public: Callable[..., Awaitable[None]],
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    """The operations listener on ``bind`` around ``serve_public`` (the app's own listener)."""
+    from ._http.h11_server import H11Config, serve_h11
+    from ._transport.admin import AdminApp
+
+    host, port = split_bind(bind)
+    admin = AdminApp(app)
+    stop = trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                urls: list[str] = await nursery.start(
+                    functools.partial(
+                        serve_h11,
+                        admin,
+                        host,
+                        port,
+                        config=H11Config(
+                            shutdown_grace=ADMIN_SHUTDOWN_GRACE, write_timeout=app.config.write_timeout
+                        ),
+                        shutdown_trigger=stop.wait,
+                    )
+                )
+            except OSError as exc:
+                raise OSError(exc.errno, f"operations listener: {exc.strerror or exc}", bind) from exc
+            logger.info("operations listener on %s", ", ".join(urls))
+            if admin_started is not None:
+                admin_started(urls)
+            try:
+                await serve_public(task_status=task_status)
+            finally:
+                stop.set()  # the public listener has closed and the app has drained: now this one
+    except BaseExceptionGroup as group:  # what the public server raised, as it raises it without us
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port); ValueError for anything else."""
+    host, sep, port = bind.rpartition(":")
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT, got {bind!r}")
+    return host, int(port)
 
 
 def _bind(host: str, port: int) -> str:

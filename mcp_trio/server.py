@@ -11,6 +11,9 @@ you replace or tune once it grows:
   several workers;
 - :class:`TaskStarter`, what a tool that may run as a task receives to say when it has started;
 - :class:`HTTPRequestInfo`, what ``ServerConfig.authenticate`` is given about a request;
+- :class:`AdminApp`, the operations listener's ASGI application (``/metrics``, ``/healthz``,
+  ``/readyz``, ``/stats``) for a program that runs its own ASGI server (``serve(admin_bind=...)``
+  serves it otherwise);
 - the HTTP servers' settings: :func:`hypercorn_config` (a hypercorn ``Config``) and :class:`H11Config`
   (the embedded h11 server), and :func:`wait_for_signal`, a ``shutdown_trigger`` for SIGINT/SIGTERM.
 
@@ -25,6 +28,7 @@ from ._lazy import lazy_exports
 
 # name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
+    "AdminApp": "._transport.admin",
     "EventStore": "._transport.eventstore",
     "H11Config": "._http.h11_server",
     "HTTPRequestInfo": "._transport.config",
@@ -43,6 +47,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AdminApp",
     "EventStore",
     "H11Config",
     "HTTPRequestInfo",
@@ -70,6 +75,7 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._http.h11_server import H11Config as H11Config
     from ._http.hypercorn_server import hypercorn_config as hypercorn_config
     from ._serve import wait_for_signal as wait_for_signal
+    from ._transport.admin import AdminApp as AdminApp
     from ._transport.config import HTTPRequestInfo as HTTPRequestInfo
     from ._transport.eventstore import EventStore as EventStore
     from ._transport.eventstore import InMemoryEventStore as InMemoryEventStore

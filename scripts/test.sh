@@ -26,7 +26,7 @@ if ! command -v npm >/dev/null 2>&1; then
     missing+=("npm, to download Node 22 and the conformance suite (e.g. 'apt-get install npm', or Node.js from https://nodejs.org)")
 fi
 # Real servers and a real browser from Debian's packages: binary -> package.
-declare -A PACKAGES=([nginx]=nginx-light [caddy]=caddy [haproxy]=haproxy [redis-server]=redis-server [chromium]=chromium)
+declare -A PACKAGES=([nginx]=nginx-light [caddy]=caddy [haproxy]=haproxy [redis-server]=redis-server [chromium]=chromium [prometheus]=prometheus)
 to_install=()
 for binary in "${!PACKAGES[@]}"; do
     if ! command -v "$binary" >/dev/null 2>&1 && ! [ -x "/usr/sbin/$binary" ]; then
@@ -45,7 +45,8 @@ fi
 echo "== install: mcp_trio[dev]"
 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 
-# A reverse proxy (nginx), Redis and headless Chromium for the deployment tests.
+# A reverse proxy (nginx), Redis and headless Chromium for the deployment tests; Prometheus for the
+# operations listener's.
 if [ ${#to_install[@]} -gt 0 ]; then
     echo "== install: ${to_install[*]} (Debian)"
     SUDO=(); [ "$(id -u)" = 0 ] || SUDO=(sudo -n)

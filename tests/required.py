@@ -3,9 +3,9 @@ the test command.
 
 ``scripts/test.sh`` (and so CI, which runs it) sets ``MCP_TRIO_REQUIRE_ALL=1``: there every component
 the suite needs (Node 22 and the npm peers, the conformance suite, nginx, caddy, haproxy, redis-server,
-Chromium, the Python SDK 1.x venv) is installed by the command itself, so one that is missing is a broken
-install, and a green run must not hide the guarantees its tests check.  A true ``CI`` variable counts the
-same, for a CI that calls pytest directly.
+Prometheus, Chromium, the Python SDK 1.x venv) is installed by the command itself, so one that is missing
+is a broken install, and a green run must not hide the guarantees its tests check.  A true ``CI``
+variable counts the same, for a CI that calls pytest directly.
 
 A test reports a missing component with :func:`missing`.  A skip that is right wherever the suite runs
 (another platform than the one a test inspects, the other pass of the test command) gives its reason

@@ -256,6 +256,8 @@ def test_failures_are_explained(capsys: pytest.CaptureFixture[str]) -> None:
         (["call", "http://127.0.0.1:9/mcp", "t", "--mcp-log-level", "loud"], "invalid choice: 'loud'"),
         (["tools", "http://127.0.0.1:9/mcp", "--log-level", "loud"], "invalid choice: 'LOUD'"),
         (["demo", "--http", "h11", "--bind", "localhost"], "--bind: expected HOST:PORT"),
+        (["demo", "--admin-bind", "9100"], "--admin-bind: expected HOST:PORT, got '9100'"),
+        (["demo", "--stdio", "--admin-bind", "127.0.0.1:9100"], "--admin-bind is for HTTP"),
         (["serve", "json"], "mcp-trio: expected MODULE:ATTR, got 'json'"),
         (["serve", "json:no_such_name"], "mcp-trio: json:no_such_name: json has no attribute 'no_such_name'"),
         (["serve", "json:__name__"], "mcp-trio: json:__name__ is neither an MCPServer nor an MCPApp"),

@@ -132,10 +132,12 @@ async def run_server(
     hypercorn_fast_path: bool = True,
     tls: tuple[str, str] | None = None,
     allow_stock_hypercorn: bool = False,
+    admin_bind: str | None = None,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening.  ``tls``:
     (certfile, keyfile) to serve HTTPS, and HTTP/2 to clients that offer it (hypercorn only);
-    ``allow_stock_hypercorn``: as :func:`mcp_trio.serve`."""
+    ``allow_stock_hypercorn``, ``admin_bind``: as :func:`mcp_trio.serve` (the operations listener's
+    URL is printed first: ``mcp-trio: operations listener on URL``)."""
     # The signal handler is in place before the servers start, so a SIGINT right after the
     # "serving on" line is a clean stop (a trigger opened by the server's own task could come too late).
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -145,7 +147,14 @@ async def run_server(
                 return
 
         await _run_server(
-            app, bind, http_server, wait_for_signal, hypercorn_fast_path, tls, allow_stock_hypercorn
+            app,
+            bind,
+            http_server,
+            wait_for_signal,
+            hypercorn_fast_path,
+            tls,
+            allow_stock_hypercorn,
+            admin_bind,
         )
 
 
@@ -157,6 +166,7 @@ async def _run_server(
     hypercorn_fast_path: bool,
     tls: tuple[str, str] | None,
     allow_stock_hypercorn: bool,
+    admin_bind: str | None = None,
 ) -> None:
     from .._serve import serve
 
@@ -196,6 +206,8 @@ async def _run_server(
             hypercorn_fast_path=hypercorn_fast_path,
             allow_stock_hypercorn=allow_stock_hypercorn,
         )
+    if admin_bind is not None:
+        run = functools.partial(run, admin_bind=admin_bind, admin_started=_print_admin_urls)
     async with trio.open_nursery() as nursery:
         try:
             urls = await nursery.start(run)
@@ -203,10 +215,16 @@ async def _run_server(
             cause = _os_error(exc)
             if cause is None:
                 raise
-            raise CannotListen(f"cannot listen on {bind}: {cause}") from exc
+            where = admin_bind if admin_bind is not None and cause.filename == admin_bind else bind
+            raise CannotListen(f"cannot listen on {where}: {cause}") from exc
         for url in urls:
             print(f"mcp-trio: serving on {url}{app.config.path or '/'}", flush=True)
     print("mcp-trio: stopped", flush=True)
+
+
+def _print_admin_urls(urls: list[str]) -> None:
+    for url in urls:
+        print(f"mcp-trio: operations listener on {url}", flush=True)
 
 
 def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
@@ -308,6 +326,15 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             "--oauth-issuer/--resource: MODULE:ATTR names an MCPApp, which brings its own ServerConfig "
             "(give it ServerConfig(oauth=ProtectedResource(...)))"
         )
+    if args.admin_bind is not None:
+        if args.stdio:
+            parser.error("--admin-bind is for HTTP; over stdio the client starts and watches the server")
+        from .._serve import split_bind
+
+        try:
+            split_bind(args.admin_bind)
+        except ValueError as exc:
+            parser.error(f"--admin-bind: {exc}")
     if args.redis is not None:
         if args.stdio:
             parser.error("--redis is for HTTP workers; a stdio server serves one client")
@@ -353,6 +380,7 @@ def _run(
             hypercorn_fast_path=not args.no_hypercorn_fast_path,
             tls=tls,
             allow_stock_hypercorn=args.allow_stock_hypercorn,
+            admin_bind=args.admin_bind,
         )
     )
 

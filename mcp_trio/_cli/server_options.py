@@ -115,6 +115,14 @@ def add_server_options(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--stats-path", default=None, metavar="PATH", help="serve the app's statistics as JSON on PATH"
     )
+    cmd.add_argument(
+        "--admin-bind",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve the operations listener there (port 0 picks a free port): /metrics (Prometheus), "
+        "/healthz, /readyz (503 while starting, draining or when Redis is unreachable) and /stats; "
+        "keep it off the public network",
+    )
     add_log_level(cmd)
     cmd.add_argument(
         "--log-format",

@@ -124,6 +124,12 @@ class RedisLink:
         ``disconnected`` (Redis unreachable: retrying)."""
         return self._state
 
+    @property
+    def link_up(self) -> bool:
+        """Whether the link is connected to Redis now (what an operations listener's ``/readyz``
+        asks: not while it connects for the first time, nor while Redis is unreachable)."""
+        return self._state == "connected"
+
     async def _keep_connected(
         self, serve_once: Callable[[], Awaitable[bool]], task_status: trio.TaskStatus[None]
     ) -> None:

@@ -70,6 +70,7 @@ EXIT_MARGIN = 2.0
 """Seconds beyond the shutdown grace the server gets to exit after SIGINT."""
 POLL = 0.02
 _URL_PREFIX = b"mcp-trio: serving on "
+_ADMIN_PREFIX = b"mcp-trio: operations listener on "
 STEP = 2.0
 """Deadline of one step of one session (a request, or the end of a stream after DELETE)."""
 
@@ -118,6 +119,8 @@ class DemoServer:
     stopped: bool = False
     returncode: int | None = None
     stdout_tail: bytes = b""
+    admin_url: str | None = None
+    """The operations listener's URL (``http://127.0.0.1:PORT``), when started with ``--admin-bind``."""
 
     def __iter__(self) -> Any:  # ``url, pid, process = server``
         return iter((self.url, self.pid, self.process))
@@ -196,8 +199,10 @@ async def serve_demo(
     with tempfile.TemporaryFile() as stderr:
         process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr, env=env)
         try:
-            url = await _read_url(process, stderr)
+            admin: list[str] = []
+            url = await _read_url(process, stderr, admin)
             server = DemoServer(url, process.pid, process, stderr, shutdown_grace, drain_delay(flags))
+            server.admin_url = admin[0] if admin else None
             yield server
             await server.stop()
         finally:
@@ -331,7 +336,9 @@ async def serve_in_process(
                     await trio.sleep(0.01)
 
 
-async def _read_url(process: trio.Process, stderr: IO[bytes]) -> str:
+async def _read_url(process: trio.Process, stderr: IO[bytes], admin: list[str] | None = None) -> str:
+    """The MCP endpoint's URL the server printed; ``admin`` gets the operations listener's, printed
+    before it (``--admin-bind``)."""
     assert process.stdout is not None
     output = b""
     prefix = _URL_PREFIX
@@ -342,6 +349,8 @@ async def _read_url(process: trio.Process, stderr: IO[bytes]) -> str:
                 break
             output += chunk
     line = output.partition(prefix)[2].partition(b"\n")[0].decode().strip()
+    if admin is not None and _ADMIN_PREFIX in output:
+        admin.append(output.partition(_ADMIN_PREFIX)[2].partition(b"\n")[0].decode().strip())
     if not line.startswith(("http://127.0.0.1:", "https://127.0.0.1:")):
         stderr.seek(0)
         raise AssertionError(

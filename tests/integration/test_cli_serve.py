@@ -90,6 +90,8 @@ async def test_what_fails_before_serving_exits_with_a_message() -> None:
     commands = [
         ["demo", "--bind", f"127.0.0.1:{port}"],
         ["demo", "--bind", f"127.0.0.1:{port}", "--http", "h11"],
+        ["demo", "--bind", "127.0.0.1:0", "--admin-bind", f"127.0.0.1:{port}"],  # the operations listener's
+        ["demo", "--bind", "127.0.0.1:0", "--admin-bind", f"127.0.0.1:{port}", "--http", "h11"],
         ["serve", "no_such_module_of_mcp_trio:server"],
     ]
     results: list[subprocess.CompletedProcess[bytes]] = []
@@ -103,13 +105,13 @@ async def test_what_fails_before_serving_exits_with_a_message() -> None:
         for command in commands:
             nursery.start_soon(run, command)
     by_command = {tuple(result.args[len(CLI) :]): result for result in results}
-    for command in commands[:2]:
+    for command in commands[:4]:
         result = by_command[tuple(command)]
         assert result.returncode == 3, result.stderr
         assert result.stderr.decode().startswith(f"mcp-trio: cannot listen on 127.0.0.1:{port}: ")
         assert result.stderr.decode().count("\n") == 1  # one line, no traceback
         assert result.stdout == b""
-    missing = by_command[tuple(commands[2])]
+    missing = by_command[tuple(commands[4])]
     assert missing.returncode == 2
     assert missing.stderr.decode() == (
         "mcp-trio: cannot import 'no_such_module_of_mcp_trio': No module named 'no_such_module_of_mcp_trio'\n"

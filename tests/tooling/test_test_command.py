@@ -85,7 +85,16 @@ def _shimmed_path(tmp_path: Path, log: Path) -> str:
         "bash": f'case "$1" in scripts/*) exit 0;; esac\nexec {bash} "$@"',
         **{
             tool: "exit 0"
-            for tool in ("npm", "nginx", "caddy", "haproxy", "redis-server", "chromium", "lint-imports")
+            for tool in (
+                "npm",
+                "nginx",
+                "caddy",
+                "haproxy",
+                "redis-server",
+                "chromium",
+                "prometheus",
+                "lint-imports",
+            )
         },
     }
     for name, body in shims.items():
