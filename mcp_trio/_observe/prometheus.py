@@ -60,11 +60,11 @@ class Histogram:
         self.name = name
         self.help = help
         self.buckets = tuple(buckets)
-        self._series: dict[tuple[tuple[str, str], ...], list[float]] = {}
-        """label set -> [count per bucket (not cumulative; the last one +Inf)..., sum, count]"""
+        self._series: dict[tuple[tuple[str, Any], ...], list[float]] = {}
+        """attributes (as given) -> [count per bucket (not cumulative; the last one +Inf)..., sum, count]"""
 
     def observe(self, value: float, attributes: Mapping[str, Any]) -> None:
-        key = tuple(sorted((label_name(k), str(v)) for k, v in attributes.items()))
+        key = tuple(attributes.items())  # label names and order are made when rendering
         series = self._series.get(key)
         if series is None:
             if len(self._series) >= MAX_SERIES:
@@ -79,8 +79,17 @@ class Histogram:
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
         bounds = [*(_number(b) for b in self.buckets), "+Inf"]
-        for key in sorted(self._series):
-            series = self._series[key]
+        merged: dict[tuple[tuple[str, str], ...], list[float]] = {}
+        for attributes, counts in self._series.items():  # one label set may come in several orders
+            key = tuple(sorted((label_name(name), str(value)) for name, value in attributes))
+            into = merged.get(key)
+            if into is None:
+                merged[key] = list(counts)
+            else:
+                for index, count in enumerate(counts):
+                    into[index] += count
+        for key in sorted(merged):
+            series = merged[key]
             running = 0.0
             for bound, count in zip(bounds, series, strict=False):
                 running += count

@@ -473,6 +473,7 @@ async def test_a_task_runs_under_its_tools_call_span(spans: list[ReadableSpan]) 
         tc = TaskClient(asgi)
         params = {"name": "slow", "arguments": {}, "_meta": {"traceparent": TRACEPARENT}}
         status, body = await tc.call("tools/call", params)
+        assert status == 200, body
         task_id = body["result"]["taskId"]
         release.set()
         await tc.wait(task_id, "completed")
@@ -482,3 +483,23 @@ async def test_a_task_runs_under_its_tools_call_span(spans: list[ReadableSpan]) 
     assert format(work.context.trace_id, "032x") == TRACE_ID
     gets = [span for span in spans if span.name == "tasks/get"]
     assert gets and all(span.kind == SpanKind.SERVER for span in gets)
+
+
+def test_the_registry_merges_label_orders_and_bounds_its_series() -> None:
+    from mcp_trio._observe.prometheus import MAX_SERIES, MetricsRegistry
+
+    registry = MetricsRegistry()
+    histogram = registry.histogram("h_seconds", "A test histogram.", (0.1, 1.0))
+    histogram.observe(0.05, {"a.b": "1", "c": "2"})
+    histogram.observe(5.0, {"c": "2", "a.b": "1"})
+    lines = registry.render().splitlines()
+    assert 'h_seconds_bucket{a_b="1",c="2",le="0.1"} 1' in lines
+    assert 'h_seconds_bucket{a_b="1",c="2",le="1"} 1' in lines
+    assert 'h_seconds_bucket{a_b="1",c="2",le="+Inf"} 2' in lines
+    assert 'h_seconds_count{a_b="1",c="2"} 2' in lines
+    bounded = registry.histogram("b_seconds", "Another.", (1.0,))
+    for n in range(MAX_SERIES + 50):
+        bounded.observe(0.5, {"n": str(n)})
+    counts = [line for line in registry.render().splitlines() if line.startswith("b_seconds_count")]
+    assert len(counts) == MAX_SERIES  # the last label sets share one overflow series
+    assert 'b_seconds_count{overflow="_OTHER"} 51' in counts
