@@ -501,5 +501,5 @@ def test_the_registry_merges_label_orders_and_bounds_its_series() -> None:
     for n in range(MAX_SERIES + 50):
         bounded.observe(0.5, {"n": str(n)})
     counts = [line for line in registry.render().splitlines() if line.startswith("b_seconds_count")]
-    assert len(counts) == MAX_SERIES  # the last label sets share one overflow series
-    assert 'b_seconds_count{overflow="_OTHER"} 51' in counts
+    assert len(counts) == MAX_SERIES + 1  # past the bound, label sets share one overflow series
+    assert 'b_seconds_count{overflow="_OTHER"} 50' in counts
