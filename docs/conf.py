@@ -172,6 +172,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(trio|mcp_types|pydantic|hypercorn|httpx)(\..*)?"),
     (r"py:.*", r"collections\.abc\..*"),
     (r"py:.*", r"ssl\..*"),
+    (r"py:.*", r"logging\..*"),
     (r"py:.*", r"typing\.Unpack"),
 ]
 # Private types that public signatures mention; they are not part of the API (and not importable from

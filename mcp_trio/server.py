@@ -14,6 +14,8 @@ you replace or tune once it grows:
 - :class:`AdminApp`, the operations listener's ASGI application (``/metrics``, ``/healthz``,
   ``/readyz``, ``/stats``) for a program that runs its own ASGI server (``serve(admin_bind=...)``
   serves it otherwise);
+- :class:`Telemetry`, what ``MCPServer.telemetry`` records into (OpenTelemetry, the operations
+  listener's Prometheus registry, the request log), and :class:`JSONFormatter`, logs as JSON lines;
 - the HTTP servers' settings: :func:`hypercorn_config` (a hypercorn ``Config``) and :class:`H11Config`
   (the embedded h11 server), and :func:`wait_for_signal`, a ``shutdown_trigger`` for SIGINT/SIGTERM.
 
@@ -33,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "H11Config": "._http.h11_server",
     "HTTPRequestInfo": "._transport.config",
     "InMemoryEventStore": "._transport.eventstore",
+    "JSONFormatter": "._observe.logs",
     "LocalNotificationBus": "._app.bus",
     "LocalSessionRegistry": "._transport.registry",
     "MemoryTaskStore": "._app.tasks.store",
@@ -42,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "TaskRecord": "._app.tasks.record",
     "TaskStarter": "._app.tasks.starter",
     "TaskStore": "._app.tasks.store",
+    "Telemetry": "._observe.telemetry",
     "hypercorn_config": "._http.hypercorn_server",
     "wait_for_signal": "._serve",
 }
@@ -52,6 +56,7 @@ __all__ = [
     "H11Config",
     "HTTPRequestInfo",
     "InMemoryEventStore",
+    "JSONFormatter",
     "LocalNotificationBus",
     "LocalSessionRegistry",
     "MemoryTaskStore",
@@ -61,6 +66,7 @@ __all__ = [
     "TaskRecord",
     "TaskStarter",
     "TaskStore",
+    "Telemetry",
     "hypercorn_config",
     "wait_for_signal",
 ]
@@ -73,6 +79,8 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._app.tasks.store import MemoryTaskStore as MemoryTaskStore
     from ._app.tasks.store import TaskStore as TaskStore
     from ._http.h11_server import H11Config as H11Config
+    from ._observe.logs import JSONFormatter as JSONFormatter
+    from ._observe.telemetry import Telemetry as Telemetry
     from ._http.hypercorn_server import hypercorn_config as hypercorn_config
     from ._serve import wait_for_signal as wait_for_signal
     from ._transport.admin import AdminApp as AdminApp
