@@ -18,6 +18,7 @@ import pytest
 import trio
 
 import mcp_trio  # noqa: F401 - xdist's controlling process too: else coverage warns it saw no mcp_trio
+from tests.otel import metric_points, spans  # noqa: F401 - the OpenTelemetry fixtures (tests/otel.py)
 from tests.required import NOT_APPLICABLE, REQUIRE_ALL, required
 
 DEFAULT_DEADLINE = 30.0

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from .conventions import DURATION_BUCKETS, describe, metric_attributes, outcome, span_name
+from .conventions import DURATION_BUCKETS, bounded_error, describe, metric_attributes, outcome, span_name
 from .prometheus import MetricsRegistry
 
 __all__ = ["HTTP", "PIPE", "WEBSOCKET", "Carrier", "Operation", "SessionClock", "Telemetry", "identity_hash"]
@@ -35,18 +35,25 @@ request_logger = logging.getLogger("mcp_trio.requests")
 
 class Carrier(NamedTuple):
     """How a connection carries MCP messages: ``network.transport`` (``tcp``, ``pipe``, ``unix``),
-    ``network.protocol.name`` (``http``, ``websocket``) and ``network.protocol.version``."""
+    ``network.protocol.name`` (``http``, ``websocket``) and ``network.protocol.version``; on a client,
+    the server it reaches (``server.address``, ``server.port``: from its URL)."""
 
     transport: str
     protocol: str | None = None
     version: str | None = None
+    address: str | None = None
+    port: int | None = None
 
-    def attributes(self) -> dict[str, str]:
-        out = {"network.transport": self.transport}
+    def attributes(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"network.transport": self.transport}
         if self.protocol is not None:
             out["network.protocol.name"] = self.protocol
             if self.version is not None:
                 out["network.protocol.version"] = self.version
+        if self.address is not None:
+            out["server.address"] = self.address
+            if self.port is not None:
+                out["server.port"] = self.port
         return out
 
 
@@ -65,12 +72,21 @@ def identity_hash(value: str | bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+_INSTRUMENTS: dict[str, Any] = {}
+
+
 def _load_otel(side: str) -> Any:
+    """One side's OpenTelemetry instruments, made once per process (a client makes a
+    :class:`Telemetry` per session: they share them)."""
+    found = _INSTRUMENTS.get(side)
+    if found is not None:
+        return found
     try:
         from .otel import OtelInstruments
     except ImportError:  # the otel extra is not installed: nothing of OpenTelemetry is imported
         return None
-    return OtelInstruments(side)
+    found = _INSTRUMENTS[side] = OtelInstruments(side)
+    return found
 
 
 class Telemetry:
@@ -78,7 +94,9 @@ class Telemetry:
 
     ``known(kind, name)`` says whether a tool (``kind == "tool"``) or prompt is registered: only those
     names become a span name's target or a metric attribute.  ``identify(principal)`` gives the bytes
-    identifying a principal (hashed in the request log).
+    identifying a principal (hashed in the request log).  ``trusted_targets``: the tool and prompt
+    names in this side's requests are its own application's (a client's), so span names carry any of
+    them; metric attributes still carry only those ``known`` says.
     """
 
     def __init__(
@@ -88,9 +106,11 @@ class Telemetry:
         identify: Callable[[object], bytes] | None = None,
         *,
         opentelemetry: bool = True,
+        trusted_targets: bool = False,
     ) -> None:
         self.side = side
         self.known = known
+        self.trusted_targets = trusted_targets
         self.identify = identify
         self.otel: Any = _load_otel(side) if opentelemetry else None
         """The OpenTelemetry instruments (None without the ``otel`` extra)."""
@@ -129,11 +149,15 @@ class Telemetry:
         protocol_version: str | None = None,
         session_id: str | None = None,
         principal: object = None,
+        current: bool = True,
     ) -> Operation | None:
         """Begin recording one request (``request_id`` not None) or notification; None when nothing
         records.  ``incoming``: the peer sent it (a SERVER span, its parent the trace context in
         ``params._meta``); else this side sends it (a CLIENT span: call :meth:`Operation.inject` to put
-        its context into the message).  Call :meth:`Operation.finish` with the answer."""
+        its context into the message).  The span is the current one until the operation finishes
+        (call :meth:`Operation.finish` in the same task), unless not ``current`` (an operation that
+        outlives the block that began it, such as a subscription a context manager yields).  Call
+        :meth:`Operation.finish` with the answer."""
         otel = self.otel
         tracing = otel is not None and otel.tracing()
         metering = otel is not None and otel.metering()
@@ -141,7 +165,7 @@ class Telemetry:
             return None
         return Operation(
             self, method, params, request_id, incoming, carrier, protocol_version, session_id,
-            principal, tracing, metering,
+            principal, tracing, metering, current,
         )  # fmt: skip
 
     def session(self, carrier: Carrier) -> SessionClock | None:
@@ -174,6 +198,7 @@ class Operation:
         principal: object,
         tracing: bool,
         metering: bool,
+        current: bool = True,
     ) -> None:
         self.telemetry = telemetry
         self.carrier = carrier
@@ -192,10 +217,11 @@ class Operation:
                 span_attributes["mcp.session.id"] = session_id
             meta = params.get("_meta") if params else None
             self._span, self._token = telemetry.otel.start(
-                span_name(attributes, telemetry.known),
+                span_name(attributes, None if telemetry.trusted_targets else telemetry.known),
                 incoming,
                 span_attributes,
                 meta if isinstance(meta, Mapping) else None,
+                current,
             )
         self._started = time.perf_counter()
 
@@ -251,7 +277,7 @@ class Operation:
         if self._metering or telemetry.registry is not None:
             attributes = metric_attributes(self.attributes, error_type, status_code, telemetry.known)
             for key in ("mcp.protocol.version", "network.transport", "network.protocol.name",
-                        "network.protocol.version"):  # fmt: skip
+                        "network.protocol.version", "server.address", "server.port"):  # fmt: skip
                 if key in self.attributes:
                     attributes[key] = self.attributes[key]
             if self._metering:
@@ -320,7 +346,7 @@ class SessionClock:
         if protocol_version is not None:
             attributes["mcp.protocol.version"] = protocol_version
         if error_type is not None:
-            attributes["error.type"] = error_type
+            attributes["error.type"] = bounded_error(error_type)
         if self._metering:
             self.telemetry.otel.session_duration.record(duration, attributes)
         if self.telemetry._sessions is not None:

@@ -1,0 +1,66 @@
+"""The client's answers to a server's requests (``ping``, ``sampling/createMessage``,
+``elicitation/create``, ``roots/list``; in the 2026 era, the input requests of a round or a task): the
+params validated, the application's callback run, its result checked."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import mcp_types as mt
+import pydantic
+
+from ..errors import RPCError
+from .callbacks import ElicitationHandler, RootsHandler, SamplingHandler, invoke
+from .wire import peer_log
+
+__all__ = ["serve_request"]
+
+_ELICIT_PARAMS: pydantic.TypeAdapter[mt.ElicitRequestParams] = pydantic.TypeAdapter(mt.ElicitRequestParams)
+
+
+def _params(model: Any, method: str, params: dict[str, Any]) -> Any:
+    """A server's request params validated (``model`` a model class or a TypeAdapter); params of the
+    wrong shape are an :class:`RPCError` -32602 (the error answer to the server's request; raised out
+    of the call whose input it was, in the 2026 era)."""
+    try:
+        if isinstance(model, pydantic.TypeAdapter):
+            return model.validate_python(params)
+        return model.model_validate(params)
+    except pydantic.ValidationError as exc:
+        peer_log(logging.INFO, "bad-params", "the server's %.100s had invalid params", method)
+        raise RPCError(
+            mt.INVALID_PARAMS, f"invalid params for {method}: {exc.error_count()} errors"
+        ) from None
+
+
+async def serve_request(
+    method: str,
+    params: dict[str, Any],
+    sampling: SamplingHandler | None,
+    elicitation: ElicitationHandler | None,
+    roots: RootsHandler | None,
+) -> dict[str, Any]:
+    """Run the callback that answers a server-to-client request (or input request): its result, or
+    :class:`RPCError` (a method without a callback: -32601; invalid params: -32602); a callback's
+    exception is raised as it is."""
+    result: object
+    if method == "ping":
+        return {}
+    if method == "sampling/createMessage" and sampling is not None:
+        name, expected = "sampling", "CreateMessageResult"
+        sampling_params = _params(mt.CreateMessageRequestParams, method, params)
+        result = await invoke(sampling, sampling_params)
+    elif method == "elicitation/create" and elicitation is not None:
+        name, expected = "elicitation", "ElicitResult"
+        elicit_params: mt.ElicitRequestParams = _params(_ELICIT_PARAMS, method, params)
+        result = await invoke(elicitation, elicit_params)
+    elif method == "roots/list" and roots is not None:
+        name, expected = "roots", "ListRootsResult"
+        result = await invoke(roots)
+    else:
+        raise RPCError(mt.METHOD_NOT_FOUND, f"the client does not handle {method}")
+    if not isinstance(result, pydantic.BaseModel):
+        raise TypeError(f"the {name}= callback returned {result!r:.200}, not a {expected}")
+    dumped: dict[str, Any] = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return dumped
