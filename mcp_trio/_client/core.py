@@ -3,8 +3,9 @@
 Requests and their responses (an id each; the transport brings the response back), the notifications
 and server-to-client requests that arrive meanwhile (routed to the request they came with, else to the
 session), the cancellation of a request its caller gave up on, the handshake of either era, and the
-answers to the server's requests (``sampling``, ``elicitation``, ``roots``).  The typed methods are
-built on :meth:`SessionCore.request` (``api.py``, ``tasks.py``, ``listen.py``, ``skills.py``).
+answers to the server's requests (``sampling``, ``elicitation``, ``roots``: ``serving.py``), and what
+each of these records (``observe.py``).  The typed methods are built on :meth:`SessionCore.request`
+(``api.py``, ``tasks.py``, ``listen.py``, ``skills.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .http import HTTPTransport, _ErrorAnswer
 from .messages import MessageTransport
 from .observe import Listed, error_type, failed, parent_of, sent, trace_context
 from .options import DEFAULT_CLIENT_INFO, SessionOptions
-from .serving import serve_request
+from .serving import reply_to, serve_request
 from .wire import object_of, result_of, rpc_error, text_of, valid_id
 
 if TYPE_CHECKING:
@@ -458,43 +459,26 @@ class SessionCore:
             await self._answer(message)
 
     async def _answer(self, message: dict[str, Any]) -> None:
+        """Answer a request of the server (recorded as a SERVER span under the server's CLIENT span)."""
         params = message.get("params")
         operation = self._operation(
             message["method"], params if isinstance(params, dict) else None, message["id"], incoming=True
         )
         try:
-            await self._reply(message, params, operation)
+            reply = await reply_to(message, self._serve)
+            try:
+                await self._transport.post(reply, self._dispatch)
+            except (TransportError, httpx.HTTPError) as exc:
+                logger.info("could not answer the server's %s: %r", message["method"], exc)
+                if isinstance(exc, SessionExpired):
+                    self._expired(exc)
+                if operation is not None:
+                    operation.finish(reply, error_type(exc))
+                return
         except BaseException as exc:
             if operation is not None:
                 failed(operation, exc)
             raise
-
-    async def _reply(self, message: dict[str, Any], params: Any, operation: Operation | None) -> None:
-        """Answer a request of the server (and finish its ``operation``)."""
-        try:
-            if params is not None and not isinstance(params, dict):
-                raise RPCError(mt.INVALID_PARAMS, "params must be an object")
-            result = await self._serve(message["method"], params or {})
-            reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"], "result": result}
-        except RPCError as exc:
-            error = {"code": exc.code, "message": exc.message}
-            reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
-        except Exception as exc:  # a handler of ours failed: the server gets an error, the session lives on
-            logger.exception("handler of the server's %s failed", message.get("method"))
-            reply = {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {"code": mt.INTERNAL_ERROR, "message": str(exc)},
-            }
-        try:
-            await self._transport.post(reply, self._dispatch)
-        except (TransportError, httpx.HTTPError) as exc:
-            logger.info("could not answer the server's %s: %r", message["method"], exc)
-            if isinstance(exc, SessionExpired):
-                self._expired(exc)
-            if operation is not None:
-                operation.finish(reply, error_type(exc))
-            return
         if operation is not None:
             operation.finish(reply)
 

@@ -5,6 +5,7 @@ params validated, the application's callback run, its result checked."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as mt
@@ -14,7 +15,9 @@ from ..errors import RPCError
 from .callbacks import ElicitationHandler, RootsHandler, SamplingHandler, invoke
 from .wire import peer_log
 
-__all__ = ["serve_request"]
+__all__ = ["reply_to", "serve_request"]
+
+logger = logging.getLogger(__name__)
 
 _ELICIT_PARAMS: pydantic.TypeAdapter[mt.ElicitRequestParams] = pydantic.TypeAdapter(mt.ElicitRequestParams)
 
@@ -64,3 +67,22 @@ async def serve_request(
         raise TypeError(f"the {name}= callback returned {result!r:.200}, not a {expected}")
     dumped: dict[str, Any] = result.model_dump(by_alias=True, exclude_none=True, mode="json")
     return dumped
+
+
+async def reply_to(
+    message: dict[str, Any], serve: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """The JSON-RPC answer to a server's request (``serve`` runs its handler): the result, or the error
+    (an :class:`RPCError` as it is, any other exception of a handler of ours as -32603, logged)."""
+    params = message.get("params")
+    try:
+        if params is not None and not isinstance(params, dict):
+            raise RPCError(mt.INVALID_PARAMS, "params must be an object")
+        result = await serve(message["method"], params or {})
+        return {"jsonrpc": "2.0", "id": message["id"], "result": result}
+    except RPCError as exc:
+        return {"jsonrpc": "2.0", "id": message["id"], "error": {"code": exc.code, "message": exc.message}}
+    except Exception as exc:  # a handler of ours failed: the server gets an error, the session lives on
+        logger.exception("handler of the server's %s failed", message.get("method"))
+        error = {"code": mt.INTERNAL_ERROR, "message": str(exc)}
+        return {"jsonrpc": "2.0", "id": message["id"], "error": error}
