@@ -53,9 +53,10 @@ class _MetaGetter(Getter[Mapping[str, Any]]):
 _GETTER = _MetaGetter()
 
 
-def inject(meta: MutableMapping[str, Any]) -> None:
-    """Write the current trace context (``traceparent``, ``tracestate``, ``baggage``) into ``meta``."""
-    propagate.inject(meta)
+def inject(meta: MutableMapping[str, Any], span: Any = None) -> None:
+    """Write the trace context of ``span`` (else the current one) into ``meta`` (``traceparent``,
+    ``tracestate``, ``baggage``)."""
+    propagate.inject(meta, context=None if span is None else trace.set_span_in_context(span))
 
 
 class OtelInstruments:

@@ -241,7 +241,7 @@ class Operation:
         params = dict(message.get("params") or {})
         meta = params.get("_meta")
         meta = dict(meta) if isinstance(meta, Mapping) else {}
-        inject(meta)
+        inject(meta, self._span)
         params["_meta"] = meta
         message = dict(message)
         message["params"] = params

@@ -36,6 +36,7 @@ from tests.client.conftest import (
     Send,
     body,
     event,
+    eventually,
     reply,
     start_response,
     wait_disconnect,
@@ -266,6 +267,36 @@ async def test_an_input_the_client_cannot_give_fails_its_span_and_the_call(
     assert attrs(answered)["error.type"] == "ValueError" and answered.status.status_code is StatusCode.ERROR
     (asked,) = client_spans(spans, "tools/call test_input_required_result_multi_round")
     assert is_child(answered, asked) and asked.status.status_code is StatusCode.UNSET
+
+
+async def test_a_tasks_input_requests_are_answered_under_the_poll_that_brought_them(
+    demo: Demo, spans: SpanLog
+) -> None:
+    async def confirm(params: Any) -> mt.ElicitResult:
+        return mt.ElicitResult(action="accept", content={"confirm": True})
+
+    async with open_client_session(demo.url, mode="modern", elicitation=confirm) as session:
+        result = await session.call_tool("confirm_delete", {"filename": "a.txt"})
+    assert result.content[0].text == "Deleted a.txt"  # type: ignore[union-attr]
+    (answered,) = spans.named("elicitation/create")
+    assert answered.kind is SpanKind.SERVER
+    (brought,) = [poll for poll in client_spans(spans, "tasks/get") if is_child(answered, poll)]
+    (update,) = client_spans(spans, "tasks/update")  # the answer goes back with tasks/update
+    assert brought.end_time <= answered.start_time and answered.end_time <= update.start_time  # type: ignore[operator]
+
+
+async def test_a_subscription_is_one_span_from_its_request_to_its_end(demo: Demo, spans: SpanLog) -> None:
+    async with open_client_session(demo.url, mode="modern") as session, session.listen(tools=True):
+        await session.call_tool("echo", {"text": "while listening"})
+        assert client_spans(spans, "subscriptions/listen") == []  # open still
+    (listen,) = client_spans(spans, "subscriptions/listen")
+    (call,) = client_spans(spans, "tools/call echo")
+    assert call.parent is None  # the subscription's span was not the block's current span
+    assert listen.start_time < call.start_time and call.end_time < listen.end_time  # type: ignore[operator]
+    assert listen.status.status_code is StatusCode.UNSET and attrs(listen)["jsonrpc.request.id"].isdigit()
+    # the server's span ends once it has seen the stream closed
+    await eventually(lambda: any(s.kind is SpanKind.SERVER for s in spans.named("subscriptions/listen")), 5)
+    assert is_child(served_by_server(spans, listen), listen)
 
 
 # -- 2025: the server's requests ------------------------------------------------------------------
