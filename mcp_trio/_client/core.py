@@ -473,7 +473,7 @@ class SessionCore:
                 if isinstance(exc, SessionExpired):
                     self._expired(exc)
                 if operation is not None:
-                    operation.finish(reply, error_type(exc))
+                    operation.finish(reply, error_type(exc), str(exc))
                 return
         except BaseException as exc:
             if operation is not None:

@@ -105,7 +105,7 @@ def failed(operation: Operation, exc: BaseException) -> None:
     if isinstance(exc, RPCError):
         operation.finish({"error": {"code": exc.code, "message": exc.message}})
     else:
-        operation.finish(None, error_type(exc))
+        operation.finish(None, error_type(exc), None if isinstance(exc, trio.Cancelled) else str(exc))
 
 
 def parent_of(params: dict[str, Any], round_meta: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -258,15 +258,18 @@ class Operation:
             if self._span is not None:
                 self._span.set_attribute("mcp.protocol.version", protocol_version)
 
-    def finish(self, message: Mapping[str, Any] | None = None, error: str | None = None) -> None:
+    def finish(
+        self, message: Mapping[str, Any] | None = None, error: str | None = None, why: str | None = None
+    ) -> None:
         """The operation ended: ``message`` is the JSON-RPC answer (None for a notification); ``error``
         an ``error.type`` of an operation that ended without one (``cancelled``, ``timeout``, an
-        exception's class name)."""
+        exception's class name), ``why`` the span status's description then (the exception's text)."""
         duration = time.perf_counter() - self._started
         telemetry = self.telemetry
         error_type, status_code, description = outcome(message)
         if error_type is None and error is not None:
             error_type = error
+            description = why[:256] if why else None
         ids = None
         if self._span is not None:
             if telemetry.request_log:
