@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mcp_trio import RPCError, open_client_session, open_stdio_client, open_websocket_client
+from mcp_trio._client.observe import MAX_LISTED
 from mcp_trio.errors import ServerBusy, SessionExpired, TransportError
 from tests.client.conftest import (
     IGNORE_HTTPX_ASYNCGEN_WARNINGS,
@@ -38,7 +39,9 @@ from tests.client.conftest import (
     event,
     eventually,
     reply,
+    result_of,
     start_response,
+    tool_result,
     wait_disconnect,
 )
 from tests.otel import MetricLog, SpanLog
@@ -531,3 +534,61 @@ async def test_without_the_extra_a_client_records_nothing_and_imports_nothing() 
         [sys.executable, "-c", WITHOUT_OTEL], capture_stdout=True, capture_stderr=True
     )
     assert json.loads(done.stdout) == {"text": "plain", "otel": True, "idle": True, "imported": []}
+
+
+# -- a hostile server ------------------------------------------------------------------------------
+
+
+async def test_a_server_listing_too_many_tools_cannot_grow_the_metrics(
+    fake: Fake, metric_points: MetricLog
+) -> None:
+    """Only the first MAX_LISTED names of a listing become metric attribute values."""
+    tools = [{"name": f"tool{n}", "inputSchema": {"type": "object"}} for n in range(MAX_LISTED + 5)]
+
+    async def call(request: Request, send: Send) -> None:
+        if request.message["method"] == "tools/list":
+            await reply(send, 200, result_of(request, {"tools": tools}))
+        else:
+            await reply(send, 200, tool_result(request))
+
+    fake.server.call = call
+    async with open_client_session(fake.url, mode="legacy") as session:
+        assert len((await session.list_tools()).tools) == MAX_LISTED + 5
+        for n in (0, MAX_LISTED - 1, MAX_LISTED, MAX_LISTED + 4):
+            await session.call_tool(f"tool{n}")
+    names = [
+        p.attributes["gen_ai.tool.name"]
+        for p in metric_points(CLIENT_OPERATION)
+        if p.attributes["mcp.method.name"] == "tools/call"
+    ]
+    assert sorted(names) == sorted(["tool0", f"tool{MAX_LISTED - 1}", "_OTHER"])
+
+
+async def test_a_servers_request_with_a_forged_trace_context_is_a_root_span(
+    fake: Fake, spans: SpanLog
+) -> None:
+    """A ``traceparent`` that is not one (and a ``tracestate`` that is not a string) is ignored: the
+    client's SERVER span starts a trace of its own, and the client answers as ever."""
+    forged = {"traceparent": "00-not-a-trace-01", "tracestate": 5}
+    ping = {"jsonrpc": "2.0", "id": "s1", "method": "ping", "params": {"_meta": forged}}
+
+    async def call(request: Request, send: Send) -> None:
+        await start_response(send)
+        await body(send, event(ping))
+        await fake.server.wait_for(answered)
+        await body(send, event(tool_result(request)), more=False)
+
+    def answered() -> bool:
+        return any(
+            isinstance(r.message, dict) and r.message.get("id") == "s1" and "result" in r.message
+            for r in fake.server.log
+        )
+
+    fake.server.call = call
+    async with open_client_session(fake.url, mode="legacy") as session:
+        await session.call_tool("anything")
+    (served,) = [s for s in spans.named("ping") if s.kind is SpanKind.SERVER]
+    (call_span,) = client_spans(spans, "tools/call anything")
+    assert served.parent is None and served.context.trace_id != call_span.context.trace_id
+    assert [link.context.span_id for link in served.links] == [call_span.context.span_id]
+    assert attrs(served)["jsonrpc.request.id"] == "s1" and served.status.status_code is StatusCode.UNSET
