@@ -79,9 +79,9 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._app.tasks.store import MemoryTaskStore as MemoryTaskStore
     from ._app.tasks.store import TaskStore as TaskStore
     from ._http.h11_server import H11Config as H11Config
+    from ._http.hypercorn_server import hypercorn_config as hypercorn_config
     from ._observe.logs import JSONFormatter as JSONFormatter
     from ._observe.telemetry import Telemetry as Telemetry
-    from ._http.hypercorn_server import hypercorn_config as hypercorn_config
     from ._serve import wait_for_signal as wait_for_signal
     from ._transport.admin import AdminApp as AdminApp
     from ._transport.config import HTTPRequestInfo as HTTPRequestInfo

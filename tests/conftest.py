@@ -5,6 +5,8 @@ The default is 30 s (virtual seconds under the autojump clock); ``@pytest.mark.d
 Under the test command (``MCP_TRIO_REQUIRE_ALL``, see ``tests/required.py``) a skip is a failure unless
 its reason says the test does not apply here (``tests.required.not_applicable``): a component that is
 missing, or a skip nobody meant to keep, cannot leave a guarantee untested with the run still green.
+
+The OpenTelemetry fixtures ``spans`` and ``metric_points`` (tests/otel.py) are registered here.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import trio
 
 import mcp_trio  # noqa: F401 - xdist's controlling process too: else coverage warns it saw no mcp_trio
 from tests import otel
-from tests.otel import metric_points, spans  # noqa: F401 - fixtures for every test directory
+from tests.otel import metric_points, spans  # noqa: F401 - the OpenTelemetry fixtures (tests/otel.py)
 from tests.required import NOT_APPLICABLE, REQUIRE_ALL, required
 
 DEFAULT_DEADLINE = 30.0

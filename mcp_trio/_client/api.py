@@ -50,6 +50,7 @@ class TypedAPI(TaskAPI):
             self._header_params[tool.name] = modern_rules.header_parameters(tool.input_schema)
             valid.append(tool)
         result.tools = valid
+        self._listed.add("tool", [tool.name for tool in valid])
         return result
 
     # The overloads lead with what tells them apart: a call that waits for its task returns the result.
@@ -152,7 +153,10 @@ class TypedAPI(TaskAPI):
         await self.request("resources/unsubscribe", {"uri": uri})
 
     async def list_prompts(self, cursor: str | None = None) -> mt.ListPromptsResult:
-        return await self._typed(mt.ListPromptsResult, "prompts/list", {"cursor": cursor} if cursor else None)
+        params = {"cursor": cursor} if cursor else None
+        result = await self._typed(mt.ListPromptsResult, "prompts/list", params)
+        self._listed.add("prompt", [prompt.name for prompt in result.prompts])
+        return result
 
     async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> mt.GetPromptResult:
         params: dict[str, Any] = {"name": name}

@@ -3,8 +3,9 @@
 Requests and their responses (an id each; the transport brings the response back), the notifications
 and server-to-client requests that arrive meanwhile (routed to the request they came with, else to the
 session), the cancellation of a request its caller gave up on, the handshake of either era, and the
-answers to the server's requests (``sampling``, ``elicitation``, ``roots``).  The typed methods are
-built on :meth:`SessionCore.request` (``api.py``, ``tasks.py``, ``listen.py``, ``skills.py``).
+answers to the server's requests (``sampling``, ``elicitation``, ``roots``: ``serving.py``), and what
+each of these records (``observe.py``).  The typed methods are built on :meth:`SessionCore.request`
+(``api.py``, ``tasks.py``, ``listen.py``, ``skills.py``).
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ import mcp_types as mt
 import pydantic
 import trio
 
+from .._observe.telemetry import Operation, Telemetry
 from .._protocol import versions
 from .._protocol.tasks import TASKS_EXTENSION
 from ..errors import MCPTrioError, RPCError, SessionExpired, TransportError
 from .callbacks import ProgressHandler, check_callback, invoke
 from .http import HTTPTransport, _ErrorAnswer
 from .messages import MessageTransport
+from .observe import Listed, error_type, failed, parent_of, sent, trace_context
 from .options import DEFAULT_CLIENT_INFO, SessionOptions
-from .wire import peer_log, valid_id
+from .serving import reply_to, serve_request
+from .wire import object_of, result_of, rpc_error, text_of, valid_id
 
 if TYPE_CHECKING:
     from .renewal import Renewal
@@ -39,48 +43,6 @@ logger = logging.getLogger(__name__)
 
 MAX_INPUT_ROUNDS = 10
 Transport = HTTPTransport | MessageTransport
-
-
-def rpc_error(error: Any) -> RPCError:
-    """The :class:`RPCError` of a JSON-RPC error object from a server (a code that is not an integer is
-    taken as -32603, a message that is not a string as empty: what a server sends is not trusted)."""
-    if not isinstance(error, dict):
-        return RPCError(mt.INTERNAL_ERROR, f"the server's error is not an error object: {error!r:.200}")
-    code = error.get("code")
-    message = error.get("message")
-    return RPCError(
-        code if valid_id(code) and isinstance(code, int) else mt.INTERNAL_ERROR,
-        message if isinstance(message, str) else "",
-        error.get("data"),
-    )
-
-
-def object_of(value: Any) -> dict[str, Any]:
-    """``value`` if a server sent an object there, else an empty one."""
-    return value if isinstance(value, dict) else {}
-
-
-def text_of(value: Any) -> str | None:
-    """``value`` if a server sent a string there, else None."""
-    return value if isinstance(value, str) else None
-
-
-_ELICIT_PARAMS: pydantic.TypeAdapter[mt.ElicitRequestParams] = pydantic.TypeAdapter(mt.ElicitRequestParams)
-
-
-def _params(model: Any, method: str, params: dict[str, Any]) -> Any:
-    """A server's request params validated (``model`` a model class or a TypeAdapter); params of the
-    wrong shape are an :class:`RPCError` -32602 (the error answer to the server's request; raised out
-    of the call whose input it was, in the 2026 era)."""
-    try:
-        if isinstance(model, pydantic.TypeAdapter):
-            return model.validate_python(params)
-        return model.model_validate(params)
-    except pydantic.ValidationError as exc:
-        peer_log(logging.INFO, "bad-params", "the server's %.100s had invalid params", method)
-        raise RPCError(
-            mt.INVALID_PARAMS, f"invalid params for {method}: {exc.error_count()} errors"
-        ) from None
 
 
 @dataclass(eq=False)
@@ -128,6 +90,32 @@ class SessionCore:
         self._closing = False
         self._renewal: Renewal | None = None  # a 2025-era HTTP session's GET stream and renewal
         self._subscribed: set[str] = set()  # the resources subscribed to (subscribed again on renewal)
+        self._listed = Listed()  # the tools and prompts the server listed (metric attribute values)
+        self.telemetry = Telemetry("client", self._listed.known, trusted_targets=True)
+        """What this session's requests and its duration are recorded into (OpenTelemetry with the
+        ``otel`` extra while a provider is set; ``telemetry.request_log = True`` logs each request)."""
+
+    def _operation(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        request_id: object,
+        *,
+        incoming: bool = False,
+        current: bool = True,
+    ) -> Operation | None:
+        """Begin recording one message of this session (None when nothing records; see
+        :mod:`.observe`)."""
+        return self.telemetry.operation(
+            method,
+            params,
+            request_id,
+            incoming=incoming,
+            carrier=self._transport.carrier,
+            protocol_version=self.protocol_version,
+            session_id=self._transport.session_id,
+            current=current,
+        )
 
     @property
     def session_id(self) -> str | None:
@@ -275,6 +263,30 @@ class SessionCore:
         if self._renewal is not None:  # a session being renewed: wait for the new one (no checkpoint
             await self._renewal.ready()  # from here to the POST, which takes the session id it finds)
         request_id = next(self._ids)
+        operation = self._operation(method, params, request_id)
+        if operation is None:
+            return result_of(method, await self._exchange(method, params, progress, request_id, None))
+        try:
+            answer = await self._exchange(method, params, progress, request_id, operation)
+            result = result_of(method, answer)
+        except BaseException as exc:
+            failed(operation, exc)
+            raise
+        if method == "initialize":  # the session and its version are known now
+            version = result.get("protocolVersion")
+            operation.set_session(self._transport.session_id, version if isinstance(version, str) else None)
+        operation.finish(answer)
+        return result
+
+    async def _exchange(
+        self,
+        method: str,
+        params: dict[str, Any],
+        progress: ProgressHandler | None,
+        request_id: int,
+        operation: Operation | None,
+    ) -> dict[str, Any]:
+        """Send one request and wait for its answer (the JSON-RPC response message)."""
         call = _Call(progress, trio.CancelScope())
         if progress is not None:
             params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": request_id}}
@@ -282,6 +294,9 @@ class SessionCore:
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params or self.modern:
             message["params"] = params
+        if operation is not None:
+            message = operation.inject(message)
+            sent.set(trace_context(message))
 
         async def on_message(message: dict[str, Any]) -> None:  # what arrives on this request's answer
             await self._dispatch(message, call)
@@ -310,14 +325,7 @@ class SessionCore:
             raise call.failure
         if answer is None:
             raise TransportError(f"{method}: the session ended before the answer arrived")
-        if "error" in answer:
-            raise rpc_error(answer["error"])
-        result = answer.get("result")
-        if result is None:
-            return {}
-        if not isinstance(result, dict):
-            raise TransportError(f"{method}: the server's result is not an object: {result!r:.200}")
-        return result
+        return answer
 
     async def _abandon(self, method: str, request_id: int) -> None:
         """We gave up on a request.  HTTP 2026: abandoning the POST is the cancellation; elsewhere the
@@ -347,13 +355,23 @@ class SessionCore:
         handler's exception (there is no error answer to an input request) cancels the others and is
         raised as it is."""
         answers: dict[str, Any] = {}
+        round_meta = sent.get()  # the trace context of the request whose answer asked for them
 
         async def answer(key: str, request: dict[str, Any]) -> None:
             await trio.lowlevel.checkpoint_if_cancelled()  # a sibling failed already
             params = request.get("params")
-            answers[key] = await self._serve(
-                str(request.get("method", "")), params if isinstance(params, dict) else {}
-            )
+            params = params if isinstance(params, dict) else {}
+            method = str(request.get("method", ""))
+            operation = self._operation(method, parent_of(params, round_meta), None, incoming=True)
+            if operation is None:
+                answers[key] = await self._serve(method, params)
+                return
+            try:
+                answers[key] = await self._serve(method, params)
+            except BaseException as exc:
+                failed(operation, exc)
+                raise
+            operation.finish({"result": answers[key]})
 
         try:
             async with trio.open_nursery() as nursery:
@@ -371,11 +389,19 @@ class SessionCore:
             message["params"] = params
         if self._renewal is not None:
             await self._renewal.ready()
+        operation = self._operation(method, params, None)
+        if operation is not None:
+            message = operation.inject(message)
         try:
             await self._transport.post(message, self._dispatch)
-        except SessionExpired as exc:
-            self._expired(exc)
+        except BaseException as exc:
+            if operation is not None:
+                failed(operation, exc)
+            if isinstance(exc, SessionExpired):
+                self._expired(exc)
             raise
+        if operation is not None:
+            operation.finish()
 
     async def _dispatch(self, message: dict[str, Any], call: _Call | None = None) -> None:
         """A message from the server that is not the awaited response.  ``call`` is the request on
@@ -433,48 +459,29 @@ class SessionCore:
             await self._answer(message)
 
     async def _answer(self, message: dict[str, Any]) -> None:
+        """Answer a request of the server (recorded as a SERVER span under the server's CLIENT span)."""
         params = message.get("params")
+        operation = self._operation(
+            message["method"], params if isinstance(params, dict) else None, message["id"], incoming=True
+        )
         try:
-            if params is not None and not isinstance(params, dict):
-                raise RPCError(mt.INVALID_PARAMS, "params must be an object")
-            result = await self._serve(message["method"], params or {})
-            reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"], "result": result}
-        except RPCError as exc:
-            error = {"code": exc.code, "message": exc.message}
-            reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
-        except Exception as exc:  # a handler of ours failed: the server gets an error, the session lives on
-            logger.exception("handler of the server's %s failed", message.get("method"))
-            reply = {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {"code": mt.INTERNAL_ERROR, "message": str(exc)},
-            }
-        try:
-            await self._transport.post(reply, self._dispatch)
-        except (TransportError, httpx.HTTPError) as exc:
-            logger.info("could not answer the server's %s: %r", message["method"], exc)
-            if isinstance(exc, SessionExpired):
-                self._expired(exc)
+            reply = await reply_to(message, self._serve)
+            try:
+                await self._transport.post(reply, self._dispatch)
+            except (TransportError, httpx.HTTPError) as exc:
+                logger.info("could not answer the server's %s: %r", message["method"], exc)
+                if isinstance(exc, SessionExpired):
+                    self._expired(exc)
+                if operation is not None:
+                    operation.finish(reply, error_type(exc), str(exc))
+                return
+        except BaseException as exc:
+            if operation is not None:
+                failed(operation, exc)
+            raise
+        if operation is not None:
+            operation.finish(reply)
 
     async def _serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Run the handler of a server-to-client request (or input request)."""
-        result: object
-        if method == "ping":
-            return {}
-        if method == "sampling/createMessage" and self._sampling is not None:
-            name, expected = "sampling", "CreateMessageResult"
-            sampling_params = _params(mt.CreateMessageRequestParams, method, params)
-            result = await invoke(self._sampling, sampling_params)
-        elif method == "elicitation/create" and self._elicitation is not None:
-            name, expected = "elicitation", "ElicitResult"
-            elicit_params: mt.ElicitRequestParams = _params(_ELICIT_PARAMS, method, params)
-            result = await invoke(self._elicitation, elicit_params)
-        elif method == "roots/list" and self._roots is not None:
-            name, expected = "roots", "ListRootsResult"
-            result = await invoke(self._roots)
-        else:
-            raise RPCError(mt.METHOD_NOT_FOUND, f"the client does not handle {method}")
-        if not isinstance(result, pydantic.BaseModel):
-            raise TypeError(f"the {name}= callback returned {result!r:.200}, not a {expected}")
-        dumped: dict[str, Any] = result.model_dump(by_alias=True, exclude_none=True, mode="json")
-        return dumped
+        return await serve_request(method, params, self._sampling, self._elicitation, self._roots)

@@ -20,6 +20,7 @@ from .._protocol.sse import SSEDecoder, SSEProtocolError
 from ..auth.client._errors import OAuthError
 from ..errors import MCPTrioError, SessionExpired, TransportError
 from .bodies import MessageStream, WholeBody, drain, read_capped, unwind
+from .observe import carrier_of
 from .retry import RETRY_STATUSES, Retries, RetryPolicy
 from .wire import MAX_MESSAGE_SIZE, OnMessage, decode_json, envelope, peer_log, read_message
 
@@ -96,6 +97,8 @@ class HTTPTransport:
     ) -> None:
         self.http = http
         self.url = url
+        self.carrier = carrier_of(url, "http")
+        """TCP, HTTP, the server's host and port (the telemetry's ``network.*`` and ``server.*``)."""
         # applied to every request (the client's own default otherwise): mcp_trio.auth.OAuth, typically
         self.auth = auth if auth is not None else httpx.USE_CLIENT_DEFAULT
         self.session_id: str | None = None

@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from .._observe.telemetry import PIPE, Carrier
 from ..errors import TransportError
 from .wire import OnMessage, peer_log, read_message
 
@@ -28,6 +29,8 @@ class MessageTransport:
 
     session_id: str | None = None
     gone_message = "the server has gone"
+    carrier: Carrier = PIPE
+    """How the messages travel (the telemetry's ``network.*`` and ``server.*`` attributes)."""
 
     def __init__(self) -> None:
         self.protocol_version: str | None = None

@@ -14,6 +14,7 @@ from typing import Unpack
 import httpx
 import trio
 
+from .._observe.telemetry import SessionClock
 from .._protocol import versions
 from .._protocol.tasks import TaskInfo
 from ..errors import SessionExpired, TaskCancelled, TaskError, TransportError
@@ -30,6 +31,7 @@ from .core import Transport
 from .http import HTTPTransport
 from .listen import ListenAPI, Subscription
 from .messages import MessageTransport
+from .observe import error_type
 from .options import SessionOptions, checked
 from .renewal import Renewal
 from .retry import DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_BUDGET, RetryPolicy
@@ -247,14 +249,18 @@ async def _open(
     """The life of a session over any transport, in its own nursery: the handshake (``mode``), the
     block, ``finish`` (still in the nursery, which is cancelled by then) and, whatever happened,
     ``close``.  A 2025-era session over HTTP has a :class:`Renewal`: its GET stream (``get_stream``),
-    and its renewal after a 404 (``renew``)."""
+    and its renewal after a 404 (``renew``).  Timed (``mcp.client.session.duration``) from its opening
+    to the end of ``close``, when the session's telemetry records (see :mod:`.observe`)."""
     mode = options.get("mode", "auto")
     body_error: BaseException | None = None
     session: ClientSession | None = None
+    clock: SessionClock | None = None
+    ended_by: BaseException | None = None
     try:
         try:
             async with trio.open_nursery() as nursery:
                 session = ClientSession(transport, nursery, options)
+                clock = session.telemetry.session(transport.carrier)
                 if isinstance(transport, MessageTransport):
                     await nursery.start(transport.read_loop, session._dispatch)
                 if mode == "modern" or (mode == "auto" and await session._discover()):
@@ -289,5 +295,13 @@ async def _open(
             raise failure  # a callback failed outside any request: that ended the session
         if body_error is not None:
             raise body_error
+    except BaseException as exc:
+        ended_by = exc
+        raise
     finally:
-        await close()
+        try:
+            await close()
+        finally:
+            if clock is not None and session is not None:
+                ended = None if ended_by is None or isinstance(ended_by, trio.Cancelled) else ended_by
+                clock.end(session.protocol_version, None if ended is None else error_type(ended))

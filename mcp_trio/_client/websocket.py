@@ -30,6 +30,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from .._observe.telemetry import Carrier
 from ..errors import TransportError
 from .messages import MessageTransport
 from .wire import OnMessage
@@ -109,7 +110,9 @@ class WebSocketTransport(MessageTransport):
             if isinstance(exc, (*_STREAM_ERRORS, RemoteProtocolError)):
                 raise TransportError(f"the WebSocket handshake with {url} failed: {_reason(exc)}") from exc
             raise
-        return cls(stream, ws, max_message_size)
+        transport = cls(stream, ws, max_message_size)
+        transport.carrier = Carrier("tcp", "websocket", None, host, port)
+        return transport
 
     async def _send_raw(self, data: bytes) -> None:
         if self._ws.state is not ConnectionState.OPEN:

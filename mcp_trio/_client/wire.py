@@ -10,10 +10,24 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._protocol import safejson
-from ..errors import TransportError
+import mcp_types as mt
 
-__all__ = ["MAX_MESSAGE_SIZE", "OnMessage", "decode_json", "envelope", "peer_log", "read_message", "valid_id"]
+from .._protocol import safejson
+from ..errors import RPCError, TransportError
+
+__all__ = [
+    "MAX_MESSAGE_SIZE",
+    "OnMessage",
+    "decode_json",
+    "envelope",
+    "object_of",
+    "peer_log",
+    "read_message",
+    "result_of",
+    "rpc_error",
+    "text_of",
+    "valid_id",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -92,3 +106,39 @@ def envelope(value: Any) -> dict[str, Any] | None:
     if "id" in value and not (value["id"] is None or valid_id(value["id"])):
         return None
     return value
+
+
+def rpc_error(error: Any) -> RPCError:
+    """The :class:`RPCError` of a JSON-RPC error object from a server (a code that is not an integer is
+    taken as -32603, a message that is not a string as empty: what a server sends is not trusted)."""
+    if not isinstance(error, dict):
+        return RPCError(mt.INTERNAL_ERROR, f"the server's error is not an error object: {error!r:.200}")
+    code = error.get("code")
+    message = error.get("message")
+    return RPCError(
+        code if valid_id(code) and isinstance(code, int) else mt.INTERNAL_ERROR,
+        message if isinstance(message, str) else "",
+        error.get("data"),
+    )
+
+
+def object_of(value: Any) -> dict[str, Any]:
+    """``value`` if a server sent an object there, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def text_of(value: Any) -> str | None:
+    """``value`` if a server sent a string there, else None."""
+    return value if isinstance(value, str) else None
+
+
+def result_of(method: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """The result of a request's answer; an error answer is raised as :class:`RPCError`."""
+    if "error" in answer:
+        raise rpc_error(answer["error"])
+    result = answer.get("result")
+    if result is None:
+        return {}
+    if not isinstance(result, dict):
+        raise TransportError(f"{method}: the server's result is not an object: {result!r:.200}")
+    return result

@@ -16,6 +16,7 @@ __all__ = [
     "DURATION_BUCKETS",
     "KNOWN_METHODS",
     "OTHER",
+    "bounded_error",
     "describe",
     "metric_attributes",
     "outcome",
@@ -50,6 +51,15 @@ _KNOWN_CODES = frozenset(
     {-32700, -32600, -32601, -32602, -32603, -32000, -32001, -32002, -32003, -32042, -32800}
 )
 """JSON-RPC's error codes and those MCP's revisions define or our transport answers."""
+
+_ERROR_NAMES = frozenset(
+    {
+        "tool_error", "cancelled", "timeout", OTHER,
+        "TransportError", "ServerBusy", "SessionExpired", "OAuthError",
+    }
+)  # fmt: skip
+"""The ``error.type`` values that are no error code: a tool's error result, a cancellation, a timeout,
+and the exceptions a client's transport raises (mcp_trio's own classes: a bounded set)."""
 
 _MAX_VALUE = 256
 """Longest attribute value taken from a message (a tool name, a resource URI), in characters."""
@@ -132,16 +142,18 @@ def metric_attributes(
     if "gen_ai.operation.name" in attributes:
         out["gen_ai.operation.name"] = attributes["gen_ai.operation.name"]
     if error_type is not None:
-        out["error.type"] = error_type if _bounded_error(error_type) else OTHER
+        out["error.type"] = bounded_error(error_type)
     if status_code is not None:
-        out["rpc.response.status_code"] = status_code if _bounded_error(status_code) else OTHER
+        out["rpc.response.status_code"] = bounded_error(status_code)
     return out
 
 
-def _bounded_error(value: str) -> bool:
-    if value in ("tool_error", "cancelled", "timeout", OTHER):
-        return True
+def bounded_error(value: str) -> str:
+    """``value`` as a metric's ``error.type`` (or status code): itself if it is a known error code or
+    one of the known names, else ``_OTHER``."""
+    if value in _ERROR_NAMES:
+        return value
     try:
-        return int(value) in _KNOWN_CODES
+        return value if int(value) in _KNOWN_CODES else OTHER
     except ValueError:
-        return False
+        return OTHER

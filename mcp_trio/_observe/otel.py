@@ -56,9 +56,10 @@ class _MetaGetter(Getter[Mapping[str, Any]]):
 _GETTER = _MetaGetter()
 
 
-def inject(meta: MutableMapping[str, Any]) -> None:
-    """Write the current trace context (``traceparent``, ``tracestate``, ``baggage``) into ``meta``."""
-    propagate.inject(meta)
+def inject(meta: MutableMapping[str, Any], span: Any = None) -> None:
+    """Write the trace context of ``span`` (else the current one) into ``meta`` (``traceparent``,
+    ``tracestate``, ``baggage``)."""
+    propagate.inject(meta, context=None if span is None else trace.set_span_in_context(span))
 
 
 class OtelInstruments:
@@ -111,12 +112,17 @@ class OtelInstruments:
         return not isinstance(metrics.get_meter_provider(), _PROXY_METERS)
 
     def start(
-        self, name: str, incoming: bool, attributes: dict[str, Any], meta: Mapping[str, Any] | None
+        self,
+        name: str,
+        incoming: bool,
+        attributes: dict[str, Any],
+        meta: Mapping[str, Any] | None,
+        current: bool = True,
     ) -> tuple[Any, object]:
-        """Start the span of one operation and make it current; returns it and the token that
-        :meth:`end` gives back.  ``incoming``: a SERVER span whose parent is the trace context in
-        ``meta`` (the peer's CLIENT span), linked to the ambient context if there is one; else a
-        CLIENT span under the ambient context."""
+        """Start the span of one operation and make it current (unless not ``current``); returns it
+        and the token that :meth:`end` gives back (None if it was not made current).  ``incoming``: a
+        SERVER span whose parent is the trace context in ``meta`` (the peer's CLIENT span), linked to
+        the ambient context if there is one; else a CLIENT span under the ambient context."""
         links = None
         if incoming:
             parent = propagate.extract(meta, getter=_GETTER) if meta else otel_context.Context()
@@ -128,6 +134,8 @@ class OtelInstruments:
             parent = None
             kind = SpanKind.CLIENT
         span = self.tracer.start_span(name, parent, kind, attributes, links)
+        if not current:
+            return span, None
         token = otel_context.attach(trace.set_span_in_context(span))
         return span, token
 
@@ -145,7 +153,8 @@ class OtelInstruments:
         if status_code is not None:
             span.set_attribute("rpc.response.status_code", status_code)
         span.end()
-        otel_context.detach(token)  # type: ignore[arg-type]
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
 
     @staticmethod
     def trace_ids() -> tuple[str, str] | None:

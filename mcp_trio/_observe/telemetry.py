@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from .conventions import DURATION_BUCKETS, describe, metric_attributes, outcome, span_name
+from .conventions import DURATION_BUCKETS, bounded_error, describe, metric_attributes, outcome, span_name
 from .prometheus import MetricsRegistry
 
 __all__ = ["HTTP", "PIPE", "WEBSOCKET", "Carrier", "Operation", "SessionClock", "Telemetry", "identity_hash"]
@@ -35,18 +35,25 @@ request_logger = logging.getLogger("mcp_trio.requests")
 
 class Carrier(NamedTuple):
     """How a connection carries MCP messages: ``network.transport`` (``tcp``, ``pipe``, ``unix``),
-    ``network.protocol.name`` (``http``, ``websocket``) and ``network.protocol.version``."""
+    ``network.protocol.name`` (``http``, ``websocket``) and ``network.protocol.version``; on a client,
+    the server it reaches (``server.address``, ``server.port``: from its URL)."""
 
     transport: str
     protocol: str | None = None
     version: str | None = None
+    address: str | None = None
+    port: int | None = None
 
-    def attributes(self) -> dict[str, str]:
-        out = {"network.transport": self.transport}
+    def attributes(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"network.transport": self.transport}
         if self.protocol is not None:
             out["network.protocol.name"] = self.protocol
             if self.version is not None:
                 out["network.protocol.version"] = self.version
+        if self.address is not None:
+            out["server.address"] = self.address
+            if self.port is not None:
+                out["server.port"] = self.port
         return out
 
 
@@ -65,12 +72,21 @@ def identity_hash(value: str | bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+_INSTRUMENTS: dict[str, Any] = {}
+
+
 def _load_otel(side: str) -> Any:
+    """One side's OpenTelemetry instruments, made once per process (a client makes a
+    :class:`Telemetry` per session: they share them)."""
+    found = _INSTRUMENTS.get(side)
+    if found is not None:
+        return found
     try:
         from .otel import OtelInstruments
     except ImportError:  # the otel extra is not installed: nothing of OpenTelemetry is imported
         return None
-    return OtelInstruments(side)
+    found = _INSTRUMENTS[side] = OtelInstruments(side)
+    return found
 
 
 class Telemetry:
@@ -78,7 +94,9 @@ class Telemetry:
 
     ``known(kind, name)`` says whether a tool (``kind == "tool"``) or prompt is registered: only those
     names become a span name's target or a metric attribute.  ``identify(principal)`` gives the bytes
-    identifying a principal (hashed in the request log).
+    identifying a principal (hashed in the request log).  ``trusted_targets``: the tool and prompt
+    names in this side's requests are its own application's (a client's), so span names carry any of
+    them; metric attributes still carry only those ``known`` says.
     """
 
     def __init__(
@@ -88,9 +106,11 @@ class Telemetry:
         identify: Callable[[object], bytes] | None = None,
         *,
         opentelemetry: bool = True,
+        trusted_targets: bool = False,
     ) -> None:
         self.side = side
         self.known = known
+        self.trusted_targets = trusted_targets
         self.identify = identify
         self.otel: Any = _load_otel(side) if opentelemetry else None
         """The OpenTelemetry instruments (None without the ``otel`` extra)."""
@@ -129,18 +149,22 @@ class Telemetry:
         protocol_version: str | None = None,
         session_id: str | None = None,
         principal: object = None,
+        current: bool = True,
     ) -> Operation | None:
         """Begin recording one request (``request_id`` not None) or notification; None when nothing
         records.  ``incoming``: the peer sent it (a SERVER span, its parent the trace context in
         ``params._meta``); else this side sends it (a CLIENT span: call :meth:`Operation.inject` to put
-        its context into the message).  Call :meth:`Operation.finish` with the answer."""
+        its context into the message).  The span is the current one until the operation finishes
+        (call :meth:`Operation.finish` in the same task), unless not ``current`` (an operation that
+        outlives the block that began it, such as a subscription a context manager yields).  Call
+        :meth:`Operation.finish` with the answer."""
         otel = self.otel
         tracing, metering = (False, False) if otel is None else otel.live()
         if not (tracing or metering or self.registry is not None or self.request_log):
             return None
         return Operation(
             self, method, params, request_id, incoming, carrier, protocol_version, session_id,
-            principal, tracing, metering,
+            principal, tracing, metering, current,
         )  # fmt: skip
 
     def session(self, carrier: Carrier) -> SessionClock | None:
@@ -173,14 +197,18 @@ class Operation:
         principal: object,
         tracing: bool,
         metering: bool,
+        current: bool = True,
     ) -> None:
         self.telemetry = telemetry
         self.carrier = carrier
         self.session_id = session_id
         self.principal = principal
         self._metering = metering
-        self._logged = telemetry.request_log and incoming and request_id is not None
-        """The request log has a record of requests received (not notifications, not what is sent)."""
+        self._logged = (
+            telemetry.request_log and request_id is not None and incoming is (telemetry.side == "server")
+        )
+        """The request log has a record of each request a server receives, or a client sends (not of
+        notifications, nor of the requests a server sends or a client answers)."""
         attributes = self.attributes = describe(method, params, request_id)
         if protocol_version is not None:
             attributes["mcp.protocol.version"] = protocol_version
@@ -193,10 +221,11 @@ class Operation:
                 span_attributes["mcp.session.id"] = session_id
             meta = params.get("_meta") if params else None
             self._span, self._token = telemetry.otel.start(
-                span_name(attributes, telemetry.known),
+                span_name(attributes, None if telemetry.trusted_targets else telemetry.known),
                 incoming,
                 span_attributes,
                 meta if isinstance(meta, Mapping) else None,
+                current,
             )
         self._started = time.perf_counter()
 
@@ -216,7 +245,7 @@ class Operation:
         params = dict(message.get("params") or {})
         meta = params.get("_meta")
         meta = dict(meta) if isinstance(meta, Mapping) else {}
-        inject(meta)
+        inject(meta, self._span)
         params["_meta"] = meta
         message = dict(message)
         message["params"] = params
@@ -233,15 +262,18 @@ class Operation:
             if self._span is not None:
                 self._span.set_attribute("mcp.protocol.version", protocol_version)
 
-    def finish(self, message: Mapping[str, Any] | None = None, error: str | None = None) -> None:
+    def finish(
+        self, message: Mapping[str, Any] | None = None, error: str | None = None, why: str | None = None
+    ) -> None:
         """The operation ended: ``message`` is the JSON-RPC answer (None for a notification); ``error``
         an ``error.type`` of an operation that ended without one (``cancelled``, ``timeout``, an
-        exception's class name)."""
+        exception's class name), ``why`` the span status's description then (the exception's text)."""
         duration = time.perf_counter() - self._started
         telemetry = self.telemetry
         error_type, status_code, description = outcome(message)
         if error_type is None and error is not None:
             error_type = error
+            description = why[:256] if why else None
         ids = None
         if self._span is not None:
             if self._logged:
@@ -252,7 +284,7 @@ class Operation:
         if self._metering or telemetry.registry is not None:
             attributes = metric_attributes(self.attributes, error_type, status_code, telemetry.known)
             for key in ("mcp.protocol.version", "network.transport", "network.protocol.name",
-                        "network.protocol.version"):  # fmt: skip
+                        "network.protocol.version", "server.address", "server.port"):  # fmt: skip
                 if key in self.attributes:
                     attributes[key] = self.attributes[key]
             if self._metering:
@@ -321,7 +353,7 @@ class SessionClock:
         if protocol_version is not None:
             attributes["mcp.protocol.version"] = protocol_version
         if error_type is not None:
-            attributes["error.type"] = error_type
+            attributes["error.type"] = bounded_error(error_type)
         if self._metering:
             self.telemetry.otel.session_duration.record(duration, attributes)
         if self.telemetry._sessions is not None:

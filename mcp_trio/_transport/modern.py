@@ -239,7 +239,8 @@ class ModernEndpoint:
     def listening(
         self, request: mt.JSONRPCRequest, revision: versions.Revision, principal: object, carrier: Carrier
     ) -> Iterator[None]:
-        """A ``subscriptions/listen`` stream, recorded as one operation from its request to its end."""
+        """A ``subscriptions/listen`` stream, recorded as one operation from its request to its end (a
+        client closing it, or the server's shutdown, ends it: that is no failure)."""
         operation = self.server.telemetry.operation(
             request.method, request.params, request.id, incoming=True, carrier=carrier,
             protocol_version=revision.name, principal=principal,
@@ -249,6 +250,9 @@ class ModernEndpoint:
             return
         try:
             yield
+        except trio.Cancelled:
+            operation.finish({"result": {}})
+            raise
         except BaseException as exc:
             operation.fail(exc)
             raise

@@ -35,6 +35,10 @@
    ```` ```python ```` (or ``py``, ``python3``) fences are collected, not MyST directives such as
    ```` ```{code-block} python ````.
 
+3. ``docs/examples/client_telemetry.py`` (a client with OpenTelemetry's SDK set up) runs in its own
+   process against the demo served in this one: its spans, printed by the console exporter, are the
+   parents of this process's server spans.
+
 Every wait is bounded (``trio.fail_after``), every socket is on 127.0.0.1, and everything started is
 stopped by the end of its test.
 """
@@ -44,6 +48,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -73,6 +78,7 @@ from mcp_trio import (
     serve,
 )
 from mcp_trio.demo import build_demo_server
+from tests.otel import SpanLog
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -115,7 +121,9 @@ for _name, _value in vars(_tutorial_tests).items():
     elif _name in ("url", "mode"):
         globals()[_name] = _value
 
-EXAMPLE_FILES = {"tutorial_server.py", "tutorial_client.py", "test_tutorial.py", "tutorial_client.txt"}
+TUTORIAL_FILES = {"tutorial_server.py", "tutorial_client.py", "test_tutorial.py", "tutorial_client.txt"}
+"""The files of docs/examples/ the tutorial shows."""
+EXAMPLE_FILES = TUTORIAL_FILES | {"client_telemetry.py"}
 """Every file of docs/examples/, each run (or compared) by a test of this module."""
 
 
@@ -239,6 +247,53 @@ async def _run_tutorial_scripts(
         assert cli.stdout.endswith(b"mcp-trio: stopped\n")
 
 
+# -- the client's telemetry (docs/examples/client_telemetry.py) -------------------------------
+
+
+def json_objects(text: str) -> list[dict[str, Any]]:
+    """The JSON objects printed one after another (the console exporters' output)."""
+    decoder = json.JSONDecoder()
+    found, at = [], text.find("{")
+    while at != -1:
+        value, end = decoder.raw_decode(text, at)
+        found.append(value)
+        at = text.find("{", end)
+    return found
+
+
+@pytest.mark.deadline(60)
+async def test_the_client_telemetry_example_is_the_parent_of_the_servers_spans(
+    demo: Demo, spans: SpanLog
+) -> None:
+    """``client_telemetry.py`` in its own process (no ``OTEL_*`` variable: the console exporters): its
+    spans under its own span, and this process's server spans their children (the trace context
+    crossed the process boundary in ``params._meta``), and both client histograms exported."""
+    env = {k: v for k, v in _subprocess_env().items() if not k.startswith("OTEL_")}
+    command = [sys.executable, str(EXAMPLES / "client_telemetry.py"), demo.url]
+    done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, env=env)
+    out = done.stdout.decode()
+    assert out.startswith("echo: traced\n")
+    printed = json_objects(out)
+    by_name = {item["name"]: item for item in printed if "context" in item}
+    root, call = by_name["answer the user"], by_name["tools/call echo"]
+    assert call["kind"] == "SpanKind.CLIENT" and call["parent_id"] == root["context"]["span_id"]
+    assert call["attributes"]["gen_ai.tool.name"] == "echo"
+    from opentelemetry.trace import SpanKind
+
+    (served,) = [s for s in spans.named("tools/call echo") if s.kind is SpanKind.SERVER]
+    assert served.parent is not None
+    assert f"0x{served.parent.span_id:016x}" == call["context"]["span_id"]
+    assert f"0x{served.context.trace_id:032x}" == root["context"]["trace_id"]
+    metric_names = {
+        metric["name"]
+        for item in printed
+        for resource in item.get("resource_metrics", ())
+        for scope in resource["scope_metrics"]
+        for metric in scope["metrics"]
+    }
+    assert {"mcp.client.operation.duration", "mcp.client.session.duration"} <= metric_names
+
+
 # -- {literalinclude} ---------------------------------------------------------------------------
 
 INCLUDE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{literalinclude\}\s+(?P<path>\S+)\s*$")
@@ -281,7 +336,7 @@ def test_literalinclude_names_what_exists(where: str, path: Path, options: dict[
 
 def test_the_tutorial_shows_the_example_files() -> None:
     shown = {path.name for where, path, _ in INCLUDES if where.startswith("docs/tutorial.md:")}
-    assert shown == EXAMPLE_FILES
+    assert shown == TUTORIAL_FILES
 
 
 # -- the fenced python blocks of the pages ----------------------------------------------------

@@ -21,7 +21,7 @@ from mcp_trio._observe.telemetry import PIPE, Telemetry
 from mcp_trio.demo import build_demo_server
 from mcp_trio.testing import open_asgi_client
 
-from ..otel import MetricPoint
+from ..otel import Point, SpanLog
 from .conftest import POST_HEADERS, Client, init_body
 from .test_message_connection import ChannelConnection
 from .test_modern import Modern
@@ -34,7 +34,7 @@ PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 
-def named(spans: list[ReadableSpan], name: str, kind: SpanKind = SpanKind.SERVER) -> ReadableSpan:
+def named(spans: SpanLog, name: str, kind: SpanKind = SpanKind.SERVER) -> ReadableSpan:
     found = [span for span in spans if span.name == name and span.kind == kind]
     assert len(found) == 1, [(span.name, span.kind) for span in spans]
     return found[0]
@@ -44,7 +44,7 @@ def attributes(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
-def operations(points: list[MetricPoint], method: str) -> list[MetricPoint]:
+def operations(points: list[Point], method: str) -> list[Point]:
     return [
         point
         for point in points
@@ -55,9 +55,7 @@ def operations(points: list[MetricPoint], method: str) -> list[MetricPoint]:
 # -- Streamable HTTP, 2025 ------------------------------------------------------------------------
 
 
-async def test_a_2025_session_over_http(
-    client: Client, spans: list[ReadableSpan], metric_points: Any
-) -> None:
+async def test_a_2025_session_over_http(client: Client, spans: SpanLog, metric_points: Any) -> None:
     await client.initialize()
     session_id = client.session_id
     echo = await client.request(
@@ -157,9 +155,7 @@ async def test_a_2025_session_over_http(
     ]
 
 
-async def test_a_server_request_is_a_client_span_under_the_tool(
-    client: Client, spans: list[ReadableSpan]
-) -> None:
+async def test_a_server_request_is_a_client_span_under_the_tool(client: Client, spans: SpanLog) -> None:
     """Sampling asked by a tool: a CLIENT span, child of the tool's span, its context in the request's
     ``params._meta``."""
     init = json.loads(init_body())
@@ -204,7 +200,7 @@ async def test_a_server_request_is_a_client_span_under_the_tool(
 
 @pytest.mark.parametrize("era", ["2025", "2026"])
 async def test_notifications_a_tool_sends_are_client_spans_under_it(
-    client: Client, spans: list[ReadableSpan], era: str
+    client: Client, spans: SpanLog, era: str
 ) -> None:
     params: dict[str, Any] = {
         "name": "count",
@@ -233,7 +229,7 @@ async def test_notifications_a_tool_sends_are_client_spans_under_it(
         assert message["params"]["_meta"]["traceparent"].split("-")[2] == format(span.context.span_id, "016x")
 
 
-async def test_2026_requests_over_http(spans: list[ReadableSpan], metric_points: Any) -> None:
+async def test_2026_requests_over_http(spans: SpanLog, metric_points: Any) -> None:
     app = MCPApp(build_modern(), ServerConfig())
     async with app.running(), open_asgi_client(app) as asgi:
         modern = Modern(asgi)
@@ -267,7 +263,7 @@ async def test_2026_requests_over_http(spans: list[ReadableSpan], metric_points:
 # -- stdio (the message connection) and WebSocket ------------------------------------------------------
 
 
-async def test_both_eras_over_a_pipe(spans: list[ReadableSpan], metric_points: Any) -> None:
+async def test_both_eras_over_a_pipe(spans: SpanLog, metric_points: Any) -> None:
     server = MCPServer("pipe")
 
     @server.tool()
@@ -314,7 +310,7 @@ async def test_both_eras_over_a_pipe(spans: list[ReadableSpan], metric_points: A
 
 
 @pytest.mark.parametrize("mode", ["legacy", "modern"])
-async def test_both_eras_over_websocket(mode: Any, spans: list[ReadableSpan], metric_points: Any) -> None:
+async def test_both_eras_over_websocket(mode: Any, spans: SpanLog, metric_points: Any) -> None:
     async with serving("h11", MCPApp(build_demo_server(), ServerConfig(shutdown_grace=1.0))) as served:
         async with open_websocket_client(served.url, mode=mode) as session:
             await session.call_tool("echo", {"text": "x"})
@@ -342,7 +338,7 @@ async def test_client_chosen_names_do_not_grow_the_series(client: Client, metric
     assert other.count == 20 and other.attributes["error.type"] == "-32601"
 
 
-async def test_a_cancelled_request_ends_its_span(client: Client, spans: list[ReadableSpan]) -> None:
+async def test_a_cancelled_request_ends_its_span(client: Client, spans: SpanLog) -> None:
     await client.initialize()
     body = json.dumps(
         {
@@ -411,7 +407,7 @@ def test_nothing_records_when_nothing_is_on() -> None:
     ],
 )
 async def test_a_hostile_trace_context_costs_only_its_parent(
-    client: Client, spans: list[ReadableSpan], meta: Any
+    client: Client, spans: SpanLog, meta: Any
 ) -> None:
     """Whatever a client puts where trace context goes, the call is answered and its span is made: a
     context that does not parse is no parent (a new trace), a valid one is."""
@@ -451,7 +447,7 @@ print("ok")
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
 
 
-async def test_a_task_runs_under_its_tools_call_span(spans: list[ReadableSpan]) -> None:
+async def test_a_task_runs_under_its_tools_call_span(spans: SpanLog) -> None:
     """``tools/call`` answered with a task: its span ends with the CreateTaskResult; the tool's work,
     run by the task afterwards, stays in the call's trace (a span it starts is the call span's child);
     ``tasks/get`` and ``tasks/result`` are spans of their own."""
