@@ -39,6 +39,16 @@ SERVERS = {
     # telemetry: OpenTelemetry not importable (no otel extra), or an SDK tracing and measuring everything
     "mcp-trio-no-otel": [str(HERE / "otel_demo.py"), "absent", "demo", "--bind", "127.0.0.1:0"],
     "mcp-trio-traced": [str(HERE / "otel_demo.py"), "traced", "demo", "--bind", "127.0.0.1:0"],
+    # the operations listener: its Prometheus histograms recorded for every request
+    "mcp-trio-admin": [
+        "-c",
+        "import sys; from mcp_trio._cli import main; main(sys.argv[1:])",
+        "demo",
+        "--bind",
+        "127.0.0.1:0",
+        "--admin-bind",
+        "127.0.0.1:0",
+    ],
     "bare-asgi": [str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"],
     "python-sdk": [str(HERE / "baseline_python_sdk.py"), "--bind", "127.0.0.1:0"],
 }
