@@ -3,12 +3,13 @@
 # the docs, checks the import contracts and runs pytest with branch coverage.  `.ci/run` calls exactly this.
 #
 # Needs: Python >= 3.11 with pip (a virtual environment is best), npm (any version: it only downloads),
-# and nginx, caddy, haproxy, redis-server and chromium, or root / passwordless sudo to install them
-# from Debian's packages.  It installs:
-#   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, trustme, the python-sdk
-#     as an interop peer; about 60 MB);
+# and nginx, caddy, haproxy, redis-server, chromium and prometheus, or root / passwordless sudo to install
+# them from Debian's packages.  It installs:
+#   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, trustme, the OpenTelemetry
+#     SDK, the python-sdk as an interop peer; about 70 MB);
 #   - from Debian's packages, if missing: nginx, caddy and haproxy (real reverse proxies), redis-server
-#     (the shared store of several workers) and chromium (a real browser, headless), about 150 MB;
+#     (the shared store of several workers), chromium (a real browser, headless) and prometheus (a real
+#     scraper of the operations listener), about 250 MB;
 #   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
 #     conformance suite (2 x 52 MB) under .conformance/, all from the npm registry;
 #   - the Python SDK 1.x (mcp 1.30.0 and websockets, about 40 MB) in a venv of its own, .interop/mcp1/,
