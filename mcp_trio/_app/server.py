@@ -120,9 +120,14 @@ class MCPServer(CoreHandlers):
         }
 
     def _registered(self, kind: str, name: str) -> bool:
-        """Whether a tool (``kind == "tool"``) or prompt of this name is registered (only their names
-        are span names' targets and metric attributes)."""
-        return name in (self._tools if kind == "tool" else self._prompts)
+        """Whether a tool (``kind == "tool"``), prompt (``"prompt"``) or extension method
+        (``"method"``) of this name is registered: only those names are span names' targets and
+        metric attributes."""
+        if kind == "tool":
+            return name in self._tools
+        if kind == "prompt":
+            return name in self._prompts
+        return kind == "method" and name in self._extensions
 
     # -- registration -------------------------------------------------------------------------
 

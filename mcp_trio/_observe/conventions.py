@@ -97,8 +97,12 @@ def describe(method: str, params: Mapping[str, Any] | None, request_id: object =
 def span_name(attributes: Mapping[str, Any], known: Callable[[str, str], bool] | None = None) -> str:
     """``{mcp.method.name} {target}``: the target is the tool or prompt name, and only one that
     ``known(kind, name)`` says is registered (``kind`` ``"tool"`` or ``"prompt"``; without ``known``,
-    any): a span name is low-cardinality, whatever names a client sends."""
+    any): a span name is low-cardinality, whatever names a peer sends.  For the same reason a method
+    that is neither MCP's nor ``known("method", name)`` (an extension the side serves) is named
+    ``_OTHER`` (its ``mcp.method.name`` attribute still says what it was)."""
     method: str = attributes["mcp.method.name"]
+    if known is not None and method not in KNOWN_METHODS and not known("method", method):
+        return OTHER
     for key, kind in (("gen_ai.tool.name", "tool"), ("gen_ai.prompt.name", "prompt")):
         name = attributes.get(key)
         if name is not None and (known is None or known(kind, name)):
@@ -134,7 +138,8 @@ def metric_attributes(
     no resource URI; an unknown method, unregistered tool or prompt, or an error code outside the
     known ones is ``_OTHER``."""
     method = attributes["mcp.method.name"]
-    out: dict[str, Any] = {"mcp.method.name": method if method in KNOWN_METHODS else OTHER}
+    named = method in KNOWN_METHODS or (known is not None and known("method", method))
+    out: dict[str, Any] = {"mcp.method.name": method if named else OTHER}
     for key, kind in (("gen_ai.tool.name", "tool"), ("gen_ai.prompt.name", "prompt")):
         name = attributes.get(key)
         if name is not None:

@@ -327,7 +327,9 @@ async def test_both_eras_over_websocket(mode: Any, spans: SpanLog, metric_points
 # -- bounds, cancellation, the registry, nothing on ----------------------------------------------------
 
 
-async def test_client_chosen_names_do_not_grow_the_series(client: Client, metric_points: Any) -> None:
+async def test_client_chosen_names_do_not_grow_the_series(
+    client: Client, metric_points: Any, spans: SpanLog
+) -> None:
     await client.initialize()
     for n in range(20):
         await client.request(10 + n, "tools/call", {"name": f"nope-{n}", "arguments": {}})
@@ -336,6 +338,11 @@ async def test_client_chosen_names_do_not_grow_the_series(client: Client, metric
     assert len(operations(points, "tools/call")) == 1  # every unknown tool is one _OTHER series
     (other,) = operations(points, OTHER)  # ... and every unknown method one more
     assert other.count == 20 and other.attributes["error.type"] == "-32601"
+    names = {span.name for span in spans}
+    assert "tools/call" in names and OTHER in names  # span names are as bounded
+    assert not any(name.startswith(("custom/", "tools/call nope")) for name in names)
+    methods = {span.attributes["mcp.method.name"] for span in spans if span.name == OTHER}
+    assert methods == {f"custom/method-{n}" for n in range(20)}  # the attribute still says which
 
 
 async def test_a_cancelled_request_ends_its_span(client: Client, spans: SpanLog) -> None:
@@ -499,3 +506,20 @@ def test_the_registry_merges_label_orders_and_bounds_its_series() -> None:
     counts = [line for line in registry.render().splitlines() if line.startswith("b_seconds_count")]
     assert len(counts) == MAX_SERIES + 1  # past the bound, label sets share one overflow series
     assert 'b_seconds_count{overflow="_OTHER"} 50' in counts
+
+
+async def test_an_extension_method_keeps_its_name(spans: SpanLog, metric_points: Any) -> None:
+    server = MCPServer("extended")
+
+    async def hello(ctx: Any, params: Any) -> dict[str, Any]:
+        return {"hello": True}
+
+    server.add_method("example/hello", hello)
+    app = MCPApp(server, ServerConfig())
+    async with app.running(), open_asgi_client(app) as asgi:
+        client = Client(asgi, app)
+        await client.initialize()
+        assert (await client.request(2, "example/hello", {}))["result"]["hello"] is True
+    assert attributes(named(spans, "example/hello"))["mcp.method.name"] == "example/hello"
+    (point,) = operations(metric_points(), "example/hello")
+    assert "error.type" not in point.attributes
