@@ -147,14 +147,16 @@ class OtelInstruments:
         status_code: str | None,
         description: str | None,
     ) -> None:
-        if error_type is not None:
-            span.set_attribute("error.type", error_type)
-            span.set_status(Status(StatusCode.ERROR, description))
-        if status_code is not None:
-            span.set_attribute("rpc.response.status_code", status_code)
-        span.end()
-        if token is not None:
-            otel_context.detach(token)  # type: ignore[arg-type]
+        try:
+            if error_type is not None:
+                span.set_attribute("error.type", error_type)
+                span.set_status(Status(StatusCode.ERROR, description))
+            if status_code is not None:
+                span.set_attribute("rpc.response.status_code", status_code)
+            span.end()
+        finally:  # the task's context is given back whatever the span processors did
+            if token is not None:
+                otel_context.detach(token)  # type: ignore[arg-type]
 
     @staticmethod
     def trace_ids() -> tuple[str, str] | None:

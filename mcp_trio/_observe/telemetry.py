@@ -31,6 +31,20 @@ from .prometheus import MetricsRegistry
 __all__ = ["HTTP", "PIPE", "WEBSOCKET", "Carrier", "Operation", "SessionClock", "Telemetry", "identity_hash"]
 
 request_logger = logging.getLogger("mcp_trio.requests")
+logger = logging.getLogger(__name__)
+_told = False
+
+
+def _broken(what: str) -> None:
+    """Telemetry failed (an SDK's span processor or exporter that raises, say): the operation goes on
+    unrecorded, and the first failure of the process is logged with its traceback (later ones at
+    DEBUG: a broken exporter must not flood the log)."""
+    global _told
+    if _told:
+        logger.debug("telemetry failed %s", what, exc_info=True)
+        return
+    _told = True
+    logger.exception("telemetry failed %s; the operation goes on unrecorded (logged once)", what)
 
 
 class Carrier(NamedTuple):
@@ -162,10 +176,14 @@ class Telemetry:
         tracing, metering = (False, False) if otel is None else otel.live()
         if not (tracing or metering or self.registry is not None or self.request_log):
             return None
-        return Operation(
-            self, method, params, request_id, incoming, carrier, protocol_version, session_id,
-            principal, tracing, metering, current,
-        )  # fmt: skip
+        try:
+            return Operation(
+                self, method, params, request_id, incoming, carrier, protocol_version, session_id,
+                principal, tracing, metering, current,
+            )  # fmt: skip
+        except Exception:
+            _broken(f"starting {method[:64]!r}")
+            return None
 
     def session(self, carrier: Carrier) -> SessionClock | None:
         """Begin timing a session; None when no histogram records it."""
@@ -245,7 +263,11 @@ class Operation:
         params = dict(message.get("params") or {})
         meta = params.get("_meta")
         meta = dict(meta) if isinstance(meta, Mapping) else {}
-        inject(meta, self._span)
+        try:
+            inject(meta, self._span)
+        except Exception:  # a propagator that raises: the message goes without trace context
+            _broken("writing trace context")
+            return message
         params["_meta"] = meta
         message = dict(message)
         message["params"] = params
@@ -267,7 +289,14 @@ class Operation:
     ) -> None:
         """The operation ended: ``message`` is the JSON-RPC answer (None for a notification); ``error``
         an ``error.type`` of an operation that ended without one (``cancelled``, ``timeout``, an
-        exception's class name), ``why`` the span status's description then (the exception's text)."""
+        exception's class name), ``why`` the span status's description then (the exception's text).
+        Never raises: a failure of telemetry is logged, not the caller's."""
+        try:
+            self._finish(message, error, why)
+        except Exception:
+            _broken(f"ending {self.attributes.get('mcp.method.name')!r}")
+
+    def _finish(self, message: Mapping[str, Any] | None, error: str | None, why: str | None) -> None:
         duration = time.perf_counter() - self._started
         telemetry = self.telemetry
         error_type, status_code, description = outcome(message)
@@ -347,7 +376,14 @@ class SessionClock:
         self._started = time.perf_counter()
 
     def end(self, protocol_version: str | None, error_type: str | None = None) -> None:
-        """The session ended (``error_type``: it ended by a failure, not by its peer or its expiry)."""
+        """The session ended (``error_type``: it ended by a failure, not by its peer or its expiry).
+        Never raises."""
+        try:
+            self._end(protocol_version, error_type)
+        except Exception:
+            _broken("ending a session")
+
+    def _end(self, protocol_version: str | None, error_type: str | None) -> None:
         duration = time.perf_counter() - self._started
         attributes = dict(self.attributes)
         if protocol_version is not None:

@@ -523,3 +523,59 @@ async def test_an_extension_method_keeps_its_name(spans: SpanLog, metric_points:
     assert attributes(named(spans, "example/hello"))["mcp.method.name"] == "example/hello"
     (point,) = operations(metric_points(), "example/hello")
     assert "error.type" not in point.attributes
+
+
+async def test_a_broken_telemetry_backend_costs_no_request(
+    client: Client, app: MCPApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An OpenTelemetry backend that raises (a span processor, a propagator, an instrument): every call
+    is still answered, and the failure is logged, once."""
+    from mcp_trio._observe import telemetry as telemetry_module
+
+    class Broken:
+        calls = 0
+
+        def live(self) -> tuple[bool, bool]:
+            return True, True
+
+        def start(self, *args: Any) -> Any:
+            Broken.calls += 1
+            if Broken.calls % 2:
+                raise RuntimeError("span processor on_start")
+            return _BrokenSpan(), None
+
+        @staticmethod
+        def end(*args: Any) -> None:
+            raise RuntimeError("span processor on_end")
+
+        class operation_duration:  # stands for an instrument
+            @staticmethod
+            def record(*args: Any) -> None:
+                raise RuntimeError("instrument")
+
+        session_duration = operation_duration
+
+    class _BrokenSpan:
+        def set_attribute(self, *args: Any) -> None:
+            raise RuntimeError("set_attribute")
+
+        def get_span_context(self) -> Any:
+            raise RuntimeError("context")
+
+    telemetry = app.server.telemetry
+    saved, telemetry.otel = telemetry.otel, Broken()
+    telemetry_module._told = False
+    try:
+        await client.initialize()
+        for n in range(4):
+            answer = await client.request(2 + n, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+            assert answer["result"]["content"][0]["text"] == "x"
+        assert (await client.delete()).status == 200
+    finally:
+        telemetry.otel = saved
+        telemetry_module._told = False
+    failures = [
+        r for r in caplog.records if r.name == "mcp_trio._observe.telemetry" and r.levelname == "ERROR"
+    ]
+    assert len(failures) == 1 and "logged once" in failures[0].getMessage()
+    assert Broken.calls >= 4
