@@ -193,6 +193,10 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._client.http.HTTPTransport"),
     ("py:class", "mcp_trio._client.stdio.StdioTransport"),
     ("py:class", "mcp_trio._client.messages.MessageTransport"),
+    ("py:class", "mcp_trio._observe.telemetry.Carrier"),  # Telemetry's own parts, for the transports
+    ("py:class", "mcp_trio._observe.telemetry.Operation"),
+    ("py:class", "mcp_trio._observe.telemetry.SessionClock"),
+    ("py:class", "mcp_trio._observe.prometheus.MetricsRegistry"),  # Telemetry.registry: render() is its use
 ]
 
 # -- HTML ----------------------------------------------------------------------------------------

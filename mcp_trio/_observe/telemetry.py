@@ -167,11 +167,11 @@ class Telemetry:
     ) -> Operation | None:
         """Begin recording one request (``request_id`` not None) or notification; None when nothing
         records.  ``incoming``: the peer sent it (a SERVER span, its parent the trace context in
-        ``params._meta``); else this side sends it (a CLIENT span: call :meth:`Operation.inject` to put
+        ``params._meta``); else this side sends it (a CLIENT span: call ``Operation.inject`` to put
         its context into the message).  The span is the current one until the operation finishes
-        (call :meth:`Operation.finish` in the same task), unless not ``current`` (an operation that
+        (call ``Operation.finish`` in the same task), unless not ``current`` (an operation that
         outlives the block that began it, such as a subscription a context manager yields).  Call
-        :meth:`Operation.finish` with the answer."""
+        ``Operation.finish`` with the answer."""
         otel = self.otel
         tracing, metering = (False, False) if otel is None else otel.live()
         if not (tracing or metering or self.registry is not None or self.request_log):

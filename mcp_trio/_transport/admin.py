@@ -197,7 +197,7 @@ class AdminApp:
     the app's): ``/metrics``, ``/healthz``, ``/readyz`` and ``/stats`` (see the module's docstring).
 
     Making it turns on the app server's Prometheus histograms
-    (:meth:`~mcp_trio._observe.telemetry.Telemetry.enable_metrics`).  It answers the ASGI lifespan
+    (:meth:`~mcp_trio.server.Telemetry.enable_metrics`).  It answers the ASGI lifespan
     protocol (there is nothing to start: the :class:`MCPApp` runs on its own), so any ASGI server
     serves it; :func:`mcp_trio.serve` does with ``admin_bind="HOST:PORT"``."""
 
