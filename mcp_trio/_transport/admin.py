@@ -118,6 +118,11 @@ def samples(stats: Mapping[str, Any]) -> list[Sample]:
         for key, kind, name, help in _EVENT_STORE:
             if _is_number(store.get(key)):
                 found.append((name, kind, help, [({}, store[key])]))
+    refused = stats.get("refused")
+    if isinstance(refused, Mapping):
+        counts = [({"status": status}, count) for status, count in refused.items() if _is_number(count)]
+        help = "HTTP requests refused before any handler (admission, framing, unknown sessions), by status"
+        found.append(("mcp_trio_http_refused_total", "counter", help, counts))
     found.extend(_redis_samples(stats))
     return found
 

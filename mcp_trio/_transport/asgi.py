@@ -84,6 +84,8 @@ class MCPApp:
         self._told_not_running = False
         self._stats_cache: tuple[float, bytes] | None = None
         """When the statistics ``stats_path`` serves were computed, and their JSON."""
+        self._refused: dict[int, int] = {}
+        """Requests refused before any handler (admission, framing, unknown sessions), by HTTP status."""
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -162,6 +164,7 @@ class MCPApp:
         stats["websocket_requests"] = sum(c.statistics()["inflight"] for c in self._websockets)
         stats["writes_in_progress"] = len(self._sends)
         stats["writes_stalled"] = sum(now - guard.since > STALLED_AFTER for guard in self._sends)
+        stats["refused"] = {str(status): count for status, count in sorted(self._refused.items())}
         return stats
 
     # -- ASGI -------------------------------------------------------------------------------
@@ -204,6 +207,7 @@ class MCPApp:
         send = GuardedSend(raw_send, abortable=abortable, in_progress=self._sends)
         try:
             if facts.ambiguous_framing:  # before anything else: the request's end is in doubt
+                self._refused[400] = self._refused.get(400, 0) + 1
                 await reject(send, admission.AMBIGUOUS_FRAMING)
             elif metadata:
                 await self._metadata(facts, send)
@@ -238,6 +242,7 @@ class MCPApp:
             else:
                 await self._legacy.delete(facts, send, principal, scope.get("client"))
         except RemoteProtocolError as exc:
+            self._refused[exc.http_status] = self._refused.get(exc.http_status, 0) + 1
             await reject(send, exc)
         except _ClientGone:
             return

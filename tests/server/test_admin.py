@@ -212,6 +212,30 @@ async def test_the_histograms_record_a_tools_call_and_the_session_gauges_count()
         assert samples_named(series, "mcp_trio_sessions_open") == [0]
 
 
+async def test_refused_requests_are_counted_by_status() -> None:
+    """Requests refused before any handler (a wrong Accept, an unknown session, a bad body) count in
+    ``mcp_trio_http_refused_total``, by status: a flood of them shows on /metrics."""
+    async with demo() as (app, admin, client):
+        _, series = await metrics(admin)
+        assert samples_named(series, "mcp_trio_http_refused_total") == []
+        for _ in range(3):
+            response = await client.asgi.request(
+                "POST", headers={"content-type": "application/json"}, body=b"{}"
+            )
+            assert response.status == 406  # no Accept of both JSON and SSE
+        response = await client.asgi.request(
+            "DELETE", headers={"mcp-session-id": "no-such-session", "mcp-protocol-version": "2025-11-25"}
+        )
+        assert response.status == 404
+        await client.initialize()
+        assert (await client.post(b"{not json")).status == 400
+        _, series = await metrics(admin)
+        assert samples_named(series, "mcp_trio_http_refused_total", status="406") == [3]
+        assert samples_named(series, "mcp_trio_http_refused_total", status="404") == [1]
+        assert samples_named(series, "mcp_trio_http_refused_total", status="400") == [1]
+        assert app.statistics()["refused"] == {"400": 1, "404": 1, "406": 3}
+
+
 async def test_metrics_of_redis_links_and_readiness_when_one_is_down() -> None:
     bus = _FakeRedisBus()
     server = build_demo_server()
