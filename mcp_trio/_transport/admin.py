@@ -21,10 +21,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from .._observe.prometheus import Sample
-from .asgi import STATS_MAX_AGE
 from .streams import TRANSPORT_ERRORS
 from .wire import Receive, Scope, Send
 
@@ -209,21 +206,12 @@ class AdminApp:
     def __init__(self, app: MCPApp) -> None:
         self.app = app
         self.registry = app.server.telemetry.enable_metrics()
-        self._stats: tuple[float, dict[str, Any]] | None = None
-
-    def statistics(self) -> dict[str, Any]:
-        """:meth:`MCPApp.statistics`, computed at most ``STATS_MAX_AGE`` ago (they count every task of
-        the process: however often the listener is asked, they are computed at most 20 times a
-        second)."""
-        now = trio.current_time()
-        cached = self._stats
-        if cached is None or not 0 <= now - cached[0] < STATS_MAX_AGE:
-            cached = self._stats = (now, self.app.statistics())
-        return cached[1]
 
     def metrics(self) -> str:
-        """The Prometheus text exposition: the histograms, then the transport's gauges and counters."""
-        return self.registry.render(samples(self.statistics()))
+        """The Prometheus text exposition: the histograms, then the transport's gauges and counters
+        (:meth:`MCPApp.recent_statistics`: however often the listener is asked, they are computed at
+        most 20 times a second)."""
+        return self.registry.render(samples(self.app.recent_statistics()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
@@ -253,7 +241,7 @@ class AdminApp:
             state = readiness(self.app)
             await _respond(send, 200 if state["ready"] else 503, _json(state), "application/json")
         elif path == "/stats":
-            await _respond(send, 200, _json(self.statistics()), "application/json")
+            await _respond(send, 200, _json(self.app.recent_statistics()), "application/json")
         else:
             await _respond(send, 200, self.metrics().encode(), METRICS_CONTENT_TYPE)
 

@@ -82,8 +82,8 @@ class MCPApp:
         self._draining = False
         """Readiness has turned (see :meth:`_drain`)."""
         self._told_not_running = False
-        self._stats_cache: tuple[float, bytes] | None = None
-        """When the statistics ``stats_path`` serves were computed, and their JSON."""
+        self._stats_cache: tuple[float, dict[str, Any]] | None = None
+        """When :meth:`recent_statistics` were computed, and what they were."""
         self._refused: dict[int, int] = {}
         """Requests refused before any handler (admission, framing, unknown sessions), by HTTP status."""
 
@@ -167,6 +167,15 @@ class MCPApp:
         stats["refused"] = {str(status): count for status, count in sorted(self._refused.items())}
         return stats
 
+    def recent_statistics(self) -> dict[str, Any]:
+        """:meth:`statistics` computed at most :data:`STATS_MAX_AGE` ago, whatever the rate of
+        requests for them (``stats_path``, an operations listener): they count every task of the process."""
+        now = trio.current_time()
+        cached = self._stats_cache
+        if cached is None or not 0 <= now - cached[0] < STATS_MAX_AGE:
+            cached = self._stats_cache = (now, self.statistics())
+        return cached[1]
+
     # -- ASGI -------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -249,15 +258,10 @@ class MCPApp:
 
     async def _statistics_endpoint(self, scope: Scope, facts: http.RequestFacts, send: GuardedSend) -> None:
         """``GET`` on ``stats_path``: the admission of the endpoint (``Host``/``Origin``, then the bearer
-        check or ``authenticate``), then :meth:`statistics` as JSON, computed at most once per
-        :data:`STATS_MAX_AGE` whatever the rate of requests (it counts every task of the process)."""
+        check or ``authenticate``), then :meth:`recent_statistics` as JSON."""
         admission.check_stats_method(facts)
         await self._admit(scope, facts)
-        now = trio.current_time()
-        cached = self._stats_cache
-        if cached is None or now - cached[0] >= STATS_MAX_AGE or now < cached[0]:
-            cached = self._stats_cache = (now, json.dumps(self.statistics()).encode())
-        await respond(send, 200, cached[1])
+        await respond(send, 200, json.dumps(self.recent_statistics()).encode())
 
     async def _admit(self, scope: Scope, facts: http.RequestFacts) -> object:
         """The checks every request to the endpoint passes (an HTTP one or a WebSocket upgrade): no
