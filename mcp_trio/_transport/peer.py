@@ -169,20 +169,18 @@ class SessionPeer:
             protocol_version=self.protocol_version,
             session_id=self.session_id,
         )
+        call = self._outgoing.call(
+            method,
+            params,
+            lambda message: self._send_request(
+                message if operation is None else operation.inject(message), related
+            ),
+            lambda notice: None if self.closing else self._send_notice(notice, related),
+        )
         if operation is None:
-            return await self._outgoing.call(
-                method,
-                params,
-                lambda message: self._send_request(message, related),
-                lambda notice: None if self.closing else self._send_notice(notice, related),
-            )
+            return await call
         try:
-            result = await self._outgoing.call(
-                method,
-                params,
-                lambda message: self._send_request(operation.inject(message), related),
-                lambda notice: None if self.closing else self._send_notice(notice, related),
-            )
+            result = await call
         except RPCError as exc:
             operation.finish({"error": {"code": exc.code, "message": exc.message}})
             raise
