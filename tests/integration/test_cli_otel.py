@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from test_cli_serve import _drain
 
 from mcp_trio._cli.otel_setup import SHUTDOWN_TIMEOUT
 from mcp_trio._observe.conventions import DURATION_BUCKETS
@@ -589,8 +590,3 @@ async def run_until_serving(
         await process.stdout.aclose()
         await process.stderr.aclose()
     return code, stdout.decode(), stderr.decode()
-
-
-async def _drain(stream: trio.abc.ReceiveStream, sink: bytearray) -> None:
-    while chunk := await stream.receive_some(65536):
-        sink += chunk
