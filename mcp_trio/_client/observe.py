@@ -63,7 +63,7 @@ def carrier_of(url: str, protocol: str) -> Carrier:
         port = None
     if port is None:
         port = _DEFAULT_PORTS.get(parts.scheme)
-    return Carrier("tcp", protocol, None, parts.hostname or None, port)
+    return Carrier("tcp", protocol, parts.hostname or None, port)
 
 
 class Listed:

@@ -111,7 +111,7 @@ class WebSocketTransport(MessageTransport):
                 raise TransportError(f"the WebSocket handshake with {url} failed: {_reason(exc)}") from exc
             raise
         transport = cls(stream, ws, max_message_size)
-        transport.carrier = Carrier("tcp", "websocket", None, host, port)
+        transport.carrier = Carrier("tcp", "websocket", host, port)
         return transport
 
     async def _send_raw(self, data: bytes) -> None:

@@ -49,12 +49,11 @@ def _broken(what: str) -> None:
 
 class Carrier(NamedTuple):
     """How a connection carries MCP messages: ``network.transport`` (``tcp``, ``pipe``, ``unix``),
-    ``network.protocol.name`` (``http``, ``websocket``) and ``network.protocol.version``; on a client,
-    the server it reaches (``server.address``, ``server.port``: from its URL)."""
+    ``network.protocol.name`` (``http``, ``websocket``); on a client, the server it reaches
+    (``server.address``, ``server.port``: from its URL)."""
 
     transport: str
     protocol: str | None = None
-    version: str | None = None
     address: str | None = None
     port: int | None = None
 
@@ -62,8 +61,6 @@ class Carrier(NamedTuple):
         out: dict[str, Any] = {"network.transport": self.transport}
         if self.protocol is not None:
             out["network.protocol.name"] = self.protocol
-            if self.version is not None:
-                out["network.protocol.version"] = self.version
         if self.address is not None:
             out["server.address"] = self.address
             if self.port is not None:
@@ -313,7 +310,7 @@ class Operation:
         if self._metering or telemetry.registry is not None:
             attributes = metric_attributes(self.attributes, error_type, status_code, telemetry.known)
             for key in ("mcp.protocol.version", "network.transport", "network.protocol.name",
-                        "network.protocol.version", "server.address", "server.port"):  # fmt: skip
+                        "server.address", "server.port"):  # fmt: skip
                 if key in self.attributes:
                     attributes[key] = self.attributes[key]
             if self._metering:
