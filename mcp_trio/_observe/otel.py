@@ -159,9 +159,10 @@ class OtelInstruments:
                 otel_context.detach(token)  # type: ignore[arg-type]
 
     @staticmethod
-    def trace_ids() -> tuple[str, str] | None:
-        """The current span's trace and span ids (hex), for a log record; None without a span."""
-        context = trace.get_current_span().get_span_context()
+    def trace_ids(span: Any = None) -> tuple[str, str] | None:
+        """The trace and span ids (hex) of ``span`` (else the current one), for a log record; None
+        without a valid span."""
+        context = (trace.get_current_span() if span is None else span).get_span_context()
         if not context.is_valid:
             return None
         return format(context.trace_id, "032x"), format(context.span_id, "016x")

@@ -303,8 +303,7 @@ class Operation:
         ids = None
         if self._span is not None:
             if self._logged:
-                context = self._span.get_span_context()
-                ids = format(context.trace_id, "032x"), format(context.span_id, "016x")
+                ids = telemetry.otel.trace_ids(self._span)
             telemetry.otel.end(self._span, self._token, error_type, status_code, description)
             self._span = None
         if self._metering or telemetry.registry is not None:
