@@ -168,7 +168,7 @@ class MCPApp:
         return stats
 
     def recent_statistics(self) -> dict[str, Any]:
-        """:meth:`statistics` computed at most :data:`STATS_MAX_AGE` ago, whatever the rate of
+        """:meth:`statistics` computed at most ``STATS_MAX_AGE`` (0.05 s) ago, whatever the rate of
         requests for them (``stats_path``, an operations listener): they count every task of the process."""
         now = trio.current_time()
         cached = self._stats_cache
