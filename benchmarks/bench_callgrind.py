@@ -1,10 +1,12 @@
 """Instructions per request of whole servers (HTTP server, ASGI, app), counted by callgrind.
 
-    python3 benchmarks/bench_callgrind.py [--era 2026|2025] [--servers mcp-trio,bare-asgi,python-sdk]
+    python3 benchmarks/bench_callgrind.py [--era 2026|2025] [--sessions] [--servers mcp-trio,bare-asgi]
 
 Each server runs under ``valgrind --tool=callgrind`` twice, once serving ``--low`` and once ``--high``
 ``tools/call`` requests (2026-07-28 stateless POSTs, or calls on 2025 sessions with SSE answers) from
-``--concurrency`` keep-alive connections, every answer checked as ``bench_server.py`` checks it; the
+``--concurrency`` keep-alive connections, every answer checked as ``bench_server.py`` checks it; with
+``--sessions``, whole 2025 sessions instead (POST initialize, POST notifications/initialized, DELETE),
+one after the other on each connection.  The
 difference of the two totals divided by the difference of the counts is what one request costs the
 server process, start-up and shutdown cancelled out.  The same count comes back for the same code
 whatever else the machine does, so it answers "did this change make the server cheaper" where timings
@@ -49,18 +51,37 @@ SERVERS = {
         "--admin-bind",
         "127.0.0.1:0",
     ],
+    # the embedded Trio + h11 server instead of hypercorn
+    "mcp-trio-h11": [
+        "-c",
+        "import sys; from mcp_trio._cli import main; main(sys.argv[1:])",
+        "demo",
+        "--bind",
+        "127.0.0.1:0",
+        "--http",
+        "h11",
+    ],
     "bare-asgi": [str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"],
+    "bare-h11": [str(HERE / "baseline_bare_h11.py"), "--bind", "127.0.0.1:0"],
     "python-sdk": [str(HERE / "baseline_python_sdk.py"), "--bind", "127.0.0.1:0"],
 }
 
 
-async def load(target: bs.Target, era: str, count: int, concurrency: int) -> None:
-    """``count`` tools/call requests over ``concurrency`` connections; any wrong answer raises."""
+async def load(target: bs.Target, era: str, count: int, concurrency: int, sessions: bool = False) -> None:
+    """``count`` tools/call requests (or sessions) on ``concurrency`` connections; a wrong answer raises."""
     left = count
 
     async def worker() -> None:
         nonlocal left
         conn = bs.Connection(target)
+        if sessions:
+            while left > 0:
+                left -= 1
+                session = bs.Session(conn)
+                await session.initialize()
+                await session.delete()
+            await conn.close()
+            return
         session = bs.Session(conn) if era == "2025" else None
         client = bs.ModernClient(conn) if era == "2026" else None
         if session is not None:
@@ -82,7 +103,7 @@ async def load(target: bs.Target, era: str, count: int, concurrency: int) -> Non
                 nursery.start_soon(worker)
 
 
-def instructions(name: str, era: str, count: int, concurrency: int) -> int:
+def instructions(name: str, era: str, count: int, concurrency: int, sessions: bool = False) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
         argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, *SERVERS[name]]
@@ -91,7 +112,7 @@ def instructions(name: str, era: str, count: int, concurrency: int) -> int:
         )
         try:
             target = server.start()
-            trio.run(load, target, era, count, concurrency)
+            trio.run(load, target, era, count, concurrency, sessions)
         finally:
             server.stop()
         for line in out.read_text().splitlines():
@@ -106,6 +127,11 @@ def main() -> None:
     parser.add_argument(
         "--servers", default="mcp-trio,bare-asgi", help="comma-separated: " + ",".join(SERVERS)
     )
+    parser.add_argument(
+        "--sessions",
+        action="store_true",
+        help="whole 2025 sessions (initialize, initialized, DELETE) instead of tools/call",
+    )
     parser.add_argument("--low", type=int, default=300)
     parser.add_argument("--high", type=int, default=1300)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -113,14 +139,18 @@ def main() -> None:
     names = args.servers.split(",")
     if unknown := [n for n in names if n not in SERVERS]:
         parser.error(f"unknown servers: {unknown}")
+    if args.sessions and args.era != "2025":
+        parser.error("--sessions needs --era 2025")
+    unit = "session" if args.sessions else "request"
     per: dict[str, float] = {}
     for name in names:
-        low = instructions(name, args.era, args.low, args.concurrency)
-        high = instructions(name, args.era, args.high, args.concurrency)
+        low = instructions(name, args.era, args.low, args.concurrency, args.sessions)
+        high = instructions(name, args.era, args.high, args.concurrency, args.sessions)
         per[name] = (high - low) / (args.high - args.low)
-        print(f"{name}: {per[name] / 1e6:.3f} M instructions per request", flush=True)
+        print(f"{name}: {per[name] / 1e6:.3f} M instructions per {unit}", flush=True)
     first = names[0]
-    print(f"\n| server | {args.era} tools/call: instructions per request | relative to {first} |")
+    what = "2025 session" if args.sessions else f"{args.era} tools/call"
+    print(f"\n| server | {what}: instructions per {unit} | relative to {first} |")
     print("|---|---|---|")
     for name in names:
         print(f"| {name} | {per[name] / 1e6:.3f} M | {per[name] / per[first]:.2f}x |")
