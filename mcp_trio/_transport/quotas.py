@@ -3,6 +3,7 @@ session of ``max_sessions`` (2025-era sessions and WebSocket connections count a
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 from ..errors import SessionError
@@ -24,8 +25,16 @@ def client_address(client: object) -> str | None:
     address (a Unix socket, a server that does not say)."""
     if not isinstance(client, (tuple, list)) or not client:
         return None
+    host = client[0]
+    return _address_key(host) if type(host) is str else _address_key.__wrapped__(str(host))
+
+
+@functools.lru_cache(maxsize=1024)
+def _address_key(host: str) -> str | None:
+    """The quota key of a host address (cached: a client opens its sessions from one address; the
+    cache is bounded whatever addresses clients come from)."""
     try:
-        address = ipaddress.ip_address(str(client[0]).split("%", 1)[0])
+        address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return None
     if isinstance(address, ipaddress.IPv6Address):

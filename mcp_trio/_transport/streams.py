@@ -432,15 +432,19 @@ async def respond(
     content_type: bytes | None = b"application/json",
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    """Send a whole response that no stream carries (a refusal, a 202, a 204, a DELETE's 200)."""
+    """Send a whole response that no stream carries (a refusal, a 202, a 204, a DELETE's 200), from the
+    request's own task.  Nothing a session owns cancels that task, so on a server where cutting a send
+    is safe the two sends need no shielded scope (:meth:`GuardedSend.whole` with ``shield=False``): the
+    server's shutdown cuts it by closing the connection, and the server's write timeout bounds a client
+    that stops reading.  Elsewhere they are shielded as every send is."""
     headers = [(b"content-type", content_type)] if content_type and body else []
     headers.extend(extra or ())
     if status != 204:
         headers.append(content_length(body))
     start = {"type": "http.response.start", "status": status, "headers": headers}
     end = {"type": "http.response.body", "body": body, "more_body": False}
-    if isinstance(send, GuardedSend):  # one shielded scope for the two sends
-        await send.whole(start, end)
+    if isinstance(send, GuardedSend):
+        await send.whole(start, end, shield=False)
     else:
         await send(start)
         await send(end)
