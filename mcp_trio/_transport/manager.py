@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from math import inf
 from typing import Any
 
 import trio
@@ -52,6 +54,11 @@ class SessionManager:
         """Draining: no new session is made here (``initialize`` gets 503); adoption is refused too."""
         self._deferred: dict[Stream, tuple[float, Session]] = {}
         self._starter_parked: trio.Event | None = None
+        self._expiries: list[list[Any]] = []
+        """The expiry clock's heap of ``[deadline, order, session]`` (``session`` None once it ended)."""
+        self._expiry_order = 0
+        self._expiries_ended = 0
+        self._expiry_sleep: trio.CancelScope | None = None
         self.on_forget: Callable[[Session], None] | None = None
         """Called with each session removed from the registry (the app's worker link uses it)."""
         self.on_change: Callable[[SessionPeer], None] | None = None
@@ -64,6 +71,7 @@ class SessionManager:
         try:
             async with trio.open_nursery() as outer:
                 outer.start_soon(self._start_deferred_writers, name="mcp deferred SSE starts")
+                outer.start_soon(self._expire_sessions, name="mcp session expiry")
                 async with trio.open_nursery() as nursery:  # the sessions' own
                     self._nursery = nursery
                     task_status.started()
@@ -72,6 +80,8 @@ class SessionManager:
             self._nursery = None
             self._closing = True
             self._deferred.clear()
+            self._expiries.clear()
+            self._expiries_ended = 0
 
     # -- deferred SSE starts -------------------------------------------------------------------
 
@@ -107,6 +117,56 @@ class SessionManager:
                 self._starter_parked = trio.Event()
                 await self._starter_parked.wait()
                 self._starter_parked = None
+
+    # -- session expiry ----------------------------------------------------------------------
+
+    def _watch(self, session: Session) -> None:
+        """Put a new session on the expiry clock."""
+        deadline = session.expires_at(trio.current_time())
+        self._expiry_order += 1
+        entry = session.expiry = [deadline, self._expiry_order, session]
+        heapq.heappush(self._expiries, entry)
+        sleep = self._expiry_sleep
+        if sleep is not None and deadline < sleep.deadline:
+            sleep.deadline = deadline
+
+    def _unwatch(self, session: Session) -> None:
+        """An ended session leaves the clock: its entry is emptied at once (the session is not kept
+        alive by it), and the heap is rebuilt once ended entries outnumber the live ones."""
+        entry, session.expiry = session.expiry, None
+        if entry is None:
+            return
+        entry[2] = None
+        self._expiries_ended += 1
+        heap = self._expiries
+        if self._expiries_ended > 32 and self._expiries_ended * 2 > len(heap):
+            heap[:] = [e for e in heap if e[2] is not None]
+            heapq.heapify(heap)
+            self._expiries_ended = 0
+
+    async def _expire_sessions(self) -> None:
+        """One clock for every session's idle and init timeouts (a timer per session cost each one a
+        cancel scope, an event and a task frame): it sleeps until the earliest deadline, then ends the
+        sessions whose time has come and puts the others back at their new deadline."""
+        heap = self._expiries
+        while True:
+            with trio.CancelScope(deadline=heap[0][0] if heap else inf) as self._expiry_sleep:
+                await trio.sleep_forever()
+            self._expiry_sleep = None
+            now = trio.current_time()
+            while heap and heap[0][0] <= now:
+                entry = heapq.heappop(heap)
+                session: Session | None = entry[2]
+                if session is None:
+                    self._expiries_ended -= 1
+                    continue
+                deadline = session.expires_at(now)
+                if deadline <= now:
+                    entry[2] = session.expiry = None
+                    session.expire()
+                else:
+                    entry[0] = deadline
+                    heapq.heappush(heap, entry)
 
     @property
     def shared_events(self) -> bool:
@@ -155,6 +215,7 @@ class SessionManager:
         # start_soon, not start: no round trip to the session's task; what the session is given to run
         # before its task has opened the nursery starts there first (Session._spawn).
         self._nursery.start_soon(session.run, name=f"mcp session {session.session_id[:8]}")
+        self._watch(session)
         self._sessions.add(session)  # its task's ``finally`` removes it, whatever happens
         self.sessions_created += 1
         try:
@@ -179,6 +240,7 @@ class SessionManager:
 
     def forget(self, session: Session) -> None:
         self._sessions.remove(session)
+        self._unwatch(session)
         quota, session.quota = session.quota, None
         if quota is not None:
             self.quotas.give_back(quota)

@@ -41,6 +41,16 @@ class SessionPeer:
     waiting; :meth:`_cancel_request` cancels a running request's handler.
     """
 
+    __slots__ = (
+        "_outgoing",
+        "client_capabilities",
+        "client_info",
+        "log_level",
+        "on_change",
+        "protocol_version",
+        "subscriptions",
+    )
+
     server: MCPServer
     session_id: str | None
     closing: bool

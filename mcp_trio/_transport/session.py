@@ -66,6 +66,36 @@ class Session(SessionPeer):
     event id, JSON bodies): it feeds it what happens and does what it answers, with the session's
     nursery, queues and exchanges."""
 
+    __slots__ = (
+        "_busy",
+        "_closed",
+        "_config",
+        "_created",
+        "_early",
+        "_ended",
+        "_exchanges",
+        "_idle_since",
+        "_inflight",
+        "_manager",
+        "_nursery",
+        "_parked",
+        "_store",
+        "closing",
+        "expiry",
+        "moved",
+        "moving",
+        "owner",
+        "principal",
+        "quota",
+        "revision",
+        "server",
+        "session_id",
+        "state",
+        "streams",
+    )
+    """Slots: an idle session is mostly this object (a ``__dict__`` of this many attributes alone is
+    over 1.5 KiB)."""
+
     session_id: str
     carrier = HTTP
 
@@ -109,8 +139,10 @@ class Session(SessionPeer):
         """Tasks offered before :meth:`run` opened the nursery (None once it has): started there first."""
         self._busy = 0
         self._created = self._idle_since = trio.current_time()
-        self._wake = trio.Event()
-        """Set by :meth:`close`: the expiry watcher returns and the session ends."""
+        self._parked: trio.lowlevel.Task | None = None
+        """The session's task while it waits for :meth:`close` (which wakes it: the session ends)."""
+        self.expiry: list[Any] | None = None
+        """Its entry in the manager's expiry clock (``[deadline, order, session]``), until it ends."""
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -131,7 +163,7 @@ class Session(SessionPeer):
                     for fn, args, name in early or ():
                         nursery.start_soon(fn, *args, name=name)
                     task_status.started()
-                    await self._watch_expiry()
+                    await self._until_closed()
                     self.closing = True  # before the nursery can close: no new task is offered to it
                     nursery.cancel_scope.cancel()
         finally:
@@ -153,13 +185,15 @@ class Session(SessionPeer):
     def close(self) -> None:
         """End the session now: cancels its nursery, so every stream and handler of it ends; a send
         stuck on a client that stopped reading is cut rather than waited for.  A session with no task
-        but its expiry watcher is not cancelled: the watcher is woken and returns (cheaper than
-        delivering ``Cancelled``); a task started after that is cancelled when the watcher returns."""
+        is not cancelled: its own task is woken and ends it (cheaper than delivering ``Cancelled``); a
+        task started after that is cancelled then."""
         self.closing = True
         nursery = self._nursery
         if nursery is not None and nursery.child_tasks:
             nursery.cancel_scope.cancel()
-        self._wake.set()
+        task, self._parked = self._parked, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
         for exchange in self._exchanges:
             if exchange.guard is not None:
                 exchange.guard.abort()
@@ -192,26 +226,36 @@ class Session(SessionPeer):
         if not self._busy:
             self._idle_since = trio.current_time()
 
-    async def _watch_expiry(self) -> None:
-        """Return when the session is closed (:meth:`close` sets :attr:`_wake`) or expires."""
+    async def _until_closed(self) -> None:
+        """Wait until :meth:`close` (a DELETE, the manager's expiry clock, the server's shutdown): the
+        task parks, with no timer or event of its own (the manager's one clock serves every session)."""
+        if self.closing:  # closed before its task ran: nothing to wait for
+            return
+        self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._unpark)
+
+    def _unpark(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        self._parked = None  # cancelled (the manager's nursery: shutdown)
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def expires_at(self, now: float) -> float:
+        """When the session expires if nothing happens before: ``idle_timeout`` after its last request
+        ended (a whole ``idle_timeout`` from ``now`` while a request or stream is open: requests never
+        need to tell the clock, a deadline only ever moves later), and within ``init_timeout`` of its
+        creation until ``notifications/initialized``."""
         config = self._config
-        wake = self._wake
-        while not wake.is_set():
-            # While busy the session cannot expire before a whole idle timeout from now: the watcher
-            # sleeps until then and looks again (requests never need to wake it, nor does
-            # ``notifications/initialized``: a deadline only ever moves later).
-            now = trio.current_time()
-            if self._busy:
-                deadline = now + max(config.idle_timeout, 0.01)
-            else:
-                deadline = self._idle_since + config.idle_timeout
-            if self.state is SessionState.INITIALIZING:
-                deadline = min(deadline, self._created + config.init_timeout)
-            if now >= deadline:
-                logger.info("session %s expired", self.session_id)
-                return
-            with trio.move_on_at(deadline):
-                await wake.wait()
+        if self._busy:
+            deadline = now + max(config.idle_timeout, 0.01)
+        else:
+            deadline = self._idle_since + config.idle_timeout
+        if self.state is SessionState.INITIALIZING:
+            deadline = min(deadline, self._created + config.init_timeout)
+        return deadline
+
+    def expire(self) -> None:
+        """Its expiry time has come (the manager's clock): the session ends."""
+        logger.info("session %s expired", self.session_id)
+        self.close()
 
     @property
     def nursery(self) -> trio.Nursery:

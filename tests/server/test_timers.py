@@ -97,3 +97,38 @@ async def test_configured_timeouts(client: Client, app: MCPApp, autojump_clock) 
     await trio.sleep(2)
     await settle()
     assert app.statistics()["sessions"] == 0
+
+
+async def test_a_later_session_with_an_earlier_deadline_expires_on_time(
+    client: Client, app: MCPApp, autojump_clock
+) -> None:
+    """One clock serves every session: a session made while it sleeps until a later deadline (an
+    initialized session's idle timeout) still ends at its own (an uninitialized one's init timeout)."""
+    await client.initialize()  # idle expiry in 30 minutes
+    await trio.sleep(60)
+    second = Client(client.asgi, app)
+    await second.initialize(initialized=False)  # init timeout in 60 seconds
+    assert app.statistics()["sessions"] == 2
+    await trio.sleep(61)
+    assert app.statistics()["sessions"] == 1
+    response = await client.post(b'{"jsonrpc":"2.0","id":2,"method":"ping"}')
+    assert response.status == 200
+    await trio.sleep(31 * 60)
+    assert app.statistics()["sessions"] == 0
+
+
+async def test_the_clock_keeps_no_ended_session(client: Client, app: MCPApp, autojump_clock) -> None:
+    """An ended session leaves the expiry clock at once (the clock holds no reference to it) and the
+    clock's own entries stay bounded by the live sessions, however many sessions come and go."""
+    manager = app._manager
+    for _ in range(300):
+        await client.initialize()
+        response = await client.asgi.request("DELETE", headers=client.headers())
+        assert response.status == 200
+    await settle()
+    assert app.statistics()["sessions"] == 0
+    assert all(entry[2] is None for entry in manager._expiries)
+    assert len(manager._expiries) <= 64
+    await client.initialize()
+    await trio.sleep(31 * 60)  # the clock still works after its entries were rebuilt
+    assert app.statistics()["sessions"] == 0
