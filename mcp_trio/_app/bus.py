@@ -22,7 +22,7 @@ __all__ = ["LocalNotificationBus", "NotificationBus", "Subscriber"]
 class Subscriber(Protocol):
     """What the bus needs of a peer."""
 
-    subscriptions: set[str]
+    subscriptions: set[str] | frozenset[str]
     """The resource URIs it subscribed to (``notifications/resources/updated`` goes only there)."""
 
     def notify_nowait(self, message: dict[str, Any]) -> None:

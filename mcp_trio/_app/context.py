@@ -38,7 +38,8 @@ class Peer(Protocol):
     log_level: mt.LoggingLevel | None
     client_info: dict[str, Any]
     client_capabilities: dict[str, Any]
-    subscriptions: set[str]
+    subscriptions: set[str] | frozenset[str]
+    """The resource URIs it subscribed to (a shared empty frozenset until its first subscription)."""
 
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None: ...
 

@@ -135,6 +135,8 @@ class CoreHandlers:
         subscriptions = ctx.peer.subscriptions
         if uri not in subscriptions and len(subscriptions) >= self.max_subscriptions:
             raise self._too_many_subscriptions()
+        if not isinstance(subscriptions, set):  # its first: sessions share one empty frozenset until then
+            subscriptions = ctx.peer.subscriptions = set()
         subscriptions.add(uri)
         return {}
 
@@ -149,7 +151,9 @@ class CoreHandlers:
         return RPCError(mt.INVALID_PARAMS, f"Too many subscriptions (limit {self.max_subscriptions})")
 
     async def _unsubscribe(self, ctx: Context, params: mt.UnsubscribeRequestParams) -> dict[str, Any]:
-        ctx.peer.subscriptions.discard(str(params.uri))
+        subscriptions = ctx.peer.subscriptions
+        if isinstance(subscriptions, set):
+            subscriptions.discard(str(params.uri))
         return {}
 
     async def _list_prompts(self, ctx: Context, params: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ __all__ = [
     "CUT",
     "END",
     "GET_STREAM",
+    "INITIALIZE_STREAM",
     "Outgoing",
     "Route",
     "SessionEvent",
@@ -93,6 +94,8 @@ def parse_event_id(event_id: str) -> tuple[int, int] | None:
 
 GET_STREAM = 0
 """The id of a session's standalone GET stream (POST streams count up from 1)."""
+INITIALIZE_STREAM = 1
+"""The stream of a session's ``initialize`` answer: its first POST stream."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,17 +35,17 @@ def split_fatal(exc: BaseException) -> tuple[BaseException | None, BaseException
 
 class contained:
     """Run a block whose failure must end only itself: cancellation propagates, anything else is
-    logged at ERROR (as ``"{what} failed"``, through ``log`` where given so that a flood of failures
-    is not a flood of tracebacks) and kept in :attr:`caught`.  With ``report=False`` nothing is
-    logged: the caller reports ``caught`` its own way (a lost Redis connection is one WARNING per
-    outage, not a traceback per attempt).
+    logged at ERROR (as ``"{what} failed"``, ``what`` formatted only then, through ``log`` where given
+    so that a flood of failures is not a flood of tracebacks) and kept in :attr:`caught`.  With
+    ``report=False`` nothing is logged: the caller reports ``caught`` its own way (a lost Redis
+    connection is one WARNING per outage, not a traceback per attempt).
 
     A class rather than a ``@contextmanager`` generator: it runs around every request's handler, and a
     generator-based context manager costs several times as much to enter and leave."""
 
     __slots__ = ("_log", "_report", "_what", "caught")
 
-    def __init__(self, what: str, log: RateLimitedLog | None = None, *, report: bool = True) -> None:
+    def __init__(self, what: object, log: RateLimitedLog | None = None, *, report: bool = True) -> None:
         self._what = what
         self._log = log
         self._report = report

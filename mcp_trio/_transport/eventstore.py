@@ -230,6 +230,16 @@ class InMemoryEventStore:
     async def forget_session(self, session_id: str) -> None:
         self.forget_session_nowait(session_id)
 
+    def forget_stream_nowait(self, session_id: str, stream_id: int) -> None:
+        """Drop one stream's events (a session's ``initialize`` answer once the client said
+        ``notifications/initialized``), and the session's record if nothing is left in it."""
+        session = self._sessions.get(session_id)
+        if session is None or stream_id not in session.streams:
+            return
+        self._remove_stream(session, stream_id)
+        if not session.streams:
+            del self._sessions[session_id]
+
     def forget_session_nowait(self, session_id: str) -> None:
         """:meth:`forget_session` without an await (what a closing session calls when its store's
         ``forget_session`` is this class's own)."""

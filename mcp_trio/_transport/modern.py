@@ -65,7 +65,7 @@ class RequestPeer:
         caps = meta.get(mt.CLIENT_CAPABILITIES_META_KEY)
         self.client_info: dict[str, Any] = info if isinstance(info, dict) else {}
         self.client_capabilities: dict[str, Any] = caps if isinstance(caps, dict) else {}
-        self.subscriptions: set[str] = set()
+        self.subscriptions: set[str] | frozenset[str] = set()
         self.known: dict[str, Any] = {}
         self.used: dict[str, Any] = {}
         self.missing: dict[str, dict[str, Any]] = {}

@@ -32,6 +32,9 @@ RECORDED_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "resour
 
 logger = logging.getLogger(__name__)
 
+NO_SUBSCRIPTIONS: frozenset[str] = frozenset()
+"""The resource subscriptions of a session that has none (no empty set per session: 216 bytes)."""
+
 
 class SessionPeer:
     """The transport-neutral half of a 2025 session (a :class:`~mcp_trio._app.context.Peer`).
@@ -63,7 +66,7 @@ class SessionPeer:
         self.log_level: mt.LoggingLevel | None = None
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
-        self.subscriptions: set[str] = set()
+        self.subscriptions: set[str] | frozenset[str] = NO_SUBSCRIPTIONS  # a set once it subscribes
         self._outgoing = PendingRequests()
         self.on_change: Callable[[SessionPeer], None] | None = None
         """Called when what the session's record holds changed (``notifications/initialized``, the

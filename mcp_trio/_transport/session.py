@@ -20,6 +20,7 @@ from .._protocol.session import (
     CUT,
     END,
     GET_STREAM,
+    INITIALIZE_STREAM,
     Outgoing,
     Route,
     SessionEvent,
@@ -42,21 +43,25 @@ __all__ = ["Session"]
 logger = logging.getLogger(__name__)
 
 
+_NO_EXCHANGES: frozenset[Exchange] = frozenset()
+"""A session's open exchanges while it has none (an idle session keeps no empty set: 216 bytes)."""
+
+
 class _ExchangeMembership:
     """What :meth:`Session.connection` returns: its ``with`` block ends the exchange's membership of
     the session's open exchanges."""
 
-    __slots__ = ("_exchange", "_exchanges")
+    __slots__ = ("_exchange", "_session")
 
-    def __init__(self, exchanges: set[Exchange], exchange: Exchange) -> None:
-        self._exchanges = exchanges
+    def __init__(self, session: Session, exchange: Exchange) -> None:
+        self._session = session
         self._exchange = exchange
 
     def __enter__(self) -> None:
         pass
 
     def __exit__(self, *exc_info: object) -> None:
-        self._exchanges.discard(self._exchange)
+        self._session._leave(self._exchange)
 
 
 class Session(SessionPeer):
@@ -132,7 +137,7 @@ class Session(SessionPeer):
             retry=config.sse_retry_ms,
         )
         self._inflight: dict[mt.RequestId, trio.CancelScope] = {}
-        self._exchanges: set[Exchange] = set()
+        self._exchanges: set[Exchange] | frozenset[Exchange] = _NO_EXCHANGES
         """Every exchange (HTTP response) of the session not yet done: closing aborts their sends."""
         self._nursery: trio.Nursery | None = None
         self._early: list[tuple[Callable[..., Awaitable[object]], tuple[Any, ...], str | None]] | None = []
@@ -144,6 +149,9 @@ class Session(SessionPeer):
         self.expiry: list[Any] | None = None
         """Its entry in the manager's expiry clock (``[deadline, order, session]``), until it ends."""
 
+    def __str__(self) -> str:
+        return f"session {self.session_id}"  # what logs name it by (containment: "session ... failed")
+
     # -- lifetime ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -154,7 +162,7 @@ class Session(SessionPeer):
         and a session closed before this task ran ends at once (its early tasks start cancelled)."""
         clock = self._manager.server.telemetry.session(HTTP)
         try:
-            with contained(f"session {self.session_id}"):
+            with contained(self):
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     early, self._early = self._early, None
@@ -272,7 +280,14 @@ class Session(SessionPeer):
     # -- incoming ---------------------------------------------------------------------------
 
     def _initialized(self) -> None:
+        initializing = self.state is SessionState.INITIALIZING
         self.state = transition(self.state, SessionEvent.INITIALIZED)
+        if initializing and self._store is not None:
+            # The client has the initialize response: its stream (the session's first POST stream) need
+            # not be resumable any more, and an idle session keeps no event (stores that can say so).
+            forget = getattr(self._store, "forget_stream_nowait", None)
+            if forget is not None:
+                forget(self.session_id, INITIALIZE_STREAM)
 
     def _cancel_request(self, request_id: mt.RequestId) -> None:
         scope = self._inflight.get(request_id)
@@ -408,13 +423,23 @@ class Session(SessionPeer):
     ) -> _ExchangeMembership:
         """While its request task waits (``with session.connection(...):``): ``exchange`` carries
         ``stream`` (see :meth:`connect`), and the session's end cuts a send of it that is stuck."""
-        self._exchanges.add(exchange)
+        exchanges = self._exchanges
+        if not isinstance(exchanges, set):
+            exchanges = self._exchanges = set()
+        exchanges.add(exchange)
         try:
             self.connect(stream, exchange, replay_after)
         except BaseException:
-            self._exchanges.discard(exchange)
+            self._leave(exchange)
             raise
-        return _ExchangeMembership(self._exchanges, exchange)
+        return _ExchangeMembership(self, exchange)
+
+    def _leave(self, exchange: Exchange) -> None:
+        exchanges = self._exchanges
+        if isinstance(exchanges, set):
+            exchanges.discard(exchange)
+            if not exchanges:
+                self._exchanges = _NO_EXCHANGES
 
     def connect(self, stream: Stream, exchange: Exchange, replay_after: int | None = None) -> None:
         """Start the writer of ``exchange`` in the session's nursery (the caller waits on it); a

@@ -64,7 +64,7 @@ class Listener:
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         self.wanted = wanted
-        self.subscriptions = set(wanted.resource_subscriptions or ())
+        self.subscriptions: set[str] | frozenset[str] = set(wanted.resource_subscriptions or ())
         self._send, self.receive = trio.open_memory_channel[dict[str, Any] | None](buffer)
 
     def _wants(self, message: Mapping[str, Any]) -> bool:

@@ -9,7 +9,7 @@ import pytest
 from mcp_trio import MCPApp, ServerConfig
 from mcp_trio.server import InMemoryEventStore
 
-from .conftest import Client, call_body, settle
+from .conftest import Client, call_body, init_body, settle
 
 
 async def test_resume_a_post_stream_after_disconnect(client: Client, app: MCPApp) -> None:
@@ -130,3 +130,28 @@ async def test_in_memory_store_is_bounded() -> None:
     assert [e.seq for e in await store.replay_after("c", 1, 0)] == [2, 3, 4]
     await store.forget_session("c")
     assert store.statistics()["sessions"] == 1
+
+
+async def test_the_initialize_answer_is_resumable_until_the_client_says_initialized(
+    client: Client, app: MCPApp
+) -> None:
+    """The ``initialize`` answer's stream is kept (a client that lost it may resume it) until the
+    client sends ``notifications/initialized``: then it has the answer, and an idle session keeps no
+    event at all."""
+    response = await client.asgi.request("POST", headers=client.headers(), body=init_body())
+    client.session_id = response.headers["mcp-session-id"]
+    priming = await response.next_event()
+    answer = await response.next_event()
+    store = app._manager.event_store
+    assert store.holds(client.session_id)
+    resumed = await client.get_stream(**{"last-event-id": priming.id})
+    message = await resumed.next_message()
+    assert message["result"]["protocolVersion"] == json.loads(answer.data)["result"]["protocolVersion"]
+    assert (await client.notify("notifications/initialized")).status == 202
+    assert not store.holds(client.session_id)
+    assert store.statistics()["events"] == 0
+    resumed = await client.get_stream(**{"last-event-id": priming.id})
+    assert await resumed.next_message() is None  # nothing kept to replay: the stream just ends
+    other = Client(client.asgi, app)  # another session's events are untouched
+    await other.initialize(initialized=False)
+    assert store.holds(other.session_id)

@@ -42,7 +42,7 @@ class TaskPeer:
         self.protocol_version = protocol_version
         self.client_info: dict[str, Any] = {}
         self.client_capabilities = client_capabilities
-        self.subscriptions: set[str] = set()
+        self.subscriptions: set[str] | frozenset[str] = set()
         self.principal = run.principal
 
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
