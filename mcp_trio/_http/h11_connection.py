@@ -54,6 +54,8 @@ peer_log = RateLimitedLog(logger)
 """What clients do wrong (malformed requests, slow reading): one line per kind and interval."""
 
 _DISCONNECT = {"type": "http.disconnect"}
+_VERSIONS = {b"1.1": "1.1", b"1.0": "1.0"}
+_METHODS = {m.encode(): m for m in ("GET", "POST", "DELETE", "HEAD", "OPTIONS", "PUT", "PATCH")}
 
 
 class _Gone(Exception):
@@ -238,14 +240,16 @@ class H11Connection:
         scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": request.http_version.decode(),
-            "method": request.method.decode(),
+            "http_version": _VERSIONS.get(request.http_version) or request.http_version.decode(),
+            "method": _METHODS.get(request.method) or request.method.decode(),
             "scheme": "http",
             "path": unquote(path.decode("latin-1")),
             "raw_path": path,
             "query_string": query,
             "root_path": "",
-            "headers": list(request.headers),  # (lowercased name, value), as ASGI wants
+            # (lowercased name, value), as ASGI wants (h11's own list of them is a Sequence whose
+            # iteration makes a Python call per header)
+            "headers": [(name.lower(), value) for name, value in request.headers.raw_items()],
             "client": self.client,
             "server": self.server_addr,
             "extensions": {CANCELLABLE_SEND: {}, DISCONNECT_CALLBACK: hook},
