@@ -40,7 +40,7 @@ import trio
 from .._runtime.containment import contained
 from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
 from .._runtime.peerlog import RateLimitedLog
-from .h11_reader import SocketReader
+from .h11_reader import RAW_FD_IO, SocketReader
 from .h11_websocket import H11WebSocket, is_websocket_upgrade
 from .linger import half_close, linger_and_close
 
@@ -71,7 +71,7 @@ class H11Connection:
         "_disconnected",
         "_fd",
         "_hook",
-        "_idle_scope",
+        "_idle",
         "_pending_start",
         "_reader",
         "_request",
@@ -100,7 +100,8 @@ class H11Connection:
         self.server_addr = server_addr
         self.client = client
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_head_size)
-        self._idle_scope: trio.CancelScope | None = None
+        self._idle = False
+        """The connection waits for its next request (shutdown may close it)."""
         self._request: h11.Request | None = None
         self._body_done = False
         self._disconnected = False
@@ -147,8 +148,8 @@ class H11Connection:
             return
 
     def close_if_idle(self) -> None:
-        if self._idle_scope is not None:
-            self._idle_scope.cancel()
+        if self._idle:
+            self._reader.interrupt()
 
     def _client_gone(self) -> None:
         """The reader saw the end of file (or a reset): a response under way whose request was all read
@@ -173,19 +174,17 @@ class H11Connection:
             if idle and not conn.trailing_data[0]:
                 if reader.eof:
                     return None
-                with trio.CancelScope(deadline=trio.current_time() + self.config.keep_alive_timeout) as scope:
-                    self._idle_scope = scope
-                    try:
-                        await reader.wait()
-                    finally:
-                        self._idle_scope = None
+                self._idle = True
+                try:
+                    came = await reader.wait(self.config.keep_alive_timeout)
+                finally:
+                    self._idle = False
             elif reader.eof:
                 conn.receive_data(b"")
                 continue
             else:
-                with trio.move_on_after(self.config.read_timeout) as scope:
-                    await reader.wait()
-            if scope.cancelled_caught:
+                came = await reader.wait(self.config.read_timeout)
+            if not came:  # timed out (or an idle connection closed by shutdown)
                 return None
 
     async def _refuse(self, exc: h11.RemoteProtocolError) -> None:
@@ -431,7 +430,7 @@ class H11Connection:
             # if any, within write_timeout.
             await trio.lowlevel.checkpoint_if_cancelled()
             try:
-                sent = os.write(self._fd, data)
+                sent = os.write(self._fd, data) if RAW_FD_IO else 0
             except BlockingIOError:
                 sent = 0
             if sent < len(data):

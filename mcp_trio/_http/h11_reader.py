@@ -11,6 +11,12 @@ Bytes a client sends ahead (pipelining) are kept in h11 for its next cycle; once
 ``max_pipelined`` bytes have arrived since the serving task last asked for data, the reader stops
 reading until it asks again (a client cannot make the server buffer without bound).
 
+The serving task's waits are bounded (the keep-alive timeout between requests, the read timeout within
+one) without a cancel scope per wait: the reader's own wait for the socket runs under an alarm (a cancel
+scope's deadline) that is only ever moved earlier; when it goes off, the serving task is woken if its
+wait's deadline has passed, and otherwise the alarm is set again for that deadline.  Under steady load
+that is one alarm per keep-alive timeout, not a scope per request.
+
 The reader waits for the socket to be readable and then reads it (without the attempt before the wait
 that ``receive_some`` makes, which fails with ``EAGAIN`` on every request of a keep-alive connection).
 """
@@ -18,14 +24,19 @@ that ``receive_some`` makes, which fails with ``EAGAIN`` on every request of a k
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
+from math import inf
 
 import h11
 import trio
 
-__all__ = ["SocketReader"]
+__all__ = ["RAW_FD_IO", "SocketReader"]
 
 _RECEIVE_SIZE = 65536
+RAW_FD_IO = sys.platform != "win32"
+"""A socket's descriptor can be read and written with ``os.read``/``os.write`` (not on Windows, where
+the reader uses ``receive_some`` and writes go through ``send_all``)."""
 
 
 class SocketReader:
@@ -33,12 +44,16 @@ class SocketReader:
     serving task, :meth:`stop` before anything else reads the socket (a lingering close, WebSocket)."""
 
     __slots__ = (
+        "_alarm",
+        "_alarm_scope",
         "_done",
         "_fed",
         "_limit",
         "_paused",
         "_scope",
         "_stopped",
+        "_timed_out",
+        "_wait_deadline",
         "_waiter",
         "conn",
         "eof",
@@ -67,21 +82,49 @@ class SocketReader:
         """Set once :meth:`run` has returned, if :meth:`stop` waits for it."""
         self._done = False
         """:meth:`run` has returned, or :meth:`stop` came before it started (then it does not read)."""
+        self._wait_deadline = inf
+        """When the serving task's wait ends, if nothing comes (its timeout)."""
+        self._alarm = inf
+        """When the reader next looks at the serving task's deadline (never later than it)."""
+        self._alarm_scope: trio.CancelScope | None = None
+        self._timed_out = False
 
     async def run(self) -> None:
         """Read until the end of file, a reset or :meth:`stop`."""
         if self._done:
             return  # stopped before it started
+        with trio.CancelScope() as self._scope:
+            while True:
+                ended = False
+                with trio.CancelScope(deadline=self._alarm) as alarm:
+                    self._alarm_scope = alarm
+                    ended = await self._read()
+                self._alarm_scope = None
+                if ended:
+                    break
+                # The alarm went off: time the serving task's wait out, or set it for that wait's end.
+                if self._waiter is not None and trio.current_time() >= self._wait_deadline:
+                    self._wait_deadline = inf
+                    self._timed_out = True
+                    self._wake()
+                self._alarm = self._wait_deadline if self._waiter is not None else inf
+        self._done = True
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def _read(self) -> bool:
+        """Read and feed h11 until the end of file, a reset, or the socket is closed under the reader
+        (all of which end the connection: True); the alarm cancels it."""
         sock = self.stream.socket
         conn = self.conn
-        with trio.CancelScope() as self._scope:
-            try:
-                fd = sock.fileno()
-                while True:
-                    if self._fed > self._limit:
-                        self._paused = trio.lowlevel.current_task()
-                        await trio.lowlevel.wait_task_rescheduled(self._abort_paused)
-                        continue
+        try:
+            fd = sock.fileno()
+            while True:
+                if self._fed > self._limit:
+                    self._paused = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(self._abort_paused)
+                    continue
+                if RAW_FD_IO:
                     await trio.lowlevel.wait_readable(sock)
                     try:
                         data = os.read(fd, _RECEIVE_SIZE)
@@ -89,35 +132,52 @@ class SocketReader:
                         continue
                     except OSError:  # a reset
                         data = b""
-                    if not data:
-                        break
-                    conn.receive_data(data)
-                    self._fed += len(data)
-                    self._wake()
-            except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
-                pass  # the socket was closed under the reader (the connection is ending)
-            else:
-                self.eof = True
+                else:  # pragma: no cover - Windows
+                    try:
+                        data = await self.stream.receive_some(_RECEIVE_SIZE)
+                    except trio.BrokenResourceError:  # a reset
+                        data = b""
+                if not data:
+                    break
+                conn.receive_data(data)
+                self._fed += len(data)
                 self._wake()
-                self.on_eof()
-        self._done = True
-        if self._stopped is not None:
-            self._stopped.set()
+        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            pass  # the socket was closed under the reader: nothing more will come either
+        self.eof = True
+        self._wake()
+        self.on_eof()
+        return True
 
-    async def wait(self, *, for_data: bool = True) -> None:
-        """Wait (cancellably) until the reader has given h11 more bytes or seen the end of file;
-        ``for_data``: the serving task needs bytes (a reader paused by the pipelining bound reads again);
-        otherwise it only watches for the end of file (a pipelining client is not read further)."""
+    async def wait(self, within: float = inf, *, for_data: bool = True) -> bool:
+        """Wait (cancellably) until the reader has given h11 more bytes or seen the end of file (True),
+        or ``within`` seconds have passed, or :meth:`interrupt` (False); ``for_data``: the serving task
+        needs bytes (a reader paused by the pipelining bound reads again); otherwise it only watches for
+        the end of file (a pipelining client is not read further)."""
         if self.eof:
             await trio.lowlevel.checkpoint()
-            return
+            return True
+        deadline = self._wait_deadline = trio.current_time() + within if within < inf else inf
+        if deadline < self._alarm:  # the alarm must go off earlier (rare: it is never moved later)
+            self._alarm = deadline
+            if self._alarm_scope is not None:
+                self._alarm_scope.deadline = deadline
         if for_data:
             self._fed = 0
             paused, self._paused = self._paused, None
             if paused is not None:
                 trio.lowlevel.reschedule(paused)
+        self._timed_out = False
         self._waiter = trio.lowlevel.current_task()
         await trio.lowlevel.wait_task_rescheduled(self._abort_wait)
+        return not self._timed_out
+
+    def interrupt(self) -> None:
+        """End the serving task's wait now, as a timeout would (shutdown closing an idle connection)."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            self._timed_out = True
+            trio.lowlevel.reschedule(waiter)
 
     async def stop(self) -> None:
         """End the reader and wait until it has: the socket is then free for another reader."""
@@ -131,6 +191,7 @@ class SocketReader:
         await self._stopped.wait()
 
     def _wake(self) -> None:
+        """Wake the serving task (more bytes, the end of file, or its time is up)."""
         waiter, self._waiter = self._waiter, None
         if waiter is not None:
             trio.lowlevel.reschedule(waiter)

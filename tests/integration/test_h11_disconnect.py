@@ -208,3 +208,56 @@ async def test_a_client_that_sends_its_request_and_goes_at_once_gets_its_handler
         await stream.aclose()
         await until(lambda: app.cancelled == ["/hold"])
         assert app.calls == ["/hold"]
+
+
+async def read_until_closed(stream: trio.SocketStream, within: float = 3.0) -> bytes:
+    data = b""
+    with trio.fail_after(within):
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    return data
+
+
+async def test_a_connection_in_steady_use_outlives_its_keep_alive_timeout_then_idles_out() -> None:
+    # The reader's alarm is moved only earlier and re-armed when it goes off: a connection used every
+    # 0.1 s for three keep-alive timeouts stays open, and closes once it has been idle for one.
+    app = HookApp()
+    config = H11Config(keep_alive_timeout=0.3)
+    async with serving(app, config) as port, await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        for i in range(9):
+            await stream.send_all(request(b"/r%d" % i))
+            assert await read_answers(stream, 1) == [b"/r%d:0" % i]
+            await trio.sleep(0.1)
+        start = trio.current_time()
+        assert await read_until_closed(stream) == b""
+        assert 0.15 < trio.current_time() - start < 2
+
+
+async def test_a_slow_body_times_out_with_the_read_timeout_after_a_keep_alive_wait() -> None:
+    # The body's wait (read_timeout) ends before the alarm set for the keep-alive wait: it is moved.
+    app = HookApp()
+    config = H11Config(keep_alive_timeout=5.0, read_timeout=0.3)
+    async with serving(app, config) as port, await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(request(b"/first"))
+        assert await read_answers(stream, 1) == [b"/first:0"]
+        await stream.send_all(request(b"/slow", b"0123456789")[:-7])  # 3 of its 10 body bytes
+        start = trio.current_time()
+        await read_until_closed(stream)
+        assert 0.2 < trio.current_time() - start < 2.5
+
+
+async def test_shutdown_closes_an_idle_keep_alive_connection_at_once() -> None:
+    app = HookApp()
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(
+            lambda task_status: serve_h11(
+                app, port=0, config=H11Config(keep_alive_timeout=30.0), shutdown_trigger=stop.wait,
+                task_status=task_status,
+            )
+        )  # fmt: skip
+        async with await trio.open_tcp_stream("127.0.0.1", int(urls[0].rsplit(":", 1)[1])) as stream:
+            await stream.send_all(request(b"/a"))
+            assert await read_answers(stream, 1) == [b"/a:0"]
+            stop.set()
+            assert await read_until_closed(stream, within=1.0) == b""
