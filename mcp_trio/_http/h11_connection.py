@@ -378,13 +378,17 @@ class H11Connection:
             self._pending_start = None
             self._started = True
             headers = list(start.get("headers", ()))
-            if not more and not any(name.lower() == b"content-length" for name, _ in headers):
-                headers.append(_content_length(body))
-            if not more and self._early_answer() and (b"connection", b"close") not in headers:
-                # The whole answer goes out before the request body is in (a 401 or 413 sent without
-                # reading it): the connection will close after it, so say so, or a keep-alive client
-                # would send its next request on a connection that is about to close.
-                headers.append((b"connection", b"close"))
+            if not more:
+                for name, _ in headers:
+                    if name.lower() == b"content-length":
+                        break
+                else:
+                    headers.append(_content_length(body))
+                if self._early_answer() and (b"connection", b"close") not in headers:
+                    # The whole answer goes out before the request body is in (a 401 or 413 sent
+                    # without reading it): the connection will close after it, so say so, or a
+                    # keep-alive client would send its next request on a connection about to close.
+                    headers.append((b"connection", b"close"))
             status = start["status"]
             try:
                 data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
