@@ -1,4 +1,5 @@
-"""One client connection of the embedded HTTP/1.1 server (:mod:`.h11_server`), all in one task.
+"""One client connection of the embedded HTTP/1.1 server (:mod:`.h11_server`): one serving task, and
+its socket reader.
 
 - h11 parses requests; the app is called in the connection's task (no task per request);
 - one reader task per connection (:mod:`.h11_reader`) alone reads the socket and feeds h11; bytes a
