@@ -31,6 +31,8 @@ from math import inf
 import h11
 import trio
 
+from .._runtime.containment import contained
+
 __all__ = ["RAW_FD_IO", "SocketReader"]
 
 _RECEIVE_SIZE = 65536
@@ -40,12 +42,12 @@ the reader uses ``receive_some`` and writes go through ``send_all``)."""
 
 
 class SocketReader:
-    """The socket reader of one connection: :meth:`run` in a task of the connection, :meth:`wait` in its
-    serving task, :meth:`stop` before anything else reads the socket (a lingering close, WebSocket)."""
+    """The socket reader of one connection: :meth:`run` in a task of the server's connection nursery
+    beside the serving task, :meth:`wait` in the serving task, :meth:`stop` before anything else reads
+    the socket (a lingering close, WebSocket) and, at the latest, when the serving task ends."""
 
     __slots__ = (
         "_alarm",
-        "_alarm_scope",
         "_done",
         "_fed",
         "_limit",
@@ -86,68 +88,71 @@ class SocketReader:
         """When the serving task's wait ends, if nothing comes (its timeout)."""
         self._alarm = inf
         """When the reader next looks at the serving task's deadline (never later than it)."""
-        self._alarm_scope: trio.CancelScope | None = None
         self._timed_out = False
 
     async def run(self) -> None:
-        """Read until the end of file, a reset or :meth:`stop`."""
+        """Read until the end of file, a reset or :meth:`stop`.  Contained: a failure ends the reading
+        (logged), never the nursery it runs in; then, as when it is cancelled from outside, the serving
+        task sees an end of file rather than wait for bytes that no one reads.
+
+        One cancel scope at a time serves both :meth:`stop` (cancelled) and the alarm (its deadline); it
+        is made anew only when the alarm goes off."""
         if self._done:
             return  # stopped before it started
-        with trio.CancelScope() as self._scope:
-            while True:
-                ended = False
-                with trio.CancelScope(deadline=self._alarm) as alarm:
-                    self._alarm_scope = alarm
-                    ended = await self._read()
-                self._alarm_scope = None
-                if ended:
-                    break
-                # The alarm went off: time the serving task's wait out, or set it for that wait's end.
-                if self._waiter is not None and trio.current_time() >= self._wait_deadline:
-                    self._wait_deadline = inf
-                    self._timed_out = True
-                    self._wake()
-                self._alarm = self._wait_deadline if self._waiter is not None else inf
-        self._done = True
-        if self._stopped is not None:
-            self._stopped.set()
-
-    async def _read(self) -> bool:
-        """Read and feed h11 until the end of file, a reset, or the socket is closed under the reader
-        (all of which end the connection: True); the alarm cancels it."""
-        sock = self.stream.socket
-        conn = self.conn
         try:
-            fd = sock.fileno()
-            while True:
-                if self._fed > self._limit:
-                    self._paused = trio.lowlevel.current_task()
-                    await trio.lowlevel.wait_task_rescheduled(self._abort_paused)
-                    continue
-                if RAW_FD_IO:
-                    await trio.lowlevel.wait_readable(sock)
-                    try:
-                        data = os.read(fd, _RECEIVE_SIZE)
-                    except BlockingIOError:
-                        continue
-                    except OSError:  # a reset
-                        data = b""
-                else:  # pragma: no cover - Windows
-                    try:
-                        data = await self.stream.receive_some(_RECEIVE_SIZE)
-                    except trio.BrokenResourceError:  # a reset
-                        data = b""
-                if not data:
-                    break
-                conn.receive_data(data)
-                self._fed += len(data)
+            with contained("HTTP/1.1 socket reader"):
+                sock = self.stream.socket
+                conn = self.conn
+                fd = sock.fileno()
+                while self._stopped is None:
+                    with trio.CancelScope(deadline=self._alarm) as self._scope:
+                        try:
+                            while True:
+                                if self._fed > self._limit:
+                                    self._paused = trio.lowlevel.current_task()
+                                    await trio.lowlevel.wait_task_rescheduled(self._abort_paused)
+                                    continue
+                                if RAW_FD_IO:
+                                    await trio.lowlevel.wait_readable(sock)
+                                    try:
+                                        data = os.read(fd, _RECEIVE_SIZE)
+                                    except BlockingIOError:
+                                        continue
+                                    except OSError:  # a reset
+                                        data = b""
+                                else:  # pragma: no cover - Windows
+                                    try:
+                                        data = await self.stream.receive_some(_RECEIVE_SIZE)
+                                    except trio.BrokenResourceError:  # a reset
+                                        data = b""
+                                if not data:
+                                    break
+                                conn.receive_data(data)
+                                self._fed += len(data)
+                                self._wake()
+                        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+                            pass  # the socket was closed under the reader: nothing more will come either
+                        self.eof = True
+                        self._wake()
+                        self.on_eof()
+                        return
+                    if self._stopped is None:  # the alarm went off
+                        self._alarm_went_off()
+        finally:
+            self._done = True
+            if self._stopped is None:
+                self.eof = True
                 self._wake()
-        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
-            pass  # the socket was closed under the reader: nothing more will come either
-        self.eof = True
-        self._wake()
-        self.on_eof()
-        return True
+            else:
+                self._stopped.set()
+
+    def _alarm_went_off(self) -> None:
+        """Time the serving task's wait out if its deadline has passed; set the alarm for it otherwise."""
+        if self._waiter is not None and trio.current_time() >= self._wait_deadline:
+            self._wait_deadline = inf
+            self._timed_out = True
+            self._wake()
+        self._alarm = self._wait_deadline if self._waiter is not None else inf
 
     async def wait(self, within: float = inf, *, for_data: bool = True) -> bool:
         """Wait (cancellably) until the reader has given h11 more bytes or seen the end of file (True),
@@ -160,8 +165,8 @@ class SocketReader:
         deadline = self._wait_deadline = trio.current_time() + within if within < inf else inf
         if deadline < self._alarm:  # the alarm must go off earlier (rare: it is never moved later)
             self._alarm = deadline
-            if self._alarm_scope is not None:
-                self._alarm_scope.deadline = deadline
+            if self._scope is not None:
+                self._scope.deadline = deadline
         if for_data:
             self._fed = 0
             paused, self._paused = self._paused, None

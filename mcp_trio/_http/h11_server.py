@@ -95,7 +95,7 @@ async def serve_h11(
     def is_shutting_down() -> bool:
         return shutting_down
 
-    async def handle(stream: trio.SocketStream) -> None:
+    async def handle(stream: trio.SocketStream, nursery: trio.Nursery) -> None:
         # Everything a connection does, from the accepted socket on, is inside its containment: a
         # client can reset the connection before we look at it (then getpeername() raises ENOTCONN),
         # and nothing a connection raises may end the server's nursery.
@@ -109,7 +109,7 @@ async def serve_h11(
                     return  # reset (or otherwise gone) before it was served: nothing to answer
                 connection = H11Connection(stream, app, config, server_addr, client)
                 connections.add(connection)
-                await connection.serve(is_shutting_down)
+                await connection.serve(is_shutting_down, nursery)
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
@@ -130,7 +130,7 @@ async def serve_h11(
                 logger.warning("accept failed, retrying in 0.1 s: %r", exc)  # out of file descriptors...
                 await trio.sleep(0.1)
                 continue
-            nursery.start_soon(handle, stream)
+            nursery.start_soon(handle, stream, nursery)
 
     try:
         async with trio.open_nursery() as app_nursery:
