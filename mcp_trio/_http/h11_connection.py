@@ -339,11 +339,9 @@ class H11Connection:
             except h11.RemoteProtocolError:
                 event = None
             if isinstance(event, h11.Data):
-                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
+                return self._body_message(event)
             if isinstance(event, h11.EndOfMessage):
-                self._body_done = True
-                if self._reader.eof:  # gone already (after sending it all): as if it went now
-                    self._client_gone()
+                self._end_of_body()
                 return {"type": "http.request", "body": b"", "more_body": False}
             self._disconnected = True
             if self._hook is not None:
@@ -356,6 +354,32 @@ class H11Connection:
             await reader.wait(for_data=False)
         self._disconnected = True
         return _DISCONNECT
+
+    def _body_message(self, first: h11.Data) -> dict[str, Any]:
+        """A body message: ``first`` and the rest of what h11 already holds of the body, with its end
+        when that is there too (a body that came whole is one ``receive()``, not two).  A malformed rest
+        (a bad chunk) is left for the next ``receive()``, where h11 raises it again."""
+        parts = [first.data]
+        more = True
+        try:
+            while True:
+                event = self.conn.next_event()
+                if type(event) is h11.Data:
+                    parts.append(event.data)
+                    continue
+                if type(event) is h11.EndOfMessage:
+                    self._end_of_body()
+                    more = False
+                break  # NEED_DATA (in the body's state h11 has nothing else to give)
+        except h11.RemoteProtocolError:
+            pass
+        body = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        return {"type": "http.request", "body": body, "more_body": more}
+
+    def _end_of_body(self) -> None:
+        self._body_done = True
+        if self._reader.eof:  # gone already (after sending it all): as if it went now
+            self._client_gone()
 
     async def _asgi_send(self, message: dict[str, Any]) -> None:
         kind = message["type"]
