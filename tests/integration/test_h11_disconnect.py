@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 
 from mcp_trio._http.h11_server import H11Config, serve_h11
@@ -261,3 +262,42 @@ async def test_shutdown_closes_an_idle_keep_alive_connection_at_once() -> None:
             assert await read_answers(stream, 1) == [b"/a:0"]
             stop.set()
             assert await read_until_closed(stream, within=1.0) == b""
+
+
+class RaisingCallbackApp(HookApp):
+    """Its disconnect callback raises (a bug of the app's): it runs in the server's reader task."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["path"] != "/bad":
+            await super().__call__(scope, receive, send)
+            return
+        await receive()
+
+        def bad() -> None:
+            self.calls.append("/bad")
+            raise RuntimeError("a broken disconnect callback")
+
+        scope["extensions"][DISCONNECT_CALLBACK].set(bad)
+        await send({"type": "http.response.start", "status": 200, "headers": TEXT})
+        await send({"type": "http.response.body", "body": b"part;", "more_body": True})
+        self.holding.set()
+        with trio.move_on_after(3):
+            await self.release.wait()
+
+
+async def test_a_disconnect_callback_that_raises_ends_its_connection_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = RaisingCallbackApp()
+    async with serving(app) as port:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(request(b"/bad"))
+        with trio.fail_after(2):
+            await app.holding.wait()
+        await stream.aclose()
+        await until(lambda: app.calls == ["/bad"])
+        await until(lambda: "HTTP/1.1 socket reader failed" in caplog.text)
+        async with await trio.open_tcp_stream("127.0.0.1", port) as other:  # the server serves on
+            await other.send_all(request(b"/next", b"ab"))
+            assert await read_answers(other, 1) == [b"/next:2"]
+        app.release.set()
