@@ -1,8 +1,14 @@
-"""One client connection of the embedded HTTP/1.1 server (:mod:`.h11_server`), all in one task.
+"""One client connection of the embedded HTTP/1.1 server (:mod:`.h11_server`): one serving task, and
+its socket reader.
 
 - h11 parses requests; the app is called in the connection's task (no task per request);
-- ``receive()`` hands out the request body, then waits on the socket itself: end of file (or a reset)
-  is ``http.disconnect``; bytes a client pipelines meanwhile are kept for h11's next cycle;
+- one reader task per connection (:mod:`.h11_reader`) alone reads the socket and feeds h11; bytes a
+  client pipelines are kept for h11's next cycle;
+- ``receive()`` hands out the request body, then waits for the client to go: end of file (or a reset)
+  is ``http.disconnect``;
+- the ``mcp_trio.disconnect_callback`` extension: when the client goes after its request body was read
+  and before the response is whole, the reader calls the app's callback (the app then needs no task
+  watching ``receive()``) and nothing more is sent;
 - ``send()`` writes each ASGI message as it comes (so SSE events flush at once), except that the head
   waits for the first body message and goes out with it in one write; a response whose whole body is
   in its first message gets a ``content-length`` instead of chunked framing;
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable
 from http import HTTPStatus
 from math import inf
@@ -32,8 +39,9 @@ import h11
 import trio
 
 from .._runtime.containment import contained
-from .._runtime.contract import CANCELLABLE_SEND
+from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
 from .._runtime.peerlog import RateLimitedLog
+from .h11_reader import RAW_FD_IO, SocketReader
 from .h11_websocket import H11WebSocket, is_websocket_upgrade
 from .linger import half_close, linger_and_close
 
@@ -46,8 +54,9 @@ logger = logging.getLogger(__name__)
 peer_log = RateLimitedLog(logger)
 """What clients do wrong (malformed requests, slow reading): one line per kind and interval."""
 
-_RECEIVE_SIZE = 65536
 _DISCONNECT = {"type": "http.disconnect"}
+_VERSIONS = {b"1.1": "1.1", b"1.0": "1.0"}
+_METHODS = {m.encode(): m for m in ("GET", "POST", "DELETE", "HEAD", "OPTIONS", "PUT", "PATCH")}
 
 
 class _Gone(Exception):
@@ -61,8 +70,11 @@ class H11Connection:
         "_body_done",
         "_broken",
         "_disconnected",
-        "_idle_scope",
+        "_fd",
+        "_hook",
+        "_idle",
         "_pending_start",
+        "_reader",
         "_request",
         "_response_done",
         "_started",
@@ -89,7 +101,8 @@ class H11Connection:
         self.server_addr = server_addr
         self.client = client
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_head_size)
-        self._idle_scope: trio.CancelScope | None = None
+        self._idle = False
+        """The connection waits for its next request (shutdown may close it)."""
         self._request: h11.Request | None = None
         self._body_done = False
         self._disconnected = False
@@ -99,12 +112,26 @@ class H11Connection:
         self._broken = False
         """A write failed, timed out or was cancelled: the connection can only be closed."""
         self.write_timeout = inf if config.write_timeout is None else config.write_timeout
+        self._hook: DisconnectHook | None = None
+        """The request's disconnect callback hook (the ``mcp_trio.disconnect_callback`` extension)."""
+        self._reader = SocketReader(stream, self.conn, config.max_pipelined, self._client_gone)
+        self._fd = stream.socket.fileno()
 
     # -- connection loop -----------------------------------------------------------------------
 
-    async def serve(self, shutting_down: Callable[[], bool]) -> None:
+    async def serve(self, shutting_down: Callable[[], bool], nursery: trio.Nursery) -> None:
         """Serve requests in turn until the client goes, an answer ends the connection or the server
-        shuts down; the caller contains failures and closes the socket."""
+        shuts down; the caller contains failures and closes the socket.  The socket reader runs in
+        ``nursery`` (the server's, which this connection's task is in: no nursery of its own, about
+        1.4 KiB a connection) and has ended when this returns."""
+        nursery.start_soon(self._reader.run)
+        try:
+            await self._serve_requests(shutting_down)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._reader.stop()
+
+    async def _serve_requests(self, shutting_down: Callable[[], bool]) -> None:
         try:
             while not shutting_down():
                 try:
@@ -124,22 +151,23 @@ class H11Connection:
             return
 
     def close_if_idle(self) -> None:
-        if self._idle_scope is not None:
-            self._idle_scope.cancel()
+        if self._idle:
+            self._reader.interrupt()
 
-    async def _receive_some(self) -> bytes:
-        try:
-            data = await self.stream.receive_some(_RECEIVE_SIZE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise _Gone from exc
-        if not data:
-            raise _Gone
-        return data
+    def _client_gone(self) -> None:
+        """The reader saw the end of file (or a reset): a response under way whose request was all read
+        is abandoned (nothing more is sent) and the app's disconnect callback runs."""
+        if self._body_done and not self._response_done:
+            self._disconnected = True
+            hook = self._hook
+            if hook is not None:
+                hook.fire()
 
     async def _next_event(self, *, idle: bool = False) -> Any:
         """The next h11 event; ``None`` on end of file or timeout.  ``idle``: between requests (the
         keep-alive timeout applies until the first byte, then the read timeout)."""
         conn = self.conn
+        reader = self._reader
         while True:
             event = conn.next_event()
             if event is not h11.NEED_DATA:
@@ -147,26 +175,20 @@ class H11Connection:
                     return None
                 return event
             if idle and not conn.trailing_data[0]:
-                with trio.CancelScope(deadline=trio.current_time() + self.config.keep_alive_timeout) as scope:
-                    self._idle_scope = scope
-                    try:
-                        data = await self._receive_some()
-                    except _Gone:
-                        return None
-                    finally:
-                        self._idle_scope = None
-                if scope.cancelled_caught:
+                if reader.eof:
                     return None
+                self._idle = True
+                try:
+                    came = await reader.wait(self.config.keep_alive_timeout)
+                finally:
+                    self._idle = False
+            elif reader.eof:
+                conn.receive_data(b"")
+                continue
             else:
-                with trio.move_on_after(self.config.read_timeout) as scope:
-                    try:
-                        data = await self._receive_some()
-                    except _Gone:
-                        conn.receive_data(b"")
-                        continue
-                if scope.cancelled_caught:
-                    return None
-            conn.receive_data(data)
+                came = await reader.wait(self.config.read_timeout)
+            if not came:  # timed out (or an idle connection closed by shutdown)
+                return None
 
     async def _refuse(self, exc: h11.RemoteProtocolError) -> None:
         """A request h11 cannot parse: answer with its status (400, 431...) if we still can, then close."""
@@ -198,6 +220,7 @@ class H11Connection:
     async def _linger(self) -> None:
         """Lingering close (:mod:`.linger`): end our side at once, then read and drop what the client
         is still sending, within the bounds, and close."""
+        await self._reader.stop()
         half_close(self.stream)
         await linger_and_close(self.stream)
 
@@ -213,22 +236,25 @@ class H11Connection:
         self._pending_start = None
         self._started = False
         self._response_done = False
+        hook = self._hook = DisconnectHook()
         target = request.target
         path, _, query = target.partition(b"?")
         scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": request.http_version.decode(),
-            "method": request.method.decode(),
+            "http_version": _VERSIONS.get(request.http_version) or request.http_version.decode(),
+            "method": _METHODS.get(request.method) or request.method.decode(),
             "scheme": "http",
             "path": unquote(path.decode("latin-1")),
             "raw_path": path,
             "query_string": query,
             "root_path": "",
-            "headers": list(request.headers),  # (lowercased name, value), as ASGI wants
+            # (lowercased name, value), as ASGI wants (h11's own list of them is a Sequence whose
+            # iteration makes a Python call per header)
+            "headers": [(name.lower(), value) for name, value in request.headers.raw_items()],
             "client": self.client,
             "server": self.server_addr,
-            "extensions": {CANCELLABLE_SEND: {}},
+            "extensions": {CANCELLABLE_SEND: {}, DISCONNECT_CALLBACK: hook},
         }
         # Containment: the app's failure ends this request (and its connection) only.
         with contained(f"ASGI app on {scope['method']} {scope['path']}") as failure:
@@ -253,6 +279,7 @@ class H11Connection:
 
     async def _websocket(self, request: h11.Request) -> bool:
         """A WebSocket upgrade: the app's ``websocket`` call, on wsproto; the connection ends with it."""
+        await self._reader.stop()  # the WebSocket reads the socket itself (h11 holds what was read)
         config = self.config
         socket = H11WebSocket(
             self.conn,
@@ -292,8 +319,11 @@ class H11Connection:
                 return False
 
     async def _simple_response(self, status: int) -> None:
+        """An answer of the server's own (the app failed, or answered nothing); the connection closes
+        after it, and says so (a keep-alive client would otherwise send its next request into the close)."""
         try:
-            await self._asgi_send({"type": "http.response.start", "status": status, "headers": []})
+            headers = [(b"connection", b"close")]
+            await self._asgi_send({"type": "http.response.start", "status": status, "headers": headers})
             await self._asgi_send({"type": "http.response.body", "body": b"", "more_body": False})
         except (h11.LocalProtocolError, _Gone):  # pragma: no cover - the client is gone or confused
             pass
@@ -309,23 +339,47 @@ class H11Connection:
             except h11.RemoteProtocolError:
                 event = None
             if isinstance(event, h11.Data):
-                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
+                return self._body_message(event)
             if isinstance(event, h11.EndOfMessage):
-                self._body_done = True
+                self._end_of_body()
                 return {"type": "http.request", "body": b"", "more_body": False}
             self._disconnected = True
+            if self._hook is not None:
+                self._hook.fire()
             return _DISCONNECT
         # The body is all read: wait for the client to go away.  Bytes it sends meanwhile (a pipelined
-        # next request) are kept for h11; past max_pipelined the socket is no longer read.
-        while len(self.conn.trailing_data[0]) <= self.config.max_pipelined:
-            try:
-                data = await self._receive_some()
-            except _Gone:
-                self._disconnected = True
-                return _DISCONNECT
-            self.conn.receive_data(data)
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")  # pragma: no cover
+        # next request) are kept for h11 by the reader, up to max_pipelined.
+        reader = self._reader
+        while not reader.eof:
+            await reader.wait(for_data=False)
+        self._disconnected = True
+        return _DISCONNECT
+
+    def _body_message(self, first: h11.Data) -> dict[str, Any]:
+        """A body message: ``first`` and the rest of what h11 already holds of the body, with its end
+        when that is there too (a body that came whole is one ``receive()``, not two).  A malformed rest
+        (a bad chunk) is left for the next ``receive()``, where h11 raises it again."""
+        parts = [first.data]
+        more = True
+        try:
+            while True:
+                event = self.conn.next_event()
+                if type(event) is h11.Data:
+                    parts.append(event.data)
+                    continue
+                if type(event) is h11.EndOfMessage:
+                    self._end_of_body()
+                    more = False
+                break  # NEED_DATA (in the body's state h11 has nothing else to give)
+        except h11.RemoteProtocolError:
+            pass
+        body = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        return {"type": "http.request", "body": body, "more_body": more}
+
+    def _end_of_body(self) -> None:
+        self._body_done = True
+        if self._reader.eof:  # gone already (after sending it all): as if it went now
+            self._client_gone()
 
     async def _asgi_send(self, message: dict[str, Any]) -> None:
         kind = message["type"]
@@ -351,13 +405,17 @@ class H11Connection:
             self._pending_start = None
             self._started = True
             headers = list(start.get("headers", ()))
-            if not more and not any(name.lower() == b"content-length" for name, _ in headers):
-                headers.append(_content_length(body))
-            if not more and self._early_answer() and (b"connection", b"close") not in headers:
-                # The whole answer goes out before the request body is in (a 401 or 413 sent without
-                # reading it): the connection will close after it, so say so, or a keep-alive client
-                # would send its next request on a connection that is about to close.
-                headers.append((b"connection", b"close"))
+            if not more:
+                for name, _ in headers:
+                    if name.lower() == b"content-length":
+                        break
+                else:
+                    headers.append(_content_length(body))
+                if self._early_answer() and (b"connection", b"close") not in headers:
+                    # The whole answer goes out before the request body is in (a 401 or 413 sent
+                    # without reading it): the connection will close after it, so say so, or a
+                    # keep-alive client would send its next request on a connection about to close.
+                    headers.append((b"connection", b"close"))
             status = start["status"]
             try:
                 data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
@@ -373,6 +431,8 @@ class H11Connection:
             if not more:
                 data += conn.send(h11.EndOfMessage()) or b""
                 self._response_done = True
+                if self._hook is not None:
+                    self._hook.complete()
         except h11.LocalProtocolError as exc:  # more body than its content-length, and the like
             self._protocol_error(exc)
             return
@@ -397,8 +457,16 @@ class H11Connection:
             raise _Gone
         written = False
         try:
-            with trio.fail_after(self.write_timeout):
-                await self.stream.send_all(data)
+            # Written at once when the socket takes it all (the usual case: no wait, no scope); the rest,
+            # if any, within write_timeout.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                sent = os.write(self._fd, data) if RAW_FD_IO else 0
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                with trio.fail_after(self.write_timeout):
+                    await self.stream.send_all(memoryview(data)[sent:])
             written = True
         except trio.TooSlowError as exc:
             timeout = self.write_timeout

@@ -3,15 +3,16 @@
 hypercorn stays the production server (HTTP/2, TLS, workers, a long record).  This path is for Trio
 programs that embed an MCP endpoint and want it cheap: it runs in the caller's nursery and serves the
 *same ASGI app*, so every behaviour of the ASGI path (sessions, streams, cancellation, shutdown) is the
-app's own and is tested against both servers.  It sets the ``mcp_trio.cancellable_send`` scope
-extension (:mod:`mcp_trio._runtime.contract`) and knows nothing else of the app: what it needs from
+app's own and is tested against both servers.  It sets the ``mcp_trio.cancellable_send`` and
+``mcp_trio.disconnect_callback`` scope extensions (:mod:`mcp_trio._runtime.contract`) and knows nothing
+else of the app: what it needs from
 it (its lifetime, its shutdown, its limits) comes in as arguments, which :func:`mcp_trio.serve` fills
 in from an ``MCPApp``.
 
 This module listens, accepts and shuts down; each connection is an :class:`~.h11_connection.H11Connection`
-(one task each).  Everything a connection does, from the accepted socket on, runs inside its
-containment: a client that resets at any moment (even before the server looked at the socket) ends its
-connection only.
+(a serving task and a socket reader each).  Everything a connection does, from the accepted socket
+on, runs inside its containment: a client that resets at any moment (even before the server looked
+at the socket) ends its connection only.
 
 Only HTTP/1.1 (and 1.0) over plain TCP, WebSocket upgrades included (:mod:`.h11_websocket`): no TLS,
 no HTTP/2.
@@ -94,7 +95,7 @@ async def serve_h11(
     def is_shutting_down() -> bool:
         return shutting_down
 
-    async def handle(stream: trio.SocketStream) -> None:
+    async def handle(stream: trio.SocketStream, nursery: trio.Nursery) -> None:
         # Everything a connection does, from the accepted socket on, is inside its containment: a
         # client can reset the connection before we look at it (then getpeername() raises ENOTCONN),
         # and nothing a connection raises may end the server's nursery.
@@ -108,7 +109,7 @@ async def serve_h11(
                     return  # reset (or otherwise gone) before it was served: nothing to answer
                 connection = H11Connection(stream, app, config, server_addr, client)
                 connections.add(connection)
-                await connection.serve(is_shutting_down)
+                await connection.serve(is_shutting_down, nursery)
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
@@ -129,7 +130,7 @@ async def serve_h11(
                 logger.warning("accept failed, retrying in 0.1 s: %r", exc)  # out of file descriptors...
                 await trio.sleep(0.1)
                 continue
-            nursery.start_soon(handle, stream)
+            nursery.start_soon(handle, stream, nursery)
 
     try:
         async with trio.open_nursery() as app_nursery:

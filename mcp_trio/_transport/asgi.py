@@ -489,9 +489,9 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         size += len(chunk)
         if size > limit:
             http.body_too_large(limit)
+        if not message.get("more_body", False):  # usually the only message: its body as it is
+            return b"".join((*chunks, chunk)) if chunks else bytes(chunk)
         chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 class _ClientGone(Exception):
