@@ -26,6 +26,11 @@ LOG_LEVELS: tuple[mt.LoggingLevel, ...] = (
 )
 
 
+NO_SUBSCRIPTIONS: frozenset[str] = frozenset()
+"""The resource subscriptions of a peer that has none: one shared empty frozenset (an empty set is 216
+bytes per session); a handler that subscribes gives the peer a set of its own."""
+
+
 class Peer(Protocol):
     """The other end of a request, as handlers see it: a 2025-era session (or, later, a 2026 request).
 

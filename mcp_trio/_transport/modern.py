@@ -23,7 +23,7 @@ import mcp_types as mt
 import mcp_types.methods as mtm
 import trio
 
-from .._app.context import LOG_LEVELS, Context
+from .._app.context import LOG_LEVELS, NO_SUBSCRIPTIONS, Context
 from .._app.inputs import InputRequired
 from .._app.principal import PrincipalKeys
 from .._app.server import MCPServer
@@ -52,12 +52,35 @@ class RequestPeer:
     """The peer of one modern request: what the client declared in ``_meta``, where the request's
     notifications go, and the input responses it brought (for ``Context.ask``)."""
 
-    session_id: str | None = None
-    principal: object = None
-    tasks: TaskManager | None = None
-    carrier: Carrier = HTTP
+    __slots__ = (
+        "_responder",
+        "carrier",
+        "client_capabilities",
+        "client_info",
+        "known",
+        "log_level",
+        "missing",
+        "principal",
+        "protocol_version",
+        "subscriptions",
+        "tasks",
+        "used",
+    )
 
-    def __init__(self, revision: versions.Revision, meta: Mapping[str, Any], responder: Responder) -> None:
+    session_id: str | None = None
+
+    def __init__(
+        self,
+        revision: versions.Revision,
+        meta: Mapping[str, Any],
+        responder: Responder,
+        principal: object = None,
+        tasks: TaskManager | None = None,
+        carrier: Carrier = HTTP,
+    ) -> None:
+        self.principal = principal
+        self.tasks = tasks
+        self.carrier = carrier
         self.protocol_version = revision.name
         level = meta.get(mt.LOG_LEVEL_META_KEY)
         self.log_level: mt.LoggingLevel | None = level if level in LOG_LEVELS else None
@@ -65,7 +88,7 @@ class RequestPeer:
         caps = meta.get(mt.CLIENT_CAPABILITIES_META_KEY)
         self.client_info: dict[str, Any] = info if isinstance(info, dict) else {}
         self.client_capabilities: dict[str, Any] = caps if isinstance(caps, dict) else {}
-        self.subscriptions: set[str] | frozenset[str] = set()
+        self.subscriptions: set[str] | frozenset[str] = NO_SUBSCRIPTIONS  # (2026: subscriptions/listen)
         self.known: dict[str, Any] = {}
         self.used: dict[str, Any] = {}
         self.missing: dict[str, dict[str, Any]] = {}
@@ -297,10 +320,9 @@ class ModernEndpoint:
     ) -> tuple[dict[str, Any], int]:
         params = request.params or {}
         meta = params.get("_meta")
-        peer = RequestPeer(revision, meta if isinstance(meta, dict) else {}, responder)
-        peer.principal = principal
-        peer.tasks = self.tasks
-        peer.carrier = carrier
+        peer = RequestPeer(
+            revision, meta if isinstance(meta, dict) else {}, responder, principal, self.tasks, carrier
+        )
         ctx = Context(
             request.id, request.method, peer, meta if isinstance(meta, dict) else {}, self.server.telemetry
         )

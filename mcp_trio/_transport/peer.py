@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as mt
 
-from .._app.context import Context
+from .._app.context import NO_SUBSCRIPTIONS, Context
 from .._app.outgoing import PendingRequests, ask_concurrently
 from .._observe.telemetry import PIPE, Carrier
 from .._protocol import jsonrpc
@@ -31,9 +31,6 @@ RECORDED_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "resour
 """The requests that change what a session's record holds (see :attr:`SessionPeer.on_change`)."""
 
 logger = logging.getLogger(__name__)
-
-NO_SUBSCRIPTIONS: frozenset[str] = frozenset()
-"""The resource subscriptions of a session that has none (no empty set per session: 216 bytes)."""
 
 
 class SessionPeer:
