@@ -121,6 +121,13 @@ def instructions(name: str, era: str, count: int, concurrency: int, sessions: bo
     raise SystemExit(f"{name}: no callgrind summary")
 
 
+SCENARIOS = {
+    "2026": ("2026", False, "a 2026 tools/call"),
+    "2025": ("2025", False, "a 2025 tools/call, SSE answer"),
+    "session": ("2025", True, "a 2025 session (initialize, initialized, DELETE)"),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--era", choices=["2026", "2025"], default="2026")
@@ -132,6 +139,11 @@ def main() -> None:
         action="store_true",
         help="whole 2025 sessions (initialize, initialized, DELETE) instead of tools/call",
     )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="every scenario (2026 call, 2025 call, 2025 session) for every server, in one table",
+    )
     parser.add_argument("--low", type=int, default=300)
     parser.add_argument("--high", type=int, default=1300)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -141,12 +153,13 @@ def main() -> None:
         parser.error(f"unknown servers: {unknown}")
     if args.sessions and args.era != "2025":
         parser.error("--sessions needs --era 2025")
+    if args.all:
+        every(names, args.low, args.high, args.concurrency)
+        return
     unit = "session" if args.sessions else "request"
     per: dict[str, float] = {}
     for name in names:
-        low = instructions(name, args.era, args.low, args.concurrency, args.sessions)
-        high = instructions(name, args.era, args.high, args.concurrency, args.sessions)
-        per[name] = (high - low) / (args.high - args.low)
+        per[name] = per_unit(name, args.era, args.sessions, args.low, args.high, args.concurrency)
         print(f"{name}: {per[name] / 1e6:.3f} M instructions per {unit}", flush=True)
     first = names[0]
     what = "2025 session" if args.sessions else f"{args.era} tools/call"
@@ -154,6 +167,30 @@ def main() -> None:
     print("|---|---|---|")
     for name in names:
         print(f"| {name} | {per[name] / 1e6:.3f} M | {per[name] / per[first]:.2f}x |")
+
+
+def per_unit(name: str, era: str, sessions: bool, low: int, high: int, concurrency: int) -> float:
+    """Instructions per request (or session) of one server: the difference of two runs."""
+    first = instructions(name, era, low, concurrency, sessions)
+    second = instructions(name, era, high, concurrency, sessions)
+    return (second - first) / (high - low)
+
+
+def every(names: list[str], low: int, high: int, concurrency: int) -> None:
+    """One table: each server's instructions in each scenario, and a session against an SSE call."""
+    rows: dict[str, dict[str, float]] = {}
+    for name in names:
+        rows[name] = {}
+        for key, (era, sessions, _) in SCENARIOS.items():
+            scale = 3 if sessions else 1  # a session is three requests: a third as many of them
+            rows[name][key] = per_unit(name, era, sessions, low // scale, high // scale, concurrency)
+            print(f"{name}: {SCENARIOS[key][2]}: {rows[name][key] / 1e6:.3f} M instructions", flush=True)
+    labels = " | ".join(label for _, _, label in SCENARIOS.values())
+    print(f"\n| server | {labels} | session / SSE call |")
+    print("|---|" + "---|" * (len(SCENARIOS) + 1))
+    for name, row in rows.items():
+        cells = [f"{row[key] / 1e6:.3f} M" for key in SCENARIOS]
+        print(f"| {name} | " + " | ".join(cells) + f" | {row['session'] / row['2025']:.2f}x |")
 
 
 if __name__ == "__main__":
