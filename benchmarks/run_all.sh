@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every measurement of docs/performance.md, in one command (on 2 cores about 12 minutes with RUNS=2, 16 with 3):
+# Every measurement of docs/performance.md, in one command (on 2 cores about 12 minutes with RUNS=2, 16 with 3,
+# and 25 more for the instruction counts of table 10):
 #
 #   bash benchmarks/run_all.sh [RUNS]        # RUNS per server per invocation, default 3
 #
@@ -15,7 +16,10 @@
 #   8.   the 2026-07-28 era (stateless POSTs: tools/call, server/discover, an input-required round trip,
 #        subscriptions/listen opened and dropped) on hypercorn: mcp-trio vs python-sdk (both ways) vs bare-asgi;
 #   9.   the same on the embedded h11 server: mcp-trio vs bare-h11 (the TypeScript SDK 1.32.2 does not
-#        serve 2026-07-28: its column is skipped with a note).
+#        serve 2026-07-28: its column is skipped with a note);
+#  10.   instructions per request counted by callgrind (noise-free, unlike the wall clock): a 2026 call, a
+#        2025 SSE call and a 2025 session on mcp-trio and its floor, on hypercorn and on the embedded h11
+#        server (needs valgrind; about 25 more minutes; CALLGRIND=0 skips it).
 # The TypeScript SDK needs Node 22 and the SDK that `bash scripts/test.sh` installs
 # (scripts/install-node-deps.sh); without them its columns are skipped with a note.
 set -euo pipefail
@@ -44,4 +48,10 @@ run 8-hypercorn-2026 benchmarks/bench_server.py --runs "$RUNS" --era 2026 --base
     --baseline python-sdk-shipped --baseline bare-asgi --json "$OUT/8-hypercorn-2026.json"
 run 9-h11-2026 benchmarks/bench_server.py --runs "$RUNS" --era 2026 --http h11 --baseline ts-sdk \
     --baseline bare-h11 --json "$OUT/9-h11-2026.json"
+if [ "${CALLGRIND:-1}" != 0 ] && command -v valgrind > /dev/null; then
+    PYTHONHASHSEED=0 run 10-instructions benchmarks/bench_callgrind.py --all \
+        --servers mcp-trio,bare-asgi,mcp-trio-h11,bare-h11 --low 150 --high 750
+else
+    echo "== 10-instructions: skipped (CALLGRIND=0, or no valgrind)" | tee "$OUT/10-instructions.txt"
+fi
 echo "results in $OUT"
