@@ -17,6 +17,7 @@ from ..errors import SessionError
 from .config import ServerConfig
 from .eventstore import InMemoryEventStore
 from .peer import SessionPeer
+from .queues import KeepAliveClock
 from .quotas import Quotas
 from .registry import SessionRegistry
 from .session import Session
@@ -59,6 +60,8 @@ class SessionManager:
         self._expiry_order = 0
         self._expiries_ended = 0
         self._expiry_sleep: trio.CancelScope | None = None
+        self.keepalives = KeepAliveClock(config.keepalive_interval)
+        """The one clock of every session's SSE writers: a comment on a connection silent that long."""
         self.on_forget: Callable[[Session], None] | None = None
         """Called with each session removed from the registry (the app's worker link uses it)."""
         self.on_change: Callable[[SessionPeer], None] | None = None
@@ -72,6 +75,7 @@ class SessionManager:
             async with trio.open_nursery() as outer:
                 outer.start_soon(self._start_deferred_writers, name="mcp deferred SSE starts")
                 outer.start_soon(self._expire_sessions, name="mcp session expiry")
+                outer.start_soon(self.keepalives.run, name="mcp SSE keep-alives")
                 async with trio.open_nursery() as nursery:  # the sessions' own
                     self._nursery = nursery
                     task_status.started()
@@ -163,7 +167,8 @@ class SessionManager:
                 deadline = session.expires_at(now)
                 if deadline <= now:
                     entry[2] = session.expiry = None
-                    session.expire()
+                    logger.info("session %s expired", session.session_id)
+                    session.close()
                 else:
                     entry[0] = deadline
                     heapq.heappush(heap, entry)

@@ -21,14 +21,13 @@ from typing import Any
 import trio
 
 from .._protocol import jsonrpc, sse
-from .streams import TRANSPORT_ERRORS, GuardedSend, content_length
+from .streams import KEEPALIVE_COMMENT, TRANSPORT_ERRORS, GuardedSend, content_length
 from .wire import JSON_HEADERS, SSE_HEADERS, Receive, Send
 
 __all__ = ["KeepAlive", "Responder", "disconnected", "watch_disconnect"]
 
 logger = logging.getLogger(__name__)
 
-KEEPALIVE_COMMENT = sse.encode_comment("keep-alive")
 BEAT_GRACE = 1.0
 """How long a request that ends (cancelled) waits for a keep-alive comment still being sent on its
 answer (seconds): a healthy write takes far less, and a cut one (the client went) ends at once."""

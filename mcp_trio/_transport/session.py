@@ -1,9 +1,9 @@
 """A 2025-era session: one Trio nursery that owns every task of the session.
 
-The session's nursery holds its request handlers, the writer of every stream connection (the GET
-stream and each POST's SSE or JSON response) and its expiry watcher.  Cancelling it (DELETE, idle
-expiry, init timeout, server shutdown, :meth:`Session.close`) ends all of them; each ASGI request
-task waiting on a writer then finishes its HTTP response.
+The session's nursery holds its request handlers and the writer of every stream connection (the GET
+stream and each POST's SSE or JSON response).  Cancelling it (DELETE, idle expiry or init timeout by
+the manager's clock, server shutdown, :meth:`Session.close`) ends all of them; each ASGI request task
+waiting on a writer then finishes its HTTP response.
 """
 
 from __future__ import annotations
@@ -32,7 +32,16 @@ from .._protocol.versions import Revision
 from .._runtime.containment import contained
 from .eventstore import EventStore, StoredEvent
 from .peer import SessionPeer
-from .streams import TRANSPORT_ERRORS, Exchange, Stream, content_length, pump_sse, send_whole
+from .queues import StreamQueue
+from .streams import (
+    TRANSPORT_ERRORS,
+    Exchange,
+    ExchangeMembership,
+    Stream,
+    content_length,
+    pump_sse,
+    send_whole,
+)
 from .wire import JSON_HEADERS, SSE_HEADERS
 
 if TYPE_CHECKING:
@@ -47,23 +56,6 @@ _NO_EXCHANGES: frozenset[Exchange] = frozenset()
 """A session's open exchanges while it has none (an idle session keeps no empty set: 216 bytes)."""
 
 
-class _ExchangeMembership:
-    """What :meth:`Session.connection` returns: its ``with`` block ends the exchange's membership of
-    the session's open exchanges."""
-
-    __slots__ = ("_exchange", "_session")
-
-    def __init__(self, session: Session, exchange: Exchange) -> None:
-        self._session = session
-        self._exchange = exchange
-
-    def __enter__(self) -> None:
-        pass
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._session._leave(self._exchange)
-
-
 class Session(SessionPeer):
     """One client session.  Created only by an accepted ``initialize``; see :class:`SessionManager`.
 
@@ -71,33 +63,13 @@ class Session(SessionPeer):
     event id, JSON bodies): it feeds it what happens and does what it answers, with the session's
     nursery, queues and exchanges."""
 
+    # fmt: off
     __slots__ = (
-        "_busy",
-        "_closed",
-        "_config",
-        "_created",
-        "_early",
-        "_ended",
-        "_exchanges",
-        "_idle_since",
-        "_inflight",
-        "_manager",
-        "_nursery",
-        "_parked",
-        "_store",
-        "closing",
-        "expiry",
-        "moved",
-        "moving",
-        "owner",
-        "principal",
-        "quota",
-        "revision",
-        "server",
-        "session_id",
-        "state",
-        "streams",
+        "_busy", "_closed", "_config", "_created", "_early", "_ended", "_exchanges", "_idle_since",
+        "_inflight", "_manager", "_nursery", "_parked", "_store", "closing", "expiry", "moved", "moving",
+        "owner", "principal", "quota", "revision", "server", "session_id", "state", "streams",
     )
+    # fmt: on
     """Slots: an idle session is mostly this object (a ``__dict__`` of this many attributes alone is
     over 1.5 KiB)."""
 
@@ -247,10 +219,9 @@ class Session(SessionPeer):
         return trio.lowlevel.Abort.SUCCEEDED
 
     def expires_at(self, now: float) -> float:
-        """When the session expires if nothing happens before: ``idle_timeout`` after its last request
-        ended (a whole ``idle_timeout`` from ``now`` while a request or stream is open: requests never
-        need to tell the clock, a deadline only ever moves later), and within ``init_timeout`` of its
-        creation until ``notifications/initialized``."""
+        """When it expires if nothing happens before: ``idle_timeout`` after its last request ended (a
+        whole ``idle_timeout`` from ``now`` while one is open: a deadline only ever moves later), and
+        ``init_timeout`` after its creation until ``notifications/initialized``."""
         config = self._config
         if self._busy:
             deadline = now + max(config.idle_timeout, 0.01)
@@ -260,22 +231,13 @@ class Session(SessionPeer):
             deadline = min(deadline, self._created + config.init_timeout)
         return deadline
 
-    def expire(self) -> None:
-        """Its expiry time has come (the manager's clock): the session ends."""
-        logger.info("session %s expired", self.session_id)
-        self.close()
-
-    @property
-    def nursery(self) -> trio.Nursery:
-        assert self._nursery is not None, "session not running"
-        return self._nursery
-
     def _spawn(self, fn: Callable[..., Awaitable[object]], *args: Any, name: str | None = None) -> None:
         """Start a task of the session: in its nursery, or first thing in it once :meth:`run` opens it."""
         if self._early is not None:
             self._early.append((fn, args, name))
         else:
-            self.nursery.start_soon(fn, *args, name=name)
+            assert self._nursery is not None
+            self._nursery.start_soon(fn, *args, name=name)
 
     # -- incoming ---------------------------------------------------------------------------
 
@@ -420,7 +382,7 @@ class Session(SessionPeer):
 
     def connection(
         self, stream: Stream, exchange: Exchange, replay_after: int | None = None
-    ) -> _ExchangeMembership:
+    ) -> ExchangeMembership:
         """While its request task waits (``with session.connection(...):``): ``exchange`` carries
         ``stream`` (see :meth:`connect`), and the session's end cuts a send of it that is stuck."""
         exchanges = self._exchanges
@@ -432,7 +394,7 @@ class Session(SessionPeer):
         except BaseException:
             self._leave(exchange)
             raise
-        return _ExchangeMembership(self, exchange)
+        return ExchangeMembership(self._leave, exchange)
 
     def _leave(self, exchange: Exchange) -> None:
         exchanges = self._exchanges
@@ -461,8 +423,8 @@ class Session(SessionPeer):
             stream.attach_deferred(exchange, first)
             self._manager.defer(self, stream)
             return
-        receive = stream.attach(exchange, self._config.stream_buffer)
-        self._spawn(self._write_sse, stream, exchange, receive, first)
+        queue = stream.attach(exchange, self._config.stream_buffer)
+        self._spawn(self._write_sse, stream, exchange, queue, first)
 
     def start_deferred(self, stream: Stream) -> None:
         """``sse_start_delay`` has passed: start the stream if the handler has sent nothing, and rouse
@@ -476,8 +438,8 @@ class Session(SessionPeer):
     def _start_writer(self, stream: Stream) -> None:
         exchange, first = stream.exchange, stream.deferred
         assert exchange is not None and first is not None
-        receive = stream.open_queue(self._config.stream_buffer)
-        self._spawn(self._write_sse, stream, exchange, receive, first)
+        queue = stream.open_queue(self._config.stream_buffer)
+        self._spawn(self._write_sse, stream, exchange, queue, first)
 
     async def _send_whole_sse(self, stream: Stream, item: Outgoing) -> None:
         """Send a deferred stream's only remaining message, its last response, as the whole stream
@@ -492,10 +454,6 @@ class Session(SessionPeer):
         body = self.streams.whole_body(stream.id, first, item)
         await send_whole(exchange, self.session_id, 200, [*SSE_HEADERS, content_length(body)], body)
 
-    @property
-    def get_stream(self) -> Stream:
-        return self.streams.get_stream
-
     def busy_requests(self) -> bool:
         """Whether a request of the session still runs or owes its answer."""
         return bool(self._inflight or self.streams.requests)
@@ -507,15 +465,13 @@ class Session(SessionPeer):
             self._queue(stream, last)
         return connected
 
-    async def _write_sse(
-        self, stream: Stream, exchange: Exchange, receive: trio.MemoryReceiveChannel[Outgoing], first: int
-    ) -> None:
+    async def _write_sse(self, stream: Stream, exchange: Exchange, queue: StreamQueue, first: int) -> None:
         try:
             if not exchange.claim():
                 return  # abandoned before this task could run
             with trio.CancelScope() as exchange.writer_scope:
-                keepalive = self._config.keepalive_interval
-                await pump_sse(stream, exchange, receive, first, self.streams, self._replay, keepalive)
+                clock = self._manager.keepalives
+                await pump_sse(stream, exchange, queue, first, self.streams, self._replay, clock)
         except TRANSPORT_ERRORS as exc:  # the connection is gone, or was cut
             logger.debug("stream %s of session %s: send failed: %r", stream.id, self.session_id, exc)
         except Exception:

@@ -18,14 +18,16 @@ import trio
 
 from .._protocol import jsonrpc, sse
 from .._protocol.exchange import ExchangeEvent, ExchangeState, transition
-from .._protocol.session import END, Outgoing, SessionStreams, StreamRecord
+from .._protocol.session import Outgoing, SessionStreams, StreamRecord
 from .._runtime.peerlog import RateLimitedLog
 from ..errors import RemoteProtocolError
 from .eventstore import StoredEvent
+from .queues import KeepAliveClock, StreamQueue
 from .wire import SSE_HEADERS
 
 __all__ = [
     "Exchange",
+    "ExchangeMembership",
     "GuardedSend",
     "Stream",
     "content_length",
@@ -47,6 +49,8 @@ a healthy write, far shorter than a write to a client that stopped reading."""
 
 _NO_SCOPE: contextlib.nullcontext[None] = contextlib.nullcontext()
 """What :meth:`GuardedSend.whole` enters instead of a shielded scope (reusable: it holds nothing)."""
+
+KEEPALIVE_COMMENT = sse.encode_comment("keep-alive")
 
 TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 """What a send to a client that has gone may raise; anything else is a bug and is logged at ERROR."""
@@ -279,14 +283,30 @@ class Exchange:
             self._to(ExchangeEvent.ABANDON)
 
 
+class ExchangeMembership:
+    """What ``Session.connection`` returns: its ``with`` block ends the exchange's membership of the
+    session's open exchanges (``leave``)."""
+
+    __slots__ = ("_exchange", "_leave")
+
+    def __init__(self, leave: Callable[[Exchange], None], exchange: Exchange) -> None:
+        self._leave = leave
+        self._exchange = exchange
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._leave(self._exchange)
+
+
 @dataclass(eq=False, slots=True)
 class Stream(StreamRecord):
     """A logical stream of a session (its bookkeeping: :class:`StreamRecord`) and the connection now
     carrying it, with the queue its writer reads."""
 
     exchange: Exchange | None = None
-    _send: trio.MemorySendChannel[Outgoing] | None = None
-    receive: trio.MemoryReceiveChannel[Outgoing] | None = None
+    queue: StreamQueue | None = None
 
     @classmethod
     def make(cls, stream_id: int, json_mode: bool, batch: bool) -> Stream:
@@ -302,18 +322,18 @@ class Stream(StreamRecord):
         self.exchange = exchange
         self.deferred = first
 
-    def open_queue(self, buffer: int) -> trio.MemoryReceiveChannel[Outgoing]:
+    def open_queue(self, buffer: int) -> StreamQueue:
         """The queue of a deferred connection, when its writer starts."""
-        self._send, self.receive = trio.open_memory_channel[Outgoing](buffer)
+        queue = self.queue = StreamQueue(buffer)
         self.deferred = None
-        return self.receive
+        return queue
 
-    def attach(self, exchange: Exchange, buffer: int) -> trio.MemoryReceiveChannel[Outgoing]:
+    def attach(self, exchange: Exchange, buffer: int) -> StreamQueue:
         """Make ``exchange`` the connection of this stream; a previous one is cancelled (replaced)."""
         self.detach_current()
-        self._send, self.receive = trio.open_memory_channel[Outgoing](buffer)
+        queue = self.queue = StreamQueue(buffer)
         self.exchange = exchange
-        return self.receive
+        return queue
 
     def detach(self, exchange: Exchange) -> None:
         if self.exchange is exchange:
@@ -323,35 +343,33 @@ class Stream(StreamRecord):
         self.deferred = None
         if self.exchange is not None:
             self.exchange.cancel_writer()
-        if self._send is not None:
-            self._send.close()
-        if self.receive is not None:
-            self.receive.close()
+        if self.queue is not None:
+            self.queue.close()
         self.exchange = None
-        self._send = self.receive = None
+        self.queue = None
 
     def push(self, item: Outgoing) -> None:
         """Queue for the live connection, if there is one; never blocks.  A connection that has fallen
         ``buffer`` messages behind is cut: the client resumes from the event store."""
-        if self._send is None:
+        if self.queue is None:
             return
         try:
-            self._send.send_nowait(item)
+            self.queue.put_nowait(item)
         except trio.WouldBlock:
             peer_log.log(logging.WARNING, "stream %s fell behind; closing its connection", self.id)
             self.detach_current()
-        except trio.ClosedResourceError:  # pragma: no cover - detach clears _send first
-            self._send = None
+        except trio.ClosedResourceError:  # pragma: no cover - detach clears the queue first
+            self.queue = None
 
 
 async def pump_sse(
     stream: Stream,
     exchange: Exchange,
-    receive: trio.MemoryReceiveChannel[Outgoing],
+    queue: StreamQueue,
     first: int,
     streams: SessionStreams[Stream],
     replay: Callable[[int, int], Awaitable[list[StoredEvent]]],
-    keepalive: float,
+    clock: KeepAliveClock,
 ) -> None:
     """The writer of an SSE connection (a task of its session), once it has claimed ``exchange``:
     send ``stream``'s events as ``streams`` frames them: replay or priming event first, then live
@@ -378,33 +396,29 @@ async def pump_sse(
         out.append(streams.priming_event(stream.id, last))
     if not out:  # nothing to send yet: an empty body makes servers that hold a head for one send it
         await exchange.body(b"")
-    while True:
-        try:
-            item: Outgoing | None = receive.receive_nowait()
-        except trio.WouldBlock:
-            item = None
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            item = END  # replaced by a newer connection, or cut for falling behind
-        if item is None:
-            if out:  # nothing more is queued: send what is
-                await exchange.body(b"".join(out))
-                out.clear()
-                continue
-            with trio.move_on_after(keepalive):
-                try:
-                    item = await receive.receive()
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    item = END
+    clock.rearm(queue)  # a comment if the connection stays silent for the clock's interval
+    try:
+        while True:
+            item = queue.get_nowait()  # END once the queue is closed (replaced, or cut for falling behind)
             if item is None:
-                out.append(sse.encode_comment("keep-alive"))
-                continue
-        if item.seq < 0:  # END, CUT, or a connection's last words (a handover's ``retry`` hint)
-            out.append(item.data)
-            await exchange.body(b"".join(out), more=False)
-            return
-        if item.seq > last:
-            out.append(streams.sse_event(stream.id, item.seq, item.data))
-            last = item.seq
+                if out:  # nothing more is queued: send what is
+                    await exchange.body(b"".join(out))
+                    out.clear()
+                    clock.rearm(queue)
+                    continue
+                item = await queue.get()
+                if item is None:  # the clock: silent for its interval
+                    out.append(KEEPALIVE_COMMENT)
+                    continue
+            if item.seq < 0:  # END, CUT, or a connection's last words (a handover's ``retry`` hint)
+                out.append(item.data)
+                await exchange.body(b"".join(out), more=False)
+                return
+            if item.seq > last:
+                out.append(streams.sse_event(stream.id, item.seq, item.data))
+                last = item.seq
+    finally:
+        clock.unwatch(queue)
 
 
 async def send_whole(
