@@ -13,6 +13,7 @@ import trio
 
 from .._app.server import MCPServer
 from .._protocol.versions import Revision
+from .._runtime.containment import contained
 from ..errors import SessionError
 from .config import ServerConfig
 from .eventstore import InMemoryEventStore
@@ -164,14 +165,15 @@ class SessionManager:
                 if session is None:
                     self._expiries_ended -= 1
                     continue
-                deadline = session.expires_at(now)
-                if deadline <= now:
-                    entry[2] = session.expiry = None
-                    logger.info("session %s expired", session.session_id)
-                    session.close()
-                else:
-                    entry[0] = deadline
-                    heapq.heappush(heap, entry)
+                with contained(f"expiry of session {session.session_id}"):  # never the clock's end
+                    deadline = session.expires_at(now)
+                    if deadline <= now:
+                        entry[2] = session.expiry = None
+                        logger.info("session %s expired", session.session_id)
+                        session.close()
+                    else:
+                        entry[0] = deadline
+                        heapq.heappush(heap, entry)
 
     @property
     def shared_events(self) -> bool:
