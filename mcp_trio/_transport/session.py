@@ -199,7 +199,7 @@ class Session(SessionPeer):
         return self
 
     def __enter__(self) -> None:
-        self._busy += 1  # the expiry watcher is not woken: its deadline can only move later
+        self._busy += 1  # the expiry clock is not told: a deadline can only move later
 
     def __exit__(self, *exc_info: object) -> None:
         self._busy -= 1
