@@ -1,10 +1,13 @@
 """Our own request path in process: direct ASGI calls, no sockets, no HTTP server.
 
-    python3 benchmarks/bench_inprocess.py [--calls N] [--mode json|sse|modern|modern-hook|churn]
+    python3 benchmarks/bench_inprocess.py [--calls N] [--mode MODE] [--compare SRC [SRC ...]]
 
-``modern`` goes through :func:`mcp_trio.testing.open_asgi_client` (no disconnect callback: the handler has
-a watcher task, as on other ASGI servers); ``modern-hook`` calls the app as mcp_trio's hypercorn does
-(the disconnect callback extension: the handler runs in the request task).
+``json``, ``sse``, ``modern`` and ``churn`` go through :func:`mcp_trio.testing.open_asgi_client` (its
+in-memory HTTP costs are counted too; ``modern`` has no disconnect callback: the handler has a watcher
+task, as on other ASGI servers).  ``modern-hook``, ``sse-direct`` and ``churn-direct`` call the app as
+mcp_trio's hypercorn does (the disconnect callback and cancellable sends; messages handed over as they
+are): a 2026 tools/call, a 2025 tools/call with an SSE answer, a 2025 session (initialize,
+notifications/initialized, DELETE).
 
 Prints the wall time per tools/call.  The numbers that survive a noisy machine are instruction counts:
 run it under callgrind at two call counts and take the difference per call (``--compare`` does exactly
@@ -87,8 +90,8 @@ async def _run(calls: int, mode: str) -> float:
         return str(a + b)
 
     app = MCPApp(server, ServerConfig(json_response=mode == "json"))
-    if mode == "modern-hook":
-        return await _direct(app, calls)
+    if mode in ("modern-hook", "sse-direct", "churn-direct"):
+        return await _direct(app, calls, mode)
     async with open_asgi_client(app) as client:
         if mode == "churn":
             return await _churn(client, calls)
@@ -110,52 +113,89 @@ async def _run(calls: int, mode: str) -> float:
     return elapsed
 
 
-async def _direct(app: Any, calls: int) -> float:
-    """2026 tools/call with the app called directly, as mcp_trio's hypercorn calls it: the scope offers
-    the disconnect callback (the handler runs in the request task, no watcher task) and cancellable
-    sends; receive() hands out the body, send() keeps the messages."""
+class _Direct:
+    """Calls the app as mcp_trio's hypercorn does: the scope offers the disconnect callback (a 2026
+    handler runs in the request task, no watcher task) and cancellable sends; receive() hands out the
+    body, send() keeps the messages."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.base = [(k.encode(), v.encode()) for k, v in {**POST, "host": "127.0.0.1:8000"}.items()]
+
+    async def request(
+        self, method: str, extra: list[tuple[bytes, bytes]], body: bytes = b""
+    ) -> list[dict[str, Any]]:
+        import trio
+
+        from mcp_trio._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
+
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": "/mcp",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [*self.base, *extra],
+            "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", 8000),
+            "extensions": {CANCELLABLE_SEND: {}, DISCONNECT_CALLBACK: DisconnectHook()},
+        }
+        await self.app(scope, receive, send)
+        return sent
+
+    async def open_session(self) -> list[tuple[bytes, bytes]]:
+        """initialize + notifications/initialized; the headers of the session's next requests."""
+        sent = await self.request("POST", [], INIT)
+        if sent[0]["status"] != 200:
+            raise SystemExit(f"initialize: {sent!r:.300}")
+        session = dict(sent[0]["headers"])[b"mcp-session-id"]
+        headers = [(b"mcp-session-id", session), (b"mcp-protocol-version", b"2025-11-25")]
+        sent = await self.request("POST", headers, INITIALIZED)
+        if sent[0]["status"] != 202:
+            raise SystemExit(f"notifications/initialized: {sent!r:.300}")
+        return headers
+
+
+async def _direct(app: Any, calls: int, mode: str) -> float:
+    """``modern-hook`` (2026 tools/call), ``sse-direct`` (2025 tools/call on one session, SSE answers)
+    or ``churn-direct`` (2025 sessions: initialize, initialized, DELETE), the app called directly."""
     import trio
 
-    from mcp_trio._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
-
-    headers = [(k.encode(), v.encode()) for k, v in {**POST, "host": "127.0.0.1:8000"}.items()]
-    headers += [
+    direct = _Direct(app)
+    modern = [
         (b"mcp-protocol-version", MODERN.encode()),
         (b"mcp-method", b"tools/call"),
         (b"mcp-name", b"add"),
     ]
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
     async with trio.open_nursery() as nursery:
         await nursery.start(app.run)
+        session = await direct.open_session() if mode == "sse-direct" else []
         start = time.perf_counter()
         for i in range(1, calls + 1):
-            body = [{"type": "http.request", "body": _call(i, True), "more_body": False}]
-
-            async def receive(body: list[dict[str, Any]] = body) -> dict[str, Any]:
-                if body:
-                    return body.pop()
-                await trio.sleep_forever()
-                raise AssertionError("unreachable")
-
-            scope = {
-                "type": "http",
-                "http_version": "1.1",
-                "method": "POST",
-                "scheme": "http",
-                "path": "/mcp",
-                "query_string": b"",
-                "root_path": "",
-                "headers": headers,
-                "client": ("127.0.0.1", 50000),
-                "server": ("127.0.0.1", 8000),
-                "extensions": {CANCELLABLE_SEND: {}, DISCONNECT_CALLBACK: DisconnectHook()},
-            }
-            sent.clear()
-            await app(scope, receive, send)
+            if mode == "churn-direct":
+                headers = await direct.open_session()
+                sent = await direct.request("DELETE", headers)
+                if sent[0]["status"] != 200:
+                    raise SystemExit(f"DELETE: {sent!r:.300}")
+                continue
+            if mode == "modern-hook":
+                sent = await direct.request("POST", modern, _call(i, True))
+            else:
+                sent = await direct.request("POST", session, _call(i, False))
             if sent[0]["status"] != 200 or str(i + 1).encode() not in sent[-1]["body"]:
                 raise SystemExit(f"bad answer: {sent!r:.300}")
         elapsed = time.perf_counter() - start
@@ -202,21 +242,22 @@ def _instructions(src: str, mode: str, calls: int) -> int:
     raise SystemExit("no callgrind summary")
 
 
+MODES = ["json", "sse", "modern", "modern-hook", "churn", "sse-direct", "churn-direct"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--mode", choices=["json", "sse", "modern", "modern-hook", "churn"], default="json")
+    parser.add_argument("--mode", choices=MODES, default="json")
     parser.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to compare under callgrind")
     args = parser.parse_args()
     if args.compare:
         low, high = 100, 600
-        modes = ["json", "sse", "modern", "modern-hook", "churn"] if args.mode == "json" else [args.mode]
+        modes = MODES if args.mode == "json" else [args.mode]
         print(
             "| tree | "
             + " | ".join(
-                f"{m}: instructions per call (churn: per session)"
-                if m == "churn"
-                else f"{m}: instructions per call"
+                f"{m}: instructions per session" if m.startswith("churn") else f"{m}: instructions per call"
                 for m in modes
             )
             + " |"
