@@ -136,7 +136,9 @@ async def read_until_closed(self: Any) -> None:
         ):
             break
         else:
+            self._handling = True  # mcp_trio's fast path: an idle timeout here closes the connection
             await self.protocol.handle(RawData(bytes(data)))
+            self._handling = False
             if data == b"":
                 break
     await self.protocol.handle(Closed())

@@ -41,8 +41,18 @@ import trio
 from hypercorn.events import RawData
 from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
 from hypercorn.trio.task_group import _handle
+from hypercorn.trio.worker_context import EventWrapper, WorkerContext
 
-__all__ = ["IdleTimer", "before_stream_send", "one_write_per_send", "queue_write", "spawn_app"]
+__all__ = [
+    "AppQueue",
+    "FastWorkerContext",
+    "IdleTimer",
+    "Terminated",
+    "before_stream_send",
+    "one_write_per_send",
+    "queue_write",
+    "spawn_app",
+]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -51,65 +61,65 @@ __all__ = ["IdleTimer", "before_stream_send", "one_write_per_send", "queue_write
 
 
 class IdleTimer:
-    """``TCPServer.idle_task`` with TrioSingleTask's API (restart/stop), without a task per request."""
+    """``TCPServer.idle_task`` with TrioSingleTask's API (restart/stop), without a task: the deadline
+    of the connection's read loop (``_TCPServer._read_data`` wraps it in one cancel scope; while the
+    connection is idle the read task sleeps in ``receive_some`` anyway).  ``restart`` (the connection
+    turned idle) sets it to ``now + keep_alive_timeout``, ``stop`` (a request started) to ``inf``;
+    when it expires, the read loop ends and the connection is closed, as hypercorn's idle task does.
+    Graceful shutdown ends it at once for an idle connection (:class:`Terminated`); a busy one is
+    closed by the protocol once its response is done, or when it next turns idle."""
 
-    __slots__ = ("_closed", "_deadline", "_life", "_nursery", "_server", "_timer")
+    __slots__ = ("_server", "deadline", "reading")
 
-    def __init__(self) -> None:
-        self._deadline = inf
-        self._timer: trio.CancelScope | None = None  # the scope the watchdog sleeps in
-        self._life: trio.CancelScope | None = None  # the watchdog's whole life
-        self._server: Any = None
-        self._nursery: trio.Nursery | None = None
-        self._closed = False
+    def __init__(self, server: Any) -> None:
+        self._server = server
+        self.deadline = inf
+        self.reading: trio.CancelScope | None = None  # the read loop's scope, while it runs
 
     async def restart(self, task_group: Any, action: Any) -> None:
         # Called with (the connection's TaskGroup, TCPServer._idle_timeout): at connection start and
         # whenever the connection turns idle.  No checkpoint, like a plain attribute update.
-        if self._server is None:
-            self._server = action.__self__
-            self._nursery = task_group._nursery
-        if self._closed:
-            return
-        self._deadline = trio.current_time() + self._server.config.keep_alive_timeout
-        if self._life is None:
-            self._life = trio.CancelScope()
-            assert self._nursery is not None
-            self._nursery.start_soon(self._watch)
-        elif self._timer is not None:
-            self._timer.deadline = self._deadline
+        server = self._server
+        if server.context.terminated.is_set():
+            self.set_deadline(-inf)  # shutting down: an idle connection closes at once
+        else:
+            self.set_deadline(trio.current_time() + server.config.keep_alive_timeout)
 
     async def stop(self) -> None:
-        if self._server is not None and getattr(self._server, "_read_ended", False):
-            # mcp_trio's CLOSE_WAIT fix: the read loop is over, nothing left to time out.
-            self._closed = True
-            if self._life is not None:
-                self._life.cancel()
-            return
-        self._deadline = inf  # a request is being served: never close it for idleness
-        if self._timer is not None:
-            self._timer.deadline = inf
+        self.set_deadline(inf)  # a request is being served (or the read loop ended): never for idleness
 
-    async def _watch(self) -> None:
-        server = self._server
-        terminated = server.context.terminated
-        assert self._life is not None
-        with self._life:
-            while True:
-                with trio.CancelScope(deadline=self._deadline) as self._timer:
-                    await terminated.wait()
-                self._timer = None
-                if self._deadline == inf:  # busy (the deadline may have expired just as it was disarmed)
-                    if terminated.is_set():
-                        break  # H11Protocol closes the connection once the response is done
-                    continue
-                if terminated.is_set() or trio.current_time() >= self._deadline:
-                    # What TCPServer._idle_timeout does once its move_on_after expires.
-                    with trio.CancelScope(shield=True):
-                        await server._initiate_server_close()
-                    break
-                # re-armed later than the deadline we slept on: sleep again
-        self._life = None
+    def set_deadline(self, deadline: float) -> None:
+        self.deadline = deadline
+        if self.reading is not None:
+            self.reading.deadline = deadline
+
+    def shut_down(self) -> None:
+        """Graceful shutdown: close now if idle."""
+        if self.deadline != inf:
+            self.set_deadline(-inf)
+
+
+class Terminated(EventWrapper):
+    """hypercorn's ``WorkerContext.terminated`` (set on graceful shutdown) that also expires the idle
+    timers of the connections reading (:attr:`timers`, this server's alone): what each connection's
+    idle task waiting on it did upstream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timers: set[IdleTimer] = set()
+
+    async def set(self) -> None:
+        await super().set()
+        for timer in list(self.timers):
+            timer.shut_down()
+
+
+class FastWorkerContext(WorkerContext):
+    """The server's ``WorkerContext`` whose ``terminated`` is a :class:`Terminated`."""
+
+    def __init__(self, max_requests: int | None) -> None:
+        super().__init__(max_requests)
+        self.terminated = Terminated()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -173,8 +183,65 @@ def one_write_per_send(protocol: Any, app_send: Any) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
+class AppQueue:
+    """The app's queue of one request: what ``trio.open_memory_channel(max_app_queue_size)`` gives
+    hypercorn's ``spawn_app``, in about a tenth of the memory (a list and two lazily made waiter lists
+    instead of a channel state, two channel ends, two ordered dicts and sets: 1.8 KB per request, held
+    as long as a stream is open).  Bounded the same way: ``put`` waits while ``size`` messages are
+    queued; ``receive`` waits while none is.  Neither checkpoints when it need not wait (the fast
+    path's handover); a wait is cancellable like a channel's and leaves the queue as it was."""
+
+    __slots__ = ("_getters", "_items", "_putters", "_size")
+
+    def __init__(self, size: int) -> None:
+        self._items: list[Any] = []
+        self._size = size
+        self._getters: list[trio.lowlevel.Task] | None = None  # receivers waiting for a message
+        self._putters: list[trio.lowlevel.Task] | None = None  # senders waiting for room
+
+    async def put(self, message: Any) -> None:
+        items = self._items
+        while len(items) >= self._size:
+            await self._wait("_putters")
+        items.append(message)
+        if self._getters:
+            trio.lowlevel.reschedule(self._getters.pop(0))
+
+    async def receive(self) -> Any:
+        items = self._items
+        while not items:
+            await self._wait("_getters")
+        message = items.pop(0)
+        if self._putters:
+            trio.lowlevel.reschedule(self._putters.pop(0))
+        elif items and self._getters:  # another receiver waits and there is more: pass the turn on
+            trio.lowlevel.reschedule(self._getters.pop(0))
+        return message
+
+    async def _wait(self, which: str) -> None:
+        waiters: list[trio.lowlevel.Task] | None = getattr(self, which)
+        if waiters is None:
+            waiters = []
+            setattr(self, which, waiters)
+        task = trio.lowlevel.current_task()
+        waiters.append(task)
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            waiters.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+
 def spawn_app(nursery: trio.Nursery, app: Any, config: Any, scope: Any, send: Any) -> Any:
     """``TaskGroup.spawn_app`` whose queue skips scheduling round trips (returns the app's ``put``)."""
+    if config.max_app_queue_size >= 1:
+        queue = AppQueue(config.max_app_queue_size)
+        nursery.start_soon(
+            _handle, app, config, scope, queue.receive, send, trio.to_thread.run_sync, trio.from_thread.run
+        )
+        return queue.put
+    # An unbuffered queue (each put waits for its receive): a trio channel, as upstream.
     channels: tuple[trio.MemorySendChannel[Any], trio.MemoryReceiveChannel[Any]]
     channels = trio.open_memory_channel(config.max_app_queue_size)  # no [Any]: a subscription per call
     send_channel, receive_channel = channels

@@ -32,7 +32,7 @@ from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio import tcp_server
 from hypercorn.trio.task_group import TaskGroup
-from mcp_http import count_sockets, count_tasks, read_until, wait_until
+from mcp_http import count_sockets, count_tasks, fast_path_idle_timers, read_until, wait_until
 from tests.required import not_applicable
 
 from mcp_trio._http.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
@@ -47,7 +47,6 @@ PROMPT = 0.15  # "at once"
 
 # Task names trio gives hypercorn's per-connection tasks.
 CONNECTION_TASK = "_highlevel_serve_listeners._run_handler"  # runs TCPServer.run, one per connection
-WATCHDOG_TASK = "IdleTimer._watch"  # the fast path's keep-alive watchdog, one per connection
 
 CALL = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}'
 CALL_RESULT = b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]}}'
@@ -602,7 +601,8 @@ async def test_closed_idle_connections_are_released_at_once() -> None:
                     assert (await read_response(stream, bytearray()))[1] == CALL_RESULT
                 assert count_sockets(pid) == baseline + 40  # both ends of 20 connections
                 assert count_tasks(CONNECTION_TASK) == 20
-                assert count_tasks(WATCHDOG_TASK) == 20
+                # Each idle, its keep-alive timer armed: the deadline of its read loop, no task.
+                await wait_until(lambda: fast_path_idle_timers() == (20, 20), within=1.0)
             finally:
                 for stream in streams:
                     await stream.aclose()
@@ -610,7 +610,7 @@ async def test_closed_idle_connections_are_released_at_once() -> None:
                 lambda: (
                     count_sockets(pid) == baseline
                     and count_tasks(CONNECTION_TASK) == 0
-                    and count_tasks(WATCHDOG_TASK) == 0
+                    and fast_path_idle_timers() == (0, 0)
                 ),
                 within=RELEASE_BUDGET,
             )
