@@ -34,6 +34,8 @@ request path as shipped.  Each change could go upstream on its own:
 
 from __future__ import annotations
 
+import os
+from collections.abc import Awaitable, Callable
 from math import inf
 from typing import Any
 
@@ -41,16 +43,19 @@ import trio
 from hypercorn.events import RawData
 from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
 from hypercorn.trio.task_group import _handle
+from hypercorn.trio.tcp_server import MAX_RECV
 from hypercorn.trio.worker_context import EventWrapper, WorkerContext
 
 __all__ = [
     "AppQueue",
     "FastWorkerContext",
     "IdleTimer",
+    "LazyEvent",
     "Terminated",
     "before_stream_send",
     "one_write_per_send",
     "queue_write",
+    "socket_reader",
     "spawn_app",
 ]
 
@@ -114,8 +119,45 @@ class Terminated(EventWrapper):
             timer.shut_down()
 
 
+class LazyEvent:
+    """hypercorn's ``EventWrapper`` (``clear``/``wait``/``set``/``is_set``) whose ``trio.Event`` is made
+    only when a task waits: every HTTP/1.1 connection has one (``H11Protocol.can_read``), which is only
+    waited on when a client pipelines a request behind one in progress.  Same behaviour: ``clear``
+    replaces the event (a task already waiting keeps waiting on the old one, as upstream), ``wait`` on
+    a set event is a checkpoint."""
+
+    __slots__ = ("_event", "_flag")
+
+    def __init__(self) -> None:
+        self._event: trio.Event | None = None
+        self._flag = False
+
+    async def clear(self) -> None:
+        self._event = None
+        self._flag = False
+
+    async def wait(self) -> None:
+        if self._flag:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._event is None:
+            self._event = trio.Event()
+        await self._event.wait()
+
+    async def set(self) -> None:
+        self._flag = True
+        if self._event is not None:
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+
 class FastWorkerContext(WorkerContext):
-    """The server's ``WorkerContext`` whose ``terminated`` is a :class:`Terminated`."""
+    """The server's ``WorkerContext`` whose ``terminated`` is a :class:`Terminated` and whose events are
+    :class:`LazyEvent`."""
+
+    event_class = LazyEvent
 
     def __init__(self, max_requests: int | None) -> None:
         super().__init__(max_requests)
@@ -264,3 +306,43 @@ def spawn_app(nursery: trio.Nursery, app: Any, config: Any, scope: Any, send: An
         _handle, app, config, scope, receive, send, trio.to_thread.run_sync, trio.from_thread.run
     )
     return put
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. The read loop's receive, in one frame
+# --------------------------------------------------------------------------------------------------
+
+
+def socket_reader(stream: Any) -> Callable[[], Awaitable[bytes]] | None:
+    """What ``stream.receive_some(MAX_RECV)`` does for a plain TCP stream on POSIX, in one coroutine
+    frame instead of six (``receive_some``, its error-translating context manager, the socket's
+    ``recv`` and its non-blocking helper): the read task of every open connection waits in it, so that
+    is about 1.7 KB per connection.  The same steps: a cancellation point first, a non-blocking read,
+    a schedule point when it had data at once, else wait until readable and read again; a closed
+    stream raises ``ClosedResourceError``, a socket error ``BrokenResourceError``.  None for any other
+    stream (TLS) or platform: then the read loop calls ``receive_some``."""
+    if os.name != "posix" or type(stream) is not trio.SocketStream:
+        return None
+    sock = stream.socket
+    read = os.read
+
+    async def receive() -> bytes:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        waited = False
+        while True:
+            fd = sock.fileno()  # -1 once closed (asked each time: a closed number may be reused)
+            if fd < 0:
+                raise trio.ClosedResourceError("this socket was already closed")
+            try:
+                data = read(fd, MAX_RECV)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(sock)  # ClosedResourceError if closed meanwhile
+                waited = True
+                continue
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+            if not waited:  # read at once: still a schedule point, which no cancellation cuts
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            return data
+
+    return receive
