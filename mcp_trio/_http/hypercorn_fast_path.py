@@ -34,6 +34,7 @@ request path as shipped.  Each change could go upstream on its own:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Awaitable, Callable
 from math import inf
@@ -57,6 +58,7 @@ __all__ = [
     "queue_write",
     "socket_reader",
     "spawn_app",
+    "write_now",
 ]
 
 
@@ -244,15 +246,22 @@ class AppQueue:
     async def put(self, message: Any) -> None:
         items = self._items
         while len(items) >= self._size:
-            await self._wait("_putters")
+            if self._putters is None:
+                self._putters = []
+            await _wait_in(self._putters)
         items.append(message)
         if self._getters:
             trio.lowlevel.reschedule(self._getters.pop(0))
 
     async def receive(self) -> Any:
         items = self._items
-        while not items:
-            await self._wait("_getters")
+        while not items:  # (the wait is inline: a waiting receive is one frame less)
+            if self._getters is None:
+                self._getters = []
+            waiters = self._getters
+            task = trio.lowlevel.current_task()
+            waiters.append(task)
+            await trio.lowlevel.wait_task_rescheduled(functools.partial(_abort_wait, waiters, task))
         message = items.pop(0)
         if self._putters:
             trio.lowlevel.reschedule(self._putters.pop(0))
@@ -260,19 +269,16 @@ class AppQueue:
             trio.lowlevel.reschedule(self._getters.pop(0))
         return message
 
-    async def _wait(self, which: str) -> None:
-        waiters: list[trio.lowlevel.Task] | None = getattr(self, which)
-        if waiters is None:
-            waiters = []
-            setattr(self, which, waiters)
-        task = trio.lowlevel.current_task()
-        waiters.append(task)
 
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            waiters.remove(task)
-            return trio.lowlevel.Abort.SUCCEEDED
+def _abort_wait(waiters: list[trio.lowlevel.Task], task: trio.lowlevel.Task, _: Any) -> trio.lowlevel.Abort:
+    waiters.remove(task)
+    return trio.lowlevel.Abort.SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
+
+async def _wait_in(waiters: list[trio.lowlevel.Task]) -> None:
+    task = trio.lowlevel.current_task()
+    waiters.append(task)
+    await trio.lowlevel.wait_task_rescheduled(functools.partial(_abort_wait, waiters, task))
 
 
 def spawn_app(nursery: trio.Nursery, app: Any, config: Any, scope: Any, send: Any) -> Any:
@@ -294,13 +300,16 @@ def spawn_app(nursery: trio.Nursery, app: Any, config: Any, scope: Any, send: An
         try:
             return receive_nowait()
         except trio.WouldBlock:
-            return await receive_wait()
+            pass  # waited for below, not in this handler: it would keep the error alive
+        return await receive_wait()
 
     async def put(message: Any) -> None:
         try:
             send_nowait(message)
+            return
         except trio.WouldBlock:
-            await send_wait(message)
+            pass
+        await send_wait(message)
 
     nursery.start_soon(
         _handle, app, config, scope, receive, send, trio.to_thread.run_sync, trio.from_thread.run
@@ -336,13 +345,32 @@ def socket_reader(stream: Any) -> Callable[[], Awaitable[bytes]] | None:
             try:
                 data = read(fd, MAX_RECV)
             except BlockingIOError:
+                data = None  # waited for below, not in this handler: it would keep the error alive
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+            if data is None:
                 await trio.lowlevel.wait_readable(sock)  # ClosedResourceError if closed meanwhile
                 waited = True
                 continue
-            except OSError as exc:
-                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
             if not waited:  # read at once: still a schedule point, which no cancellation cuts
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return data
 
     return receive
+
+
+def write_now(stream: Any, data: bytes) -> bytes:
+    """Write to a plain TCP stream on POSIX what its socket takes at once (no wait, no timeout scope);
+    return what is left to write (``b""``: all of it went out), ``data`` itself for any other stream.
+    Raises ``ClosedResourceError`` when the stream is closed, ``OSError`` when the socket is broken.
+    The caller holds the connection's send lock and writes the rest within ``write_timeout``."""
+    if os.name != "posix" or type(stream) is not trio.SocketStream:
+        return data
+    fd = stream.socket.fileno()
+    if fd < 0:
+        raise trio.ClosedResourceError("this socket was already closed")
+    try:
+        sent = os.write(fd, data)
+    except BlockingIOError:
+        return data
+    return data[sent:] if sent < len(data) else b""
