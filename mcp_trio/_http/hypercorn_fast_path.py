@@ -59,6 +59,7 @@ __all__ = [
     "FastWorkerContext",
     "IdleTimer",
     "LazyEvent",
+    "SendLock",
     "Terminated",
     "before_stream_send",
     "one_write_per_send",
@@ -160,6 +161,38 @@ class LazyEvent:
 
     def is_set(self) -> bool:
         return self._flag
+
+
+class SendLock:
+    """The connection's send lock (``TCPServer.send_lock``) as ``async with`` uses a ``trio.Lock``: entering
+    is a checkpoint, a task that finds it held waits and gets it handed over in turn (first come,
+    first served), a cancelled wait leaves no trace; without the lock's parking lot (0.06 KB instead of
+    0.34 per connection)."""
+
+    __slots__ = ("_held", "_waiters")
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters: list[trio.lowlevel.Task] | None = None
+
+    async def __aenter__(self) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not self._held:  # (never held with tasks waiting: the release hands it over)
+            self._held = True
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
+        if self._waiters is None:
+            self._waiters = []
+        await _wait_in(self._waiters)  # returns once the holder has handed it over
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._waiters:
+            trio.lowlevel.reschedule(self._waiters.pop(0))  # the next one holds it now
+        else:
+            self._held = False
+
+    def locked(self) -> bool:
+        return self._held
 
 
 class FastWorkerContext(WorkerContext):

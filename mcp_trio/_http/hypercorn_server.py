@@ -169,6 +169,7 @@ class _TCPServer(TCPServer):
         super().__init__(*args)
         if self.fast_path:
             self.idle_task = fast.IdleTimer(self)  # type: ignore[assignment]
+            self.send_lock = fast.SendLock()  # type: ignore[assignment]
 
     async def run(self) -> None:
         try:

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 from tests.required import not_applicable
 
-from mcp_trio._http.hypercorn_fast_path import AppQueue, LazyEvent, socket_reader
+from mcp_trio._http.hypercorn_fast_path import AppQueue, LazyEvent, SendLock, socket_reader
 
 posix_only = pytest.mark.skipif(
     os.name != "posix", reason=not_applicable("the one-frame receive is POSIX's (os.read on a socket)")
@@ -115,6 +115,50 @@ async def test_lazy_event_wait_is_a_checkpoint_even_when_set() -> None:
         await event.wait()
         raise AssertionError("a cancelled wait returned")  # pragma: no cover
     assert scope.cancelled_caught
+
+
+# -- the connection's send lock ----------------------------------------------------------------------
+
+
+async def test_send_lock_excludes_and_hands_over_in_arrival_order() -> None:
+    lock = SendLock()
+    inside: list[int] = []
+    order: list[int] = []
+
+    async def writer(n: int) -> None:
+        async with lock:
+            inside.append(n)
+            assert len(inside) == 1, inside  # never two at once
+            await trio.sleep(0.01)  # a write that waits for the socket
+            order.append(n)
+            inside.remove(n)
+
+    with trio.fail_after(2):
+        async with trio.open_nursery() as nursery:
+            for n in range(5):
+                nursery.start_soon(writer, n)
+                await trio.testing.wait_all_tasks_blocked()  # each arrives after the one before
+    assert order == [0, 1, 2, 3, 4]
+    assert not lock.locked()
+
+
+async def test_send_lock_cancelled_wait_leaves_no_trace_and_entering_is_a_checkpoint() -> None:
+    lock = SendLock()
+    with trio.fail_after(2):
+        async with lock:
+            with trio.move_on_after(0.05) as scope:
+                async with lock:  # held: waits, then is cancelled
+                    raise AssertionError("entered a held lock")  # pragma: no cover
+            assert scope.cancelled_caught
+            assert lock.locked()
+        assert not lock.locked()  # released to nobody: the cancelled waiter is gone
+        with trio.CancelScope() as cancelled:
+            cancelled.cancel()
+            async with lock:
+                raise AssertionError("a cancelled task entered")  # pragma: no cover
+        assert cancelled.cancelled_caught and not lock.locked()
+        async with lock:
+            assert lock.locked()
 
 
 # -- the read loop's receive ------------------------------------------------------------------------
