@@ -33,10 +33,9 @@ request path as shipped.  Each change could go upstream on its own:
    when they need not; the queue is a small slotted object, not a trio memory channel (1.6 KB less per
    request in progress, an open stream's included).
 
-4. **Lean waits on an open connection** (:func:`socket_reader`, :func:`write_now`, :class:`LazyEvent`):
-   a plain TCP connection on POSIX is read in one coroutine frame (six in ``receive_some``), a write
-   the socket takes at once opens no timeout scope, and the connection's events make their
-   ``trio.Event`` only when a task waits on one.
+4. **Lean waits on an open connection** (:func:`socket_reader`, :class:`LazyEvent`, :class:`SendLock`):
+   a plain TCP connection on POSIX is read in one coroutine frame (six in ``receive_some``), and the
+   connection's events and send lock make their ``trio.Event`` / parking lot only when a task waits.
 """
 
 from __future__ import annotations
@@ -66,7 +65,6 @@ __all__ = [
     "queue_write",
     "socket_reader",
     "spawn_app",
-    "write_now",
 ]
 
 
@@ -247,19 +245,30 @@ async def before_stream_send(protocol: Any, event: Any) -> None:
         await _flush(protocol)  # the response is on the wire before the connection is recycled or closed
 
 
-def one_write_per_send(protocol: Any, app_send: Any) -> Any:
-    """The stream's ``app_send``, batching what one ASGI ``send()`` produces into one write."""
+class _OneWritePerSend:
+    """The stream's ``app_send``, batching what one ASGI ``send()`` produces into one write (a slotted
+    object rather than a closure: smaller, and held by every request in progress)."""
 
-    async def send(message: Any) -> None:
+    __slots__ = ("_app_send", "_protocol")
+
+    def __init__(self, protocol: Any, app_send: Any) -> None:
+        self._protocol = protocol
+        self._app_send = app_send
+
+    async def __call__(self, message: Any) -> None:
+        protocol = self._protocol
         protocol._fp_batch += 1
         try:
-            await app_send(message)
+            await self._app_send(message)
         finally:
             protocol._fp_batch -= 1
         if not protocol._fp_batch and not protocol._fp_hold_head:
             await _flush(protocol)  # what this send() produced is written before it returns
 
-    return send
+
+def one_write_per_send(protocol: Any, app_send: Any) -> Any:
+    """The stream's ``app_send``, batching what one ASGI ``send()`` produces into one write."""
+    return _OneWritePerSend(protocol, app_send)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -397,20 +406,3 @@ def socket_reader(stream: Any) -> Callable[[], Awaitable[bytes]] | None:
             return data
 
     return receive
-
-
-def write_now(stream: Any, data: bytes) -> bytes:
-    """Write to a plain TCP stream on POSIX what its socket takes at once (no wait, no timeout scope);
-    return what is left to write (``b""``: all of it went out), ``data`` itself for any other stream.
-    Raises ``ClosedResourceError`` when the stream is closed, ``OSError`` when the socket is broken.
-    The caller holds the connection's send lock and writes the rest within ``write_timeout``."""
-    if os.name != "posix" or type(stream) is not trio.SocketStream:
-        return data
-    fd = stream.socket.fileno()
-    if fd < 0:
-        raise trio.ClosedResourceError("this socket was already closed")
-    try:
-        sent = os.write(fd, data)
-    except BlockingIOError:
-        return data
-    return data[sent:] if sent < len(data) else b""

@@ -208,13 +208,10 @@ class _TCPServer(TCPServer):
         written = False
         try:
             async with self.send_lock:
-                if self.fast_path:  # most writes go out at once: no timeout scope for them
-                    data = fast.write_now(self.stream, data)
-                if data:
-                    # fail_after, not a scope with a deadline computed here: that costs memory per idle
-                    # session (docs/performance.md, "The HTTP servers").
-                    with trio.fail_after(self.write_timeout):
-                        await self.stream.send_all(data)
+                # fail_after, not a scope with a deadline computed here: that costs memory per idle
+                # session (docs/performance.md, "The HTTP servers").
+                with trio.fail_after(self.write_timeout):
+                    await self.stream.send_all(data)
                 written = True
         except trio.TooSlowError:
             protocols.peer_log.log(

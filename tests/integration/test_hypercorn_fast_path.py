@@ -36,7 +36,6 @@ from hypercorn.trio.task_group import TaskGroup
 from mcp_http import count_sockets, count_tasks, fast_path_idle_timers, read_until, tasks_named, wait_until
 from tests.required import not_applicable
 
-from mcp_trio._http import hypercorn_fast_path
 from mcp_trio._http.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
 from mcp_trio._runtime.contract import DISCONNECT_CALLBACK
 
@@ -709,27 +708,17 @@ async def test_fast_path_is_active_one_task_and_one_write_per_request(
             await stream.send_all(post(CALL))  # warm up: the connection exists
             assert (await read_response(stream, buffer))[1] == CALL_RESULT
 
-            # Size of each server-side socket write: a write the socket takes at once
-            # (hypercorn_fast_path.write_now), or the rest of one it did not take (send_all).
-            writes: list[int] = []
+            writes: list[int] = []  # size of each server-side socket write
             upstream_send_all = trio.SocketStream.send_all
-            upstream_write_now = hypercorn_fast_path.write_now
 
             async def counting_send_all(self: trio.SocketStream, data: Any) -> None:
                 if self is not stream:
                     writes.append(len(data))
                 await upstream_send_all(self, data)
 
-            def counting_write_now(server_stream: Any, data: bytes) -> bytes:
-                left = upstream_write_now(server_stream, data)
-                if left != data:
-                    writes.append(len(data) - len(left))
-                return left
-
             spawns = SpawnCounter()
             with monkeypatch.context() as patch:
                 patch.setattr(trio.SocketStream, "send_all", counting_send_all)
-                patch.setattr(hypercorn_fast_path, "write_now", counting_write_now)
                 trio.lowlevel.add_instrument(spawns)
                 try:
                     for _ in range(REQUESTS):
@@ -744,7 +733,6 @@ async def test_fast_path_is_active_one_task_and_one_write_per_request(
                 finally:
                     trio.lowlevel.remove_instrument(spawns)
             assert trio.SocketStream.send_all is upstream_send_all
-            assert hypercorn_fast_path.write_now is upstream_write_now
 
     # Upstream spawns 2 tasks per request (the app and a new idle timer) and writes 3 times per
     # response (head, body, h11's empty end of message): see the next test.
