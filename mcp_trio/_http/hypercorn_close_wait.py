@@ -114,17 +114,23 @@ import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.trio.tcp_server import MAX_RECV
 
+from . import hypercorn_fast_path as fast
+
 __all__ = ["read_until_closed"]
 
 
 async def read_until_closed(self: Any) -> None:
     """hypercorn 0.18.0's ``TCPServer._read_data``: read until the connection can deliver no more bytes,
     then tell the protocol ``Closed()``.  The caller then stops the idle timer.  Unlike upstream, a read
-    without ``read_timeout`` (the default) opens no timeout scope (upstream's ``fail_after(inf)``)."""
+    without ``read_timeout`` (the default) opens no timeout scope (upstream's ``fail_after(inf)``), and
+    under the fast path reads a plain TCP stream through :func:`.hypercorn_fast_path.socket_reader`."""
     timeout = self.config.read_timeout or inf
+    receive = fast.socket_reader(self.stream) if self.fast_path else None
     while True:
         try:
-            if timeout == inf:
+            if receive is not None and timeout == inf:
+                data = await receive()
+            elif timeout == inf:
                 data = await self.stream.receive_some(MAX_RECV)
             else:
                 with trio.fail_after(timeout):
@@ -136,7 +142,10 @@ async def read_until_closed(self: Any) -> None:
         ):
             break
         else:
+            self._handling = True  # mcp_trio's fast path: an idle timeout here closes the connection
             await self.protocol.handle(RawData(bytes(data)))
+            self._handling = False
             if data == b"":
                 break
+            del data  # not kept while the loop waits for more (h11 has its own copy)
     await self.protocol.handle(Closed())

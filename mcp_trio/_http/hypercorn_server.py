@@ -163,11 +163,13 @@ class _TCPServer(TCPServer):
     _aborted = False
     _read_scope: trio.CancelScope | None = None
     _linger_wanted = False
+    _handling = False  # the read task is in protocol.handle (not waiting for bytes)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         if self.fast_path:
-            self.idle_task = fast.IdleTimer()  # type: ignore[assignment]
+            self.idle_task = fast.IdleTimer(self)  # type: ignore[assignment]
+            self.send_lock = fast.SendLock()  # type: ignore[assignment]
 
     async def run(self) -> None:
         try:
@@ -257,14 +259,41 @@ class _TCPServer(TCPServer):
         )
 
     async def _read_data(self) -> None:
-        with trio.CancelScope() as scope:
-            self._read_scope = scope
-            await close_wait.read_until_closed(self)
-        self._read_scope = None
+        timer = self.idle_task if isinstance(self.idle_task, fast.IdleTimer) else None
+        while True:
+            with trio.CancelScope() as scope:
+                self._read_scope = scope
+                if timer is not None:
+                    await self._read_timed(scope, timer)
+                else:
+                    await close_wait.read_until_closed(self)
+            self._read_scope = None
+            if not scope.cancelled_caught or self._linger_wanted:
+                break
+            # The idle timer expired (keep_alive_timeout, or at once on graceful shutdown).
+            if not self._handling and timer is not None and timer.deadline == inf:
+                continue  # a request came in just as it expired (the read was cut before any byte)
+            with trio.CancelScope(shield=True):
+                await self._initiate_server_close()  # what hypercorn's idle task does
+            break
         if self._linger_wanted:
             await self._linger()
         self._read_ended = True
         await self.idle_task.stop()
+
+    async def _read_timed(self, scope: trio.CancelScope, timer: fast.IdleTimer) -> None:
+        """The read loop under the fast path's idle timer: ``scope``'s deadline is the timer's."""
+        timers: set[fast.IdleTimer] | None = getattr(self.context.terminated, "timers", None)
+        scope.deadline = timer.deadline
+        timer.reading = scope
+        if timers is not None:
+            timers.add(timer)
+        try:
+            await close_wait.read_until_closed(self)
+        finally:
+            timer.reading = None
+            if timers is not None:
+                timers.discard(timer)
 
     async def _linger(self) -> None:
         """Lingering close (:mod:`.linger`): ``_close`` has sent our EOF (a plain socket;
@@ -309,7 +338,8 @@ def _worker(fast_path: bool, write_timeout: float | None) -> Callable[..., Await
             "_upstream_run": _rebind(TCPServer.run, ProtocolWrapper=wrapper, TaskGroup=task_group),
         },
     )
-    worker: Callable[..., Awaitable[None]] = _rebind(_run_module.worker_serve, TCPServer=server)
+    contexts = {"WorkerContext": fast.FastWorkerContext} if fast_path else {}
+    worker: Callable[..., Awaitable[None]] = _rebind(_run_module.worker_serve, TCPServer=server, **contexts)
     return worker
 
 

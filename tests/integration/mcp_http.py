@@ -798,6 +798,18 @@ def count_tasks(name_suffix: str) -> int:
     return len(tasks_named(name_suffix))
 
 
+def fast_path_idle_timers() -> tuple[int, int]:
+    """(connections reading, of which idle) under the hypercorn fast path of the servers of this
+    process: each connection's idle timer is the deadline of its read loop (no task of its own), and
+    each server's ``WorkerContext.terminated`` holds the timers of its connections while they read."""
+    import gc
+
+    from mcp_trio._http.hypercorn_fast_path import Terminated
+
+    timers = [t for o in gc.get_objects() if isinstance(o, Terminated) for t in o.timers]
+    return len(timers), sum(t.deadline != math.inf for t in timers)
+
+
 async def wait_until(predicate: Callable[[], bool], within: float, poll: float = 0.005) -> float:
     """Poll ``predicate`` (bounded in time and count); return how long it took to become true."""
     start = trio.current_time()

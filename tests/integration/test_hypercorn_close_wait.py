@@ -9,7 +9,6 @@ state has to be undone.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -22,7 +21,7 @@ import pytest
 import trio
 from hypercorn.config import Config
 from hypercorn.trio.tcp_server import TCPServer
-from mcp_http import count_tasks, read_until, tasks_named, wait_until
+from mcp_http import count_tasks, fast_path_idle_timers, read_until, wait_until
 from tests.required import not_applicable
 
 from mcp_trio._http.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
@@ -38,7 +37,6 @@ RELEASE_BUDGET = 1.0  # seconds a closed idle connection may linger with the fix
 # Task names trio gives hypercorn's per-connection tasks.
 CONNECTION_TASK = "_highlevel_serve_listeners._run_handler"  # runs TCPServer.run, one per connection
 IDLE_TASK = "TCPServer._idle_timeout"  # the keep-alive idle timer of a connection
-FAST_PATH_IDLE_TASK = "IdleTimer._watch"  # its replacement under the fast path (one per connection)
 
 TCP_STATES = {
     "01": "ESTABLISHED",
@@ -79,12 +77,8 @@ def server_connection_states(port: int) -> list[str]:
 
 def armed_fast_path_timers() -> int:
     """Under the hypercorn fast path (on by default in mcp_trio's server), a connection's idle timer is
-    one watchdog task for the connection's whole life, armed (a finite deadline) while the connection is
-    idle."""
-    return sum(
-        task.coro.cr_frame.f_locals["self"]._deadline != math.inf  # type: ignore[union-attr]
-        for task in tasks_named(FAST_PATH_IDLE_TASK)
-    )
+    the deadline of its read loop, armed (finite) while the connection is idle: no task."""
+    return fast_path_idle_timers()[1]
 
 
 @dataclass
@@ -97,7 +91,7 @@ class Server:
             server_connection_states(self.port) == []
             and count_tasks(CONNECTION_TASK) == 0
             and count_tasks(IDLE_TASK) == 0
-            and count_tasks(FAST_PATH_IDLE_TASK) == 0
+            and fast_path_idle_timers() == (0, 0)
         )
 
     def idle_connections(self) -> int:
@@ -421,9 +415,9 @@ async def test_an_unexpected_hypercorn_is_refused_or_served_as_shipped_when_allo
                 stream = await trio.open_tcp_stream("127.0.0.1", server.port)
                 async with stream:
                     assert await get(stream, bytearray(), "/ping") == b"/ping"
-                    # Idle now: hypercorn's own idle-timer task, not the fast path's watchdog.
+                    # Idle now: hypercorn's own idle-timer task, not the fast path's timer.
                     await wait_until(lambda: count_tasks(IDLE_TASK) == 1, within=1.0)
-                    assert count_tasks(FAST_PATH_IDLE_TASK) == 0
+                    assert fast_path_idle_timers() == (0, 0)
         assert any("WITHOUT MCP_TRIO'S FIXES" in record.getMessage() for record in caplog.records)
     finally:
         monkeypatch.undo()

@@ -27,12 +27,13 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from hypercorn.config import Config
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio import tcp_server
 from hypercorn.trio.task_group import TaskGroup
-from mcp_http import count_sockets, count_tasks, read_until, wait_until
+from mcp_http import count_sockets, count_tasks, fast_path_idle_timers, read_until, tasks_named, wait_until
 from tests.required import not_applicable
 
 from mcp_trio._http.hypercorn_server import hypercorn_fixes_available, serve_hypercorn
@@ -47,7 +48,6 @@ PROMPT = 0.15  # "at once"
 
 # Task names trio gives hypercorn's per-connection tasks.
 CONNECTION_TASK = "_highlevel_serve_listeners._run_handler"  # runs TCPServer.run, one per connection
-WATCHDOG_TASK = "IdleTimer._watch"  # the fast path's keep-alive watchdog, one per connection
 
 CALL = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}'
 CALL_RESULT = b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]}}'
@@ -584,6 +584,53 @@ async def test_connection_reused_every_200ms_stays_open_past_keep_alive_timeout(
     assert low <= closed_after <= high, closed_after
 
 
+async def test_stream_outlives_keep_alive_timeout_then_its_connection_idles_out() -> None:
+    with trio.fail_after(6):
+        async with running_server(keep_alive_timeout=0.3) as server, await connect(server) as stream:
+            await stream.send_all(get("/sse"))  # three chunks over 0.6 s: longer than keep_alive_timeout
+            streamed = await read_until(stream, bytearray(), b"0\r\n\r\n")
+            assert all(b"data: %d" % i in streamed for i in range(3)), streamed
+            closed_after = await seconds_until_closed(stream)  # idle now: the timer is armed again
+    assert 0.2 <= closed_after <= 2.5, closed_after
+
+
+async def test_graceful_shutdown_lets_a_stream_under_way_finish_then_closes() -> None:
+    with trio.fail_after(6):
+        async with running_server(keep_alive_timeout=5.0) as server:
+            stream = await connect(server)
+            await stream.send_all(get("/sse"))
+            buffer = bytearray()
+            await read_until(stream, buffer, b"data: 0")
+        # serve() returned (graceful_timeout 1 s): the stream was not cut by the shutdown.
+        async with stream:
+            rest = await read_to_eof(stream, buffer)
+    assert b"data: 2" in rest and rest.endswith(b"0\r\n\r\n"), rest
+
+
+async def test_an_open_stream_holds_two_tasks_its_connection_and_its_app() -> None:
+    with trio.fail_after(5):
+        async with running_server(keep_alive_timeout=5.0) as server:
+            streams: list[trio.SocketStream] = []
+            try:
+                counts = []
+                for _ in range(2):
+                    for _ in range(5):
+                        stream = await connect(server)
+                        streams.append(stream)
+                        await stream.send_all(get("/hold"))
+                        await read_until(stream, bytearray(), b"\r\n\r\n")
+                    await trio.testing.wait_all_tasks_blocked()
+                    counts.append(count_tasks(""))
+                assert count_tasks(CONNECTION_TASK) == 10
+                # Five more streams, ten more tasks: no idle-timer task (the read loop's deadline).
+                assert counts[1] - counts[0] == 10, [task.name for task in tasks_named("")]
+                assert fast_path_idle_timers() == (10, 0)  # reading, busy: no timer armed
+            finally:
+                for stream in streams:
+                    await stream.aclose()
+            await wait_until(lambda: server.state.disconnects == 10, within=2.0)
+
+
 # -- releasing connections ----------------------------------------------------------------------
 
 
@@ -602,7 +649,8 @@ async def test_closed_idle_connections_are_released_at_once() -> None:
                     assert (await read_response(stream, bytearray()))[1] == CALL_RESULT
                 assert count_sockets(pid) == baseline + 40  # both ends of 20 connections
                 assert count_tasks(CONNECTION_TASK) == 20
-                assert count_tasks(WATCHDOG_TASK) == 20
+                # Each idle, its keep-alive timer armed: the deadline of its read loop, no task.
+                await wait_until(lambda: fast_path_idle_timers() == (20, 20), within=1.0)
             finally:
                 for stream in streams:
                     await stream.aclose()
@@ -610,7 +658,7 @@ async def test_closed_idle_connections_are_released_at_once() -> None:
                 lambda: (
                     count_sockets(pid) == baseline
                     and count_tasks(CONNECTION_TASK) == 0
-                    and count_tasks(WATCHDOG_TASK) == 0
+                    and fast_path_idle_timers() == (0, 0)
                 ),
                 within=RELEASE_BUDGET,
             )
@@ -657,7 +705,7 @@ async def test_fast_path_is_active_one_task_and_one_write_per_request(
     with trio.fail_after(10):
         async with running_server() as server, await connect(server) as stream:
             buffer = bytearray()
-            await stream.send_all(post(CALL))  # warm up: the connection and its watchdog exist
+            await stream.send_all(post(CALL))  # warm up: the connection exists
             assert (await read_response(stream, buffer))[1] == CALL_RESULT
 
             writes: list[int] = []  # size of each server-side socket write

@@ -491,9 +491,12 @@ class H2Client:
                         if event.flow_controlled_length:
                             self.connection.increment_flow_control_window(event.flow_controlled_length)
                             if event.stream_id in self.reading:
-                                self.connection.increment_flow_control_window(
-                                    event.flow_controlled_length, event.stream_id
-                                )
+                                try:
+                                    self.connection.increment_flow_control_window(
+                                        event.flow_controlled_length, event.stream_id
+                                    )
+                                except h2.exceptions.StreamClosedError:
+                                    pass  # its end came in the same read: no window left to open
                     elif isinstance(event, h2.events.ResponseReceived) and received is not None:
                         received.headers = {bytes(k).decode(): bytes(v).decode() for k, v in event.headers}
                     elif isinstance(event, h2.events.StreamEnded) and received is not None:
