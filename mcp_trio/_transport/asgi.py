@@ -25,6 +25,7 @@ from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, Disconnec
 from ..auth.server._resource import BearerGuard
 from ..auth.server._token import AccessToken
 from ..errors import RemoteProtocolError
+from .bodies import BodyDeadlines, ClientGone, read_body
 from .config import HTTPRequestInfo, ServerConfig
 from .forwarding import Forwarding, WorkerLink
 from .legacy import LegacyEndpoint
@@ -59,6 +60,7 @@ class MCPApp:
         self.server = server
         self.config = config or ServerConfig()
         self._manager = SessionManager(server, self.config)
+        self._bodies = BodyDeadlines(self.config.body_timeout)
         self._modern = ModernEndpoint(server, self.config)
         self._sends: set[GuardedSend] = set()
         """Sends under way (each HTTP request's, while one is being written)."""
@@ -122,6 +124,7 @@ class MCPApp:
                 await nursery.start(events_run)
             await nursery.start(tasks.run)
             await nursery.start(self._modern.keepalive.run)
+            await nursery.start(self._bodies.run)
             await self._manager.run(task_status=task_status)
             nursery.cancel_scope.cancel()
 
@@ -253,7 +256,7 @@ class MCPApp:
         except RemoteProtocolError as exc:
             self._refused[exc.http_status] = self._refused.get(exc.http_status, 0) + 1
             await reject(send, exc)
-        except _ClientGone:
+        except ClientGone:
             return
 
     async def _statistics_endpoint(self, scope: Scope, facts: http.RequestFacts, send: GuardedSend) -> None:
@@ -363,10 +366,23 @@ class MCPApp:
                 self._oauth.require_for(principal, facts.mcp_method, admission.header_name(facts))
         # One scope for the request: its deadline bounds the body's arrival (408), then it is the scope a
         # 2026 handler runs under (a scope costs about as much as the rest of a small request's checks).
-        body = None
-        with trio.CancelScope(deadline=trio.current_time() + self.config.body_timeout) as request_scope:
-            body = await _read_body(receive, self.config.max_body_size)
-            request_scope.deadline = inf
+        # The body's deadline is kept by the app's one clock while it runs (a deadline of the scope's own
+        # costs Trio about as much again as the scope).
+        body, clock = None, self._bodies if self._bodies.running else None
+        with (
+            trio.CancelScope()
+            if clock is not None
+            else trio.CancelScope(deadline=trio.current_time() + self.config.body_timeout)
+        ) as request_scope:
+            if clock is not None:
+                clock.watch(request_scope)
+            try:
+                body = await read_body(receive, self.config.max_body_size)
+            finally:
+                if clock is not None:
+                    clock.unwatch(request_scope)
+            if clock is None:
+                request_scope.deadline = inf
             await self._post_body(facts, body, receive, send, principal, on_disconnect, request_scope, client)
         if body is None:
             raise admission.body_timeout(self.config.body_timeout)
@@ -475,24 +491,3 @@ def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
         await send(message)
 
     return send_with_headers
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body: 413 past ``limit`` bytes (the caller bounds the time it takes)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            http.body_too_large(limit)
-        if not message.get("more_body", False):  # usually the only message: its body as it is
-            return b"".join((*chunks, chunk)) if chunks else bytes(chunk)
-        chunks.append(chunk)
-
-
-class _ClientGone(Exception):
-    """The client went away while its request body was being read: there is no one to answer."""
