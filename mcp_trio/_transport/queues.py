@@ -10,11 +10,10 @@ open GET stream, and a scope entered and left for every event sent.
 
 from __future__ import annotations
 
-from math import inf
-
 import trio
 
 from .._protocol.session import END, Outgoing
+from .clocks import UniformClock
 
 __all__ = ["KeepAliveClock", "StreamQueue"]
 
@@ -78,54 +77,17 @@ class StreamQueue:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
-class KeepAliveClock:
+class KeepAliveClock(UniformClock[StreamQueue]):
     """One task (:meth:`run`, in the session manager's nursery) for every SSE writer of every session:
     a connection silent for ``interval`` seconds has its writer nudged (:meth:`StreamQueue.nudge`) to
-    send a comment, so that a proxy's read timeout does not cut it.  Every due time is ``now +
-    interval`` when set, so the order they were set in is the order they fall due: an ordered dict is
-    the whole schedule (re-arming is a pop and an insert).  ``interval`` infinite: never."""
+    send a comment, so that a proxy's read timeout does not cut it, and again every ``interval`` while
+    it stays silent.  ``interval`` infinite: never."""
 
-    __slots__ = ("_due", "_parked", "interval")
+    __slots__ = ()
 
     def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._due: dict[StreamQueue, float] = {}
-        self._parked: trio.lowlevel.Task | None = None
-
-    def __len__(self) -> int:
-        return len(self._due)
+        super().__init__(interval, StreamQueue.nudge, repeat=True)
 
     def rearm(self, queue: StreamQueue) -> None:
         """``queue``'s connection was written to now: its comment is due in ``interval``."""
-        if self.interval == inf:
-            return
-        due = self._due
-        due.pop(queue, None)
-        due[queue] = trio.current_time() + self.interval
-        parked, self._parked = self._parked, None
-        if parked is not None:
-            trio.lowlevel.reschedule(parked)
-
-    def unwatch(self, queue: StreamQueue) -> None:
-        self._due.pop(queue, None)
-
-    async def run(self) -> None:
-        """Nudge the connections whose comment is due, until cancelled (with the manager)."""
-        due = self._due
-        while True:
-            if not due:
-                self._parked = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(self._abort)
-                continue
-            queue, when = next(iter(due.items()))
-            now = trio.current_time()
-            if when > now:
-                await trio.sleep_until(when)
-                continue
-            del due[queue]
-            due[queue] = now + self.interval  # the next comment, unless the writer writes first
-            queue.nudge()
-
-    def _abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
-        self._parked = None
-        return trio.lowlevel.Abort.SUCCEEDED
+        self.watch(queue)
