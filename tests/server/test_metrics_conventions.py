@@ -30,6 +30,7 @@ from mcp_trio import MCPApp, ServerConfig, open_websocket_client
 from mcp_trio._observe.conventions import DURATION_BUCKETS, SESSION_BUCKETS
 from mcp_trio._observe.process import process_samples
 from mcp_trio._observe.telemetry import HTTP, PIPE, Telemetry
+from mcp_trio._transport.admin import build_info
 from mcp_trio.demo import build_demo_server
 from mcp_trio.server import AdminApp
 
@@ -270,6 +271,16 @@ def test_process_metrics_are_absent_where_proc_says_nothing(tmp_path: Path) -> N
     (proc / "stat").write_text("cpu 1\n")
     names = [name for name, *_ in process_samples(proc)]
     assert names == ["process_open_fds"]  # an unlimited soft limit is no number either
+    good = _fake_proc(tmp_path / "q", "x", "1024 1024")
+    (good / "stat").write_text("btime soon\n")  # a boot time that is no number: no start time
+    names = [name for name, *_ in process_samples(good)]
+    assert "process_start_time_seconds" not in names and "process_cpu_seconds_total" in names
+
+
+def test_the_build_info_of_a_server_that_is_no_distribution() -> None:
+    (_name, _kind, _help, [(labels, value)]) = build_info("not-a-distribution")
+    assert labels["http_server"] == "not-a-distribution" and "http_server_version" not in labels
+    assert value == 1
 
 
 # -- requests in flight, by era and transport -----------------------------------------------------------
