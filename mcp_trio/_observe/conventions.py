@@ -90,6 +90,7 @@ def session_histogram(side: str) -> Histogram:
     """The session duration histogram of ``side`` (``"server"`` or ``"client"``)."""
     return HISTOGRAMS[side, "session"]
 
+
 OTHER = "_OTHER"
 """The conventions' fallback value of a low-cardinality attribute."""
 

@@ -106,4 +106,3 @@ def python_info() -> Sample:
         "version": platform.python_version(),
     }
     return ("python_info", "gauge", "Python platform information", [(labels, 1)])
-
