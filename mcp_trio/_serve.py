@@ -112,6 +112,7 @@ async def serve(
                 allow_stock_hypercorn=allow_stock_hypercorn,
             ),
             task_status,
+            http_server=http,
         )
     elif http == "hypercorn":
         await _serve_hypercorn(
@@ -243,13 +244,15 @@ async def _serve_with_admin(
     admin_started: Callable[[list[str]], object] | None,
     serve_public: Callable[..., Awaitable[None]],
     task_status: trio.TaskStatus[list[str]],
+    http_server: str | None = None,
 ) -> None:
-    """The operations listener on ``bind`` around ``serve_public`` (the app's own listener)."""
+    """The operations listener on ``bind`` around ``serve_public`` (the app's own listener, served by
+    ``http_server``)."""
     from ._http.h11_server import H11Config, serve_h11
     from ._transport.admin import AdminApp
 
     host, port = split_bind(bind)
-    admin = AdminApp(app)
+    admin = AdminApp(app, http_server=http_server)
     stop = trio.Event()
     try:
         async with trio.open_nursery() as nursery:

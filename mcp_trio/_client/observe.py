@@ -7,7 +7,8 @@
 - Each request of the server it answers (``sampling``, ``elicitation``, ``roots``, ``ping``; 2025 era)
   and each input request of a 2026-era round or task it answers: a SERVER span, whose parent is the
   trace context in the request's ``params._meta``, or for an input request without one, the CLIENT span
-  of the round (or ``tasks/get``) that brought it.
+  of the round (or ``tasks/get``) that brought it; and a point of ``mcp.server.operation.duration``
+  (the conventions measure what a side receives in the receiver's histogram).
 - The session: ``mcp.client.session.duration``, from the opening of the session to its close (in the
   2026 era, where there is no session on the wire, the life of the :class:`ClientSession`).
 

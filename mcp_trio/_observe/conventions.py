@@ -10,21 +10,86 @@ become ``_OTHER``, so a hostile client cannot grow the number of series.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "DURATION_BUCKETS",
+    "HISTOGRAMS",
     "KNOWN_METHODS",
     "OTHER",
+    "SESSION_BUCKETS",
+    "Histogram",
     "bounded_error",
     "describe",
     "metric_attributes",
+    "operation_histogram",
     "outcome",
+    "session_histogram",
     "span_name",
 ]
 
 DURATION_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """The explicit bucket boundaries the conventions give every MCP duration histogram (seconds)."""
+
+SESSION_BUCKETS = (
+    0.1, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 43200.0, 86400.0
+)  # fmt: skip
+"""Our bucket boundaries for the session duration histograms (seconds: 100 ms to 24 h).  The
+conventions advise the operation buckets for sessions too, whose last bound (300 s) would put every
+session of an interactive client (minutes to hours) in ``+Inf``; a one-shot client's session (a
+command-line call: well under a second) still has buckets of its own."""
+
+
+class Histogram(NamedTuple):
+    """One duration histogram of the conventions: its OpenTelemetry name and description, and the
+    bucket boundaries we give it (the unit is always seconds)."""
+
+    name: str
+    description: str
+    buckets: tuple[float, ...]
+
+
+HISTOGRAMS = {
+    ("server", "operation"): Histogram(
+        "mcp.server.operation.duration",
+        "MCP request or notification duration as observed on the receiver from the time it was received "
+        "until the result or ack is sent.",
+        DURATION_BUCKETS,
+    ),
+    ("client", "operation"): Histogram(
+        "mcp.client.operation.duration",
+        "The duration of the MCP request or notification as observed on the sender from the time it was "
+        "sent until the response or ack is received.",
+        DURATION_BUCKETS,
+    ),
+    ("server", "session"): Histogram(
+        "mcp.server.session.duration",
+        "The duration of the MCP session as observed on the MCP server.",
+        SESSION_BUCKETS,
+    ),
+    ("client", "session"): Histogram(
+        "mcp.client.session.duration",
+        "The duration of the MCP session as observed on the MCP client.",
+        SESSION_BUCKETS,
+    ),
+}
+"""The conventions' four histograms, by (``"server"`` or ``"client"``, ``"operation"`` or ``"session"``)."""
+
+
+def operation_histogram(incoming: bool) -> Histogram:
+    """The histogram an operation's duration goes to: the conventions measure an operation on the side
+    that receives it (``mcp.server.operation.duration``: the receiver's, a SERVER span) and on the side
+    that sends it (``mcp.client.operation.duration``: the sender's, a CLIENT span), whichever side of
+    the connection that is.  So a server's notifications (progress, log messages, list changes) and its
+    requests to the client (sampling, elicitation, roots) are in the client histogram, never in the
+    server's; a client's answers to the server's requests are in the server histogram."""
+    return HISTOGRAMS["server" if incoming else "client", "operation"]
+
+
+def session_histogram(side: str) -> Histogram:
+    """The session duration histogram of ``side`` (``"server"`` or ``"client"``)."""
+    return HISTOGRAMS[side, "session"]
+
 
 OTHER = "_OTHER"
 """The conventions' fallback value of a low-cardinality attribute."""

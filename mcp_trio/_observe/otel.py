@@ -19,7 +19,7 @@ from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
 
-from .conventions import DURATION_BUCKETS
+from .conventions import Histogram, operation_histogram, session_histogram
 
 __all__ = ["OtelInstruments", "inject"]
 
@@ -63,33 +63,30 @@ def inject(meta: MutableMapping[str, Any], span: Any = None) -> None:
 
 
 class OtelInstruments:
-    """One side's tracer and duration histograms (``side`` is ``"server"`` or ``"client"``)."""
+    """The tracer and the conventions' four duration histograms, made once per process and shared by
+    both sides: ``operation_duration[incoming]`` is the receiver's (``mcp.server.operation.duration``)
+    for an operation this side received, the sender's (``mcp.client.operation.duration``) for one it
+    sent (:func:`~.conventions.operation_histogram`); ``session_duration[side]`` is
+    ``mcp.{side}.session.duration``."""
 
-    def __init__(self, side: str) -> None:
-        self.side = side
+    def __init__(self) -> None:
         trace.get_tracer_provider()  # a provider named by OTEL_PYTHON_TRACER_PROVIDER is made now
         metrics.get_meter_provider()
         self.tracer = trace.get_tracer(_SCOPE, _VERSION)
         meter = metrics.get_meter(_SCOPE, _VERSION)
-        advice: dict[str, Any] = {"explicit_bucket_boundaries_advisory": list(DURATION_BUCKETS)}
-        self.operation_duration = meter.create_histogram(
-            f"mcp.{side}.operation.duration",
-            unit="s",
-            description=(
-                "MCP request or notification duration as observed on the receiver from the time it was "
-                "received until the result or ack is sent."
-                if side == "server"
-                else "The duration of the MCP request or notification as observed on the sender from "
-                "the time it was sent until the response or ack is received."
-            ),
-            **advice,
-        )
-        self.session_duration = meter.create_histogram(
-            f"mcp.{side}.session.duration",
-            unit="s",
-            description=f"The duration of the MCP session as observed on the MCP {side}.",
-            **advice,
-        )
+
+        def histogram(made: Histogram) -> Any:
+            return meter.create_histogram(
+                made.name,
+                unit="s",
+                description=made.description,
+                explicit_bucket_boundaries_advisory=list(made.buckets),
+            )
+
+        self.operation_duration = {
+            incoming: histogram(operation_histogram(incoming)) for incoming in (True, False)
+        }
+        self.session_duration = {side: histogram(session_histogram(side)) for side in ("server", "client")}
 
     @staticmethod
     def live() -> tuple[bool, bool]:

@@ -16,7 +16,15 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["MAX_SERIES", "Histogram", "MetricsRegistry", "Sample", "label_name", "render_samples"]
+__all__ = [
+    "MAX_SERIES",
+    "Histogram",
+    "MetricsRegistry",
+    "Sample",
+    "label_name",
+    "render_samples",
+    "seconds_name",
+]
 
 MAX_SERIES = 2000
 """Most label sets one histogram keeps."""
@@ -32,6 +40,12 @@ def label_name(attribute: str) -> str:
     """An OpenTelemetry attribute key as a Prometheus label name (``mcp.method.name`` ->
     ``mcp_method_name``)."""
     return _NOT_LABEL.sub("_", attribute)
+
+
+def seconds_name(instrument: str) -> str:
+    """An OpenTelemetry instrument in seconds as OpenTelemetry's Prometheus exporter names it
+    (``mcp.server.operation.duration`` -> ``mcp_server_operation_duration_seconds``)."""
+    return label_name(instrument) + "_seconds"
 
 
 def _escape(value: object) -> str:

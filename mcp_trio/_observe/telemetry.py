@@ -4,8 +4,7 @@ A :class:`Telemetry` belongs to a server (:attr:`mcp_trio.MCPServer.telemetry`) 
 sessions.  It records into what is in use, and only that:
 
 - OpenTelemetry, when ``opentelemetry-api`` is installed: spans while a tracer provider is set, the
-  ``mcp.{side}.operation.duration`` and ``mcp.{side}.session.duration`` histograms while a meter
-  provider is set;
+  operation and session duration histograms while a meter provider is set;
 - a Prometheus :class:`~.prometheus.MetricsRegistry`, once :meth:`Telemetry.enable_metrics` was
   called (an operations listener does);
 - the request log (:attr:`Telemetry.request_log`): one record per request on the
@@ -13,6 +12,12 @@ sessions.  It records into what is in use, and only that:
 
 With none in use :meth:`Telemetry.operation` and :meth:`Telemetry.session` return None: the caller
 records nothing, and the cost is that test.
+
+Both keep the conventions' histograms the same way: an operation this side received is in
+``mcp.server.operation.duration`` (its span is a SERVER span), one it sent in
+``mcp.client.operation.duration`` (a CLIENT span), whichever side this is
+(:func:`~.conventions.operation_histogram`): a server's progress notifications never count as requests
+it served.  A session is in ``mcp.{side}.session.duration``.
 """
 
 from __future__ import annotations
@@ -25,8 +30,17 @@ from typing import Any, NamedTuple
 
 import trio
 
-from .conventions import DURATION_BUCKETS, bounded_error, describe, metric_attributes, outcome, span_name
-from .prometheus import MetricsRegistry
+from .conventions import (
+    Histogram,
+    bounded_error,
+    describe,
+    metric_attributes,
+    operation_histogram,
+    outcome,
+    session_histogram,
+    span_name,
+)
+from .prometheus import MetricsRegistry, seconds_name
 
 __all__ = ["HTTP", "PIPE", "WEBSOCKET", "Carrier", "Operation", "SessionClock", "Telemetry", "identity_hash"]
 
@@ -83,21 +97,20 @@ def identity_hash(value: str | bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-_INSTRUMENTS: dict[str, Any] = {}
+_INSTRUMENTS: list[Any] = []
 
 
-def _load_otel(side: str) -> Any:
-    """One side's OpenTelemetry instruments, made once per process (a client makes a
-    :class:`Telemetry` per session: they share them)."""
-    found = _INSTRUMENTS.get(side)
-    if found is not None:
-        return found
+def _load_otel() -> Any:
+    """The OpenTelemetry instruments, made once per process (a client makes a :class:`Telemetry` per
+    session, a process may hold both sides: they share them)."""
+    if _INSTRUMENTS:
+        return _INSTRUMENTS[0]
     try:
         from .otel import OtelInstruments
     except ImportError:  # the otel extra is not installed: nothing of OpenTelemetry is imported
         return None
-    found = _INSTRUMENTS[side] = OtelInstruments(side)
-    return found
+    _INSTRUMENTS.append(OtelInstruments())
+    return _INSTRUMENTS[0]
 
 
 class Telemetry:
@@ -123,30 +136,28 @@ class Telemetry:
         self.known = known
         self.trusted_targets = trusted_targets
         self.identify = identify
-        self.otel: Any = _load_otel(side) if opentelemetry else None
+        self.otel: Any = _load_otel() if opentelemetry else None
         """The OpenTelemetry instruments (None without the ``otel`` extra)."""
         self.registry: MetricsRegistry | None = None
         """The Prometheus registry (None until :meth:`enable_metrics`)."""
         self.request_log = False
         """Whether each request is logged (INFO on ``mcp_trio.requests``) when its answer is sent."""
-        self._operations: Any = None
+        self._operations: dict[bool, Any] = {}
+        """The Prometheus operation histograms by ``incoming`` (once :meth:`enable_metrics` was called)."""
         self._sessions: Any = None
 
     def enable_metrics(self) -> MetricsRegistry:
-        """Record the duration histograms in a Prometheus registry too (idempotent); returns it."""
+        """Record the duration histograms in a Prometheus registry too (idempotent); returns it: the
+        receiver's and the sender's operation histograms, and this side's session histogram."""
         if self.registry is None:
-            self.registry = MetricsRegistry()
-            side = self.side
-            self._operations = self.registry.histogram(
-                f"mcp_{side}_operation_duration_seconds",
-                f"MCP request or notification duration as observed on the {side}.",
-                DURATION_BUCKETS,
-            )
-            self._sessions = self.registry.histogram(
-                f"mcp_{side}_session_duration_seconds",
-                f"The duration of the MCP session as observed on the MCP {side}.",
-                DURATION_BUCKETS,
-            )
+            registry = MetricsRegistry()
+
+            def made(made: Histogram) -> Any:
+                return registry.histogram(seconds_name(made.name), made.description, made.buckets)
+
+            self._operations = {incoming: made(operation_histogram(incoming)) for incoming in (True, False)}
+            self._sessions = made(session_histogram(self.side))
+            self.registry = registry
         return self.registry
 
     def operation(
@@ -195,8 +206,8 @@ class Operation:
     """One request or notification being recorded (see :meth:`Telemetry.operation`)."""
 
     __slots__ = (
-        "_logged", "_metering", "_span", "_started", "_token", "attributes", "carrier", "principal",
-        "session_id", "telemetry",
+        "_incoming", "_logged", "_metering", "_span", "_started", "_token", "attributes", "carrier",
+        "principal", "session_id", "telemetry",
     )  # fmt: skip
 
     def __init__(
@@ -219,6 +230,7 @@ class Operation:
         self.session_id = session_id
         self.principal = principal
         self._metering = metering
+        self._incoming = incoming
         self._logged = (
             telemetry.request_log and request_id is not None and incoming is (telemetry.side == "server")
         )
@@ -306,16 +318,17 @@ class Operation:
                 ids = telemetry.otel.trace_ids(self._span)
             telemetry.otel.end(self._span, self._token, error_type, status_code, description)
             self._span = None
-        if self._metering or telemetry.registry is not None:
+        histogram = telemetry._operations.get(self._incoming)
+        if self._metering or histogram is not None:
             attributes = metric_attributes(self.attributes, error_type, status_code, telemetry.known)
             for key in ("mcp.protocol.version", "network.transport", "network.protocol.name",
                         "server.address", "server.port"):  # fmt: skip
                 if key in self.attributes:
                     attributes[key] = self.attributes[key]
             if self._metering:
-                telemetry.otel.operation_duration.record(duration, attributes)
-            if telemetry._operations is not None:
-                telemetry._operations.observe(duration, attributes)
+                telemetry.otel.operation_duration[self._incoming].record(duration, attributes)
+            if histogram is not None:
+                histogram.observe(duration, attributes)
         if self._logged:
             self._log(duration, error_type, ids)
 
@@ -387,6 +400,6 @@ class SessionClock:
         if error_type is not None:
             attributes["error.type"] = bounded_error(error_type)
         if self._metering:
-            self.telemetry.otel.session_duration.record(duration, attributes)
+            self.telemetry.otel.session_duration[self.telemetry.side].record(duration, attributes)
         if self.telemetry._sessions is not None:
             self.telemetry._sessions.observe(duration, attributes)

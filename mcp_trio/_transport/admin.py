@@ -1,9 +1,11 @@
 """The operations listener: an ASGI application for a port of its own, beside an :class:`MCPApp`.
 
 - ``GET /metrics``: the Prometheus text format (0.0.4): the MCP duration histograms
-  (``mcp_server_operation_duration_seconds``, ``mcp_server_session_duration_seconds``, recorded from
-  the moment the :class:`AdminApp` is made) and the transport's own gauges and counters
-  (``mcp_trio_*``, built from :meth:`MCPApp.statistics`);
+  (``mcp_server_operation_duration_seconds`` of the requests and notifications the server receives,
+  ``mcp_client_operation_duration_seconds`` of those it sends, ``mcp_server_session_duration_seconds``;
+  recorded from the moment the :class:`AdminApp` is made), the transport's own gauges and counters
+  (``mcp_trio_*``, built from :meth:`MCPApp.statistics`), ``mcp_trio_build_info``, ``python_info``
+  and the ``process_*`` metrics (Linux);
 - ``GET /healthz``: 200 ``ok`` while the process serves (liveness);
 - ``GET /readyz``: 200 while the app serves; 503 while it is starting (not running yet), draining or
   shutting down, and while a Redis link it was given (notification bus, task store, event store) is
@@ -16,19 +18,25 @@ the listener is for the operator's network (bind it to loopback or a private add
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
+import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import trio
+
+from .._observe.process import process_samples, python_info
 from .._observe.prometheus import Sample
+from .._protocol.versions import supported_versions
 from .streams import TRANSPORT_ERRORS
 from .wire import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from .asgi import MCPApp
 
-__all__ = ["METRICS_CONTENT_TYPE", "AdminApp", "readiness", "samples"]
+__all__ = ["METRICS_CONTENT_TYPE", "AdminApp", "build_info", "readiness", "samples"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +68,13 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
         "keep-alive comments sent on 2026-era streams",
     ),
 )
-_INFLIGHT = (("inflight", "2025"), ("modern_inflight", "2026"), ("websocket_requests", "websocket"))
+_INFLIGHT: tuple[tuple[str, str, str], ...] = (
+    # (statistics key, era, transport)
+    ("inflight", "2025", "http"),
+    ("modern_inflight", "2026", "http"),
+    ("websocket_legacy_requests", "2025", "websocket"),
+    ("websocket_modern_requests", "2026", "websocket"),
+)
 _EVENT_STORE: tuple[tuple[str, str, str, str], ...] = (
     ("events", "gauge", "mcp_trio_event_store_events", "SSE events kept for resumption"),
     ("bytes", "gauge", "mcp_trio_event_store_bytes", "bytes of the SSE events kept for resumption"),
@@ -106,9 +120,13 @@ def samples(stats: Mapping[str, Any]) -> list[Sample]:
     for key, name, help in _COUNTERS:
         if _is_number(stats.get(key)):
             found.append((name, "counter", help, [({}, stats[key])]))
-    inflight = [({"kind": kind}, stats[key]) for key, kind in _INFLIGHT if _is_number(stats.get(key))]
+    inflight = [
+        ({"era": era, "transport": transport}, stats[key])
+        for key, era, transport in _INFLIGHT
+        if _is_number(stats.get(key))
+    ]
     if inflight:
-        help = "requests being handled (2025: of sessions over HTTP; 2026: stateless over HTTP; websocket)"
+        help = "requests being handled, by era (2025: in a session; 2026: stateless) and transport"
         found.append(("mcp_trio_requests_in_flight", "gauge", help, inflight))
     store = stats.get("event_store")
     if isinstance(store, Mapping):
@@ -164,6 +182,27 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def build_info(http_server: str | None = None) -> Sample:
+    """``mcp_trio_build_info 1``, its labels what this process runs: ``version`` (mcp_trio's),
+    ``protocol_versions`` (the MCP revisions it speaks, newest first), ``trio_version``, and when
+    known the HTTP server serving the app (``http_server``: ``hypercorn``, or ``h11`` for the
+    embedded server) and its ``http_server_version`` (of hypercorn, or of h11)."""
+    package = sys.modules[__name__.partition(".")[0]]  # whole by the time a listener is made
+    labels = {
+        "version": str(getattr(package, "__version__", "unknown")),
+        "protocol_versions": ",".join(supported_versions()),
+        "trio_version": trio.__version__,
+    }
+    if http_server is not None:
+        labels["http_server"] = http_server
+        try:
+            labels["http_server_version"] = importlib.metadata.version(http_server)
+        except importlib.metadata.PackageNotFoundError:  # an unknown name, or run from a source tree
+            pass
+    help = "mcp_trio's build: its version, the MCP revisions it speaks, trio's and the HTTP server's"
+    return ("mcp_trio_build_info", "gauge", help, [(labels, 1)])
+
+
 def readiness(app: MCPApp) -> dict[str, Any]:
     """Whether ``app`` is ready to serve (``ready``) and, if not, why (``reasons``: ``starting``,
     ``draining``, ``stopped``, ``redis unreachable``); ``redis``: each link's state, if any.
@@ -201,17 +240,21 @@ class AdminApp:
     Making it turns on the app server's Prometheus histograms
     (:meth:`~mcp_trio.server.Telemetry.enable_metrics`).  It answers the ASGI lifespan
     protocol (there is nothing to start: the :class:`MCPApp` runs on its own), so any ASGI server
-    serves it; :func:`mcp_trio.serve` does with ``admin_bind="HOST:PORT"``."""
+    serves it; :func:`mcp_trio.serve` does with ``admin_bind="HOST:PORT"``.  ``http_server``: the
+    HTTP server serving ``app`` (``"hypercorn"`` or ``"h11"``), for ``mcp_trio_build_info``."""
 
-    def __init__(self, app: MCPApp) -> None:
+    def __init__(self, app: MCPApp, *, http_server: str | None = None) -> None:
         self.app = app
         self.registry = app.server.telemetry.enable_metrics()
+        self.build_info = build_info(http_server)
 
     def metrics(self) -> str:
         """The Prometheus text exposition: the histograms, then the transport's gauges and counters
         (:meth:`MCPApp.recent_statistics`: however often the listener is asked, they are computed at
-        most 20 times a second)."""
-        return self.registry.render(samples(self.app.recent_statistics()))
+        most 20 times a second), the build, Python and process metrics."""
+        found = samples(self.app.recent_statistics())
+        found += [self.build_info, python_info(), *process_samples()]
+        return self.registry.render(found)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")

@@ -164,7 +164,10 @@ class MCPApp:
             stats["notification_bus"] = bus_statistics()
         now = trio.current_time()
         stats["websocket_connections"] = len(self._websockets)
-        stats["websocket_requests"] = sum(c.statistics()["inflight"] for c in self._websockets)
+        connections = [c.statistics() for c in self._websockets]
+        stats["websocket_requests"] = sum(c["inflight"] for c in connections)
+        stats["websocket_modern_requests"] = modern = sum(c["modern_inflight"] for c in connections)
+        stats["websocket_legacy_requests"] = stats["websocket_requests"] - modern
         stats["writes_in_progress"] = len(self._sends)
         stats["writes_stalled"] = sum(now - guard.since > STALLED_AFTER for guard in self._sends)
         stats["refused"] = {str(status): count for status, count in sorted(self._refused.items())}

@@ -50,15 +50,16 @@ peer_log = RateLimitedLog(logger)
 
 
 class _Call:
-    """One request being handled: its cancel scope, and whether the client cancelled it (then nothing
-    more is written for it, even what was already queued)."""
+    """One request being handled: its cancel scope, whether the client cancelled it (then nothing
+    more is written for it, even what was already queued), and whether it is a 2026-era request."""
 
-    __slots__ = ("cancelled", "id", "scope")
+    __slots__ = ("cancelled", "id", "modern", "scope")
 
-    def __init__(self, request_id: mt.RequestId) -> None:
+    def __init__(self, request_id: mt.RequestId, modern: bool = False) -> None:
         self.id = request_id
         self.scope = trio.CancelScope()
         self.cancelled = False
+        self.modern = modern
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -181,6 +182,7 @@ class MessageConnection(SessionPeer):
         return {
             "initialized": self.initialized,
             "inflight": len(self._inflight),
+            "modern_inflight": sum(call.modern for call in self._inflight.values()),
             "tasks": self._running,
             "outgoing": len(self._outgoing),
         }
@@ -332,9 +334,9 @@ class MessageConnection(SessionPeer):
             raise RPCError(mt.METHOD_NOT_FOUND, f"Method not found: {request.method}")
         if request.method == "subscriptions/listen":
             listener = self._modern.subscriptions.listener(request, self.principal)
-            self._start(request.id, self._run_listener, listener, request, revision)
+            self._start(request.id, self._run_listener, listener, request, revision, modern=True)
         else:
-            self._start(request.id, self._run_modern, request, revision)
+            self._start(request.id, self._run_modern, request, revision, modern=True)
 
     async def _run_modern(self, call: _Call, request: mt.JSONRPCRequest, revision: versions.Revision) -> None:
         message, _status = await self._modern.answer(
@@ -352,10 +354,13 @@ class MessageConnection(SessionPeer):
 
     # -- tasks ----------------------------------------------------------------------------------
 
-    def _start(self, request_id: mt.RequestId, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        """Run ``fn(call, *args)`` as the task of one request, in the connection's nursery."""
+    def _start(
+        self, request_id: mt.RequestId, fn: Callable[..., Awaitable[None]], *args: Any, modern: bool = False
+    ) -> None:
+        """Run ``fn(call, *args)`` as the task of one request (a 2026-era one if ``modern``), in the
+        connection's nursery."""
         assert self._nursery is not None, "connection not running"
-        call = self._inflight[request_id] = _Call(request_id)
+        call = self._inflight[request_id] = _Call(request_id, modern)
         self._running += 1
         self._idle = trio.Event()
         self._nursery.start_soon(self._task, fn, call, *args, name=f"mcp request {request_id!r}")

@@ -52,6 +52,7 @@ LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
 CLIENT_OPERATION = "mcp.client.operation.duration"
 CLIENT_SESSION = "mcp.client.session.duration"
+SERVER_OPERATION = "mcp.server.operation.duration"
 # attributes that identify one request or session: never on a metric point
 UNBOUNDED = ("jsonrpc.request.id", "mcp.session.id", "mcp.resource.uri")
 
@@ -338,8 +339,11 @@ async def test_the_servers_requests_are_server_spans_under_the_servers_client_sp
         assert a["mcp.session.id"] == session_id and a["mcp.protocol.version"] == LEGACY
         assert a["server.address"] == "127.0.0.1" and a["network.transport"] == "tcp"
         assert answered.status.status_code is StatusCode.UNSET
-    points = [p for p in metric_points(CLIENT_OPERATION) if p.attributes["mcp.method.name"] == method]
-    assert len(points) == 1 and points[0].count == 1
+        # the duration of the request is the sender's (the server's) and the receiver's (the client's)
+        (sent,) = [p for p in metric_points(CLIENT_OPERATION) if p.attributes["mcp.method.name"] == method]
+        assert sent.count == 1 and "server.address" not in sent.attributes  # recorded by the server
+        received = [p for p in metric_points(SERVER_OPERATION) if p.attributes["mcp.method.name"] == method]
+        assert [(p.count, p.attributes["server.address"]) for p in received] == [(1, "127.0.0.1")]
 
 
 async def test_a_failing_answer_to_the_server_is_an_error_span(demo: Demo, spans: SpanLog) -> None:

@@ -2,6 +2,9 @@
 
 - a real Prometheus (Debian's ``prometheus``) scrapes its ``/metrics`` after a few ``tools/call`` and
   its query API returns the operation histogram, labelled ``mcp_method_name="tools/call"``;
+- while a tool sends hundreds of progress notifications, the ``rate()`` of the server's operation
+  counter stays 0 (it counts what the server receives: the call ends once) while the progress is in the
+  sender's histogram; the process, Python and build metrics are scraped;
 - on SIGTERM ``/readyz`` turns 503 while the public port still serves (``--drain-delay``), then the
   process exits by itself;
 - with ``--redis``, ``/readyz`` is 503 while Redis is down and 200 again once it is back.
@@ -13,9 +16,11 @@ are skipped when run by hand, and fail under the test command (``tests/required.
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +32,8 @@ import trio
 from mcp_http import POST_HEADERS, DemoServer, MCPClient, http_client, serve_demo
 from test_redis import RedisServer, free_port
 from tests.required import missing
+
+import mcp_trio
 
 STARTUP = 30.0
 """Seconds Prometheus gets to start and to have scraped the demo (a backstop, not a measure)."""
@@ -96,8 +103,12 @@ def _tail(directory: Path) -> str:
     return (directory / "prometheus.log").read_text(errors="replace")[-3000:]
 
 
-async def query(http: httpx.AsyncClient, prometheus: str, promql: str) -> list[dict[str, Any]]:
-    response = await http.get(prometheus + "/api/v1/query", params={"query": promql})
+async def query(
+    http: httpx.AsyncClient, prometheus: str, promql: str, at: float | None = None
+) -> list[dict[str, Any]]:
+    """The result of an instant query (evaluated ``at`` that Unix time, else now)."""
+    params = {"query": promql} if at is None else {"query": promql, "time": repr(at)}
+    response = await http.get(prometheus + "/api/v1/query", params=params)
     assert response.status_code == 200, response.text
     answer = response.json()
     assert answer["status"] == "success", answer
@@ -135,6 +146,88 @@ async def test_prometheus_scrapes_the_operation_histogram(tmp_path: Path) -> Non
             assert [float(s["value"][1]) for s in sessions] == [1.0]
             buckets = await query(http, prometheus, "mcp_server_operation_duration_seconds_bucket")
             assert any(s["metric"]["le"] == "+Inf" for s in buckets)
+
+
+PROGRESS_STEPS = 400
+PROGRESS_DELAY = 0.0125
+"""The demo's ``count`` tool sends a progress notification (and a log message) every 12.5 ms for at
+least 5 s: Prometheus, scraping every second, scrapes several times while it runs."""
+
+
+async def until_query(http: httpx.AsyncClient, prometheus: str, promql: str) -> list[dict[str, Any]]:
+    """Poll ``promql`` until it has a result (within STARTUP)."""
+    with trio.move_on_after(STARTUP):
+        while not (found := await query(http, prometheus, promql)):  # noqa: ASYNC110 - another process
+            await trio.sleep(0.2)
+        return found
+    raise AssertionError(f"no {promql} in Prometheus within {STARTUP} s")
+
+
+async def test_a_tools_progress_leaves_the_request_rate_flat(tmp_path: Path) -> None:
+    prometheus_binary()
+    received = "mcp_server_operation_duration_seconds_count"
+    progress = 'mcp_client_operation_duration_seconds_count{mcp_method_name="notifications/progress"}'
+    async with serve_demo("--admin-bind", "127.0.0.1:0") as server, http_client() as http:
+        admin = _admin(server)
+        client = MCPClient(http, server.url)
+        await client.initialize()
+        await client.initialized()
+        async with running_prometheus(admin.removeprefix("http://"), tmp_path) as prometheus:
+            await until_query(http, prometheus, f"sum({received}) == 2")  # the handshake is scraped
+            arguments = {"steps": PROGRESS_STEPS, "delay": PROGRESS_DELAY}
+            params = {"name": "count", "arguments": arguments, "_meta": {"progressToken": "t"}}
+            call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
+            stream = await client.post_stream(call)
+            messages = []
+            try:
+                with trio.fail_after(PROGRESS_STEPS * PROGRESS_DELAY * 10 + 30):
+                    while (message := await stream.next_message()) is not None:
+                        messages.append(message)
+            finally:
+                await stream.aclose()
+            assert messages[-1]["result"]["content"][0]["text"] == f"counted to {PROGRESS_STEPS}"
+            sent = [m["method"] for m in messages[:-1]]
+            assert sent.count("notifications/progress") == PROGRESS_STEPS
+            await until_query(http, prometheus, f"sum({progress}) == {PROGRESS_STEPS}")
+
+            # the scrapes made while the tool was sending progress: its counter between 0 and the end
+            (series,) = await query(http, prometheus, f"{progress}[10m]")
+            during = [float(at) for at, value in series["values"] if 0 < float(value) < PROGRESS_STEPS]
+            assert len(during) >= 2, series["values"]
+            first, last = during[0], during[-1]
+            window = f"{round((last - first) * 1000) + 200}ms"  # those scrapes, and no earlier one
+            rate = await query(http, prometheus, f"sum(rate({received}[{window}]))", at=last)
+            assert [float(r["value"][1]) for r in rate] == [0.0]  # flat: no request ended meanwhile
+            sending = await query(http, prometheus, f"sum(rate({progress}[{window}]))", at=last)
+            assert float(sending[0]["value"][1]) > 0  # ... while progress was being sent
+            in_flight = await query(
+                http, prometheus, 'mcp_trio_requests_in_flight{era="2025",transport="http"}', at=last
+            )
+            assert [float(r["value"][1]) for r in in_flight] == [1.0]  # the call, in its session
+            # once scraped after the call: three operations received, whatever the server sent
+            by_method = await query(http, prometheus, f"sum by (mcp_method_name) ({received})")
+            assert {r["metric"]["mcp_method_name"]: float(r["value"][1]) for r in by_method} == {
+                "initialize": 1.0, "notifications/initialized": 1.0, "tools/call": 1.0,
+            }  # fmt: skip
+            increase = await query(http, prometheus, f"sum(increase({received}[1h]))")
+            assert float(increase[0]["value"][1]) < 3  # at most the three (extrapolated), not hundreds
+            increase = await query(http, prometheus, f"sum(increase({progress}[1h]))")
+            assert float(increase[0]["value"][1]) > PROGRESS_STEPS / 4  # what the server sent meanwhile
+
+            # the process, Python and build metrics, as Prometheus' client libraries name them
+            for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                         "process_virtual_memory_bytes", "process_open_fds", "process_max_fds"):  # fmt: skip
+                (value,) = await query(http, prometheus, f'{name}{{job="mcp"}}')
+                assert float(value["value"][1]) > 0, name
+            (started,) = await query(http, prometheus, "process_start_time_seconds")
+            assert 0 < time.time() - float(started["value"][1]) < 3600
+            (python,) = await query(http, prometheus, "python_info")
+            assert python["metric"]["version"] == platform.python_version()
+            (build,) = await query(http, prometheus, "mcp_trio_build_info")
+            assert build["metric"]["version"] == mcp_trio.__version__
+            assert build["metric"]["http_server"] == "hypercorn" and build["metric"]["http_server_version"]
+            (target,) = (await http.get(prometheus + "/api/v1/targets")).json()["data"]["activeTargets"]
+            assert (target["health"], target["lastError"]) == ("up", ""), target
 
 
 async def test_readiness_turns_on_sigterm_while_the_public_port_still_serves() -> None:

@@ -30,7 +30,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from test_cli_serve import _drain
 
 from mcp_trio._cli.otel_setup import SHUTDOWN_TIMEOUT
-from mcp_trio._observe.conventions import DURATION_BUCKETS
+from mcp_trio._observe.conventions import DURATION_BUCKETS, SESSION_BUCKETS
 from mcp_trio._observe.telemetry import identity_hash
 
 MODERN = "2026-07-28"
@@ -276,6 +276,8 @@ async def test_spans_and_histograms_reach_an_otlp_receiver_and_the_request_log_c
         assert list(point.explicit_bounds) == list(DURATION_BUCKETS)
         assert point.count >= 1 and sum(point.bucket_counts) == point.count
     sessions = receiver.metric_points("mcp.server.session.duration")
+    # the session buckets reach a day (the instrument's advice, through the SDK and the exporter)
+    assert all(list(point.explicit_bounds) == list(SESSION_BUCKETS) for _metric, point in sessions)
     assert any(
         attributes(point.attributes).get("mcp.protocol.version") == "2025-11-25"
         for _metric, point in sessions

@@ -166,9 +166,13 @@ async def test_metrics_parse_and_carry_the_gauges_before_any_request() -> None:
         assert types[gauge] == "gauge", gauge
     assert types["mcp_trio_sessions_created_total"] == "counter"
     assert all(kind != "counter" or name.endswith("_total") for name, kind in types.items())
-    assert all(name.startswith(("mcp_trio_", "mcp_server_")) for name in types)
-    inflight = {dict(ls)["kind"] for (n, ls) in series if n == "mcp_trio_requests_in_flight"}
-    assert inflight == {"2025", "2026", "websocket"}
+    assert types["mcp_client_operation_duration_seconds"] == "histogram"  # what the server sends
+    prefixes = ("mcp_trio_", "mcp_server_", "mcp_client_", "process_", "python_info")
+    assert [name for name in types if not name.startswith(prefixes)] == []
+    inflight = {
+        (dict(ls)["era"], dict(ls)["transport"]) for (n, ls) in series if n == "mcp_trio_requests_in_flight"
+    }
+    assert inflight == {("2025", "http"), ("2026", "http"), ("2025", "websocket"), ("2026", "websocket")}
     assert samples_named(series, "mcp_trio_sessions_open") == [0]
     assert samples_named(series, "mcp_trio_process_trio_tasks")[0] > 0
     assert "mcp_trio_redis_up" not in types  # no Redis, no Redis metrics

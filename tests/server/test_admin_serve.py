@@ -52,6 +52,8 @@ async def test_readiness_turns_while_the_public_port_serves_then_the_listener_cl
             assert (ready.status_code, ready.json()) == (200, {"ready": True, "reasons": []})
             scraped = await http.get(admin + "/metrics")
             assert scraped.status_code == 200 and "mcp_trio_sessions_open 0\n" in scraped.text
+            (build,) = [line for line in scraped.text.splitlines() if line.startswith("mcp_trio_build_info{")]
+            assert f'http_server="{kind}",' in build and build.endswith("} 1")  # the server serving it
             assert (
                 await http.get(public + "/metrics")
             ).status_code == 404  # nothing of it on the public port

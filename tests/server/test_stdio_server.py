@@ -390,7 +390,9 @@ async def test_eof_ends_the_server_and_cancels_handlers() -> None:
         # the server ended on its own: nothing of it is left
         assert not nursery.child_tasks
         assert cancelled == [True, True]
-        assert connection.statistics() == {"initialized": True, "inflight": 0, "tasks": 0, "outgoing": 0}
+        assert connection.statistics() == {
+            "initialized": True, "inflight": 0, "modern_inflight": 0, "tasks": 0, "outgoing": 0,
+        }  # fmt: skip
         assert not server.notifications.subscribers
         assert await client.read_to_eof() == b""  # no answer for the cancelled requests
 

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mcp_trio import MCPApp, MCPServer, ServerConfig, open_websocket_client
-from mcp_trio._observe.conventions import DURATION_BUCKETS, OTHER
+from mcp_trio._observe.conventions import DURATION_BUCKETS, OTHER, SESSION_BUCKETS
 from mcp_trio._observe.telemetry import PIPE, Telemetry
 from mcp_trio.demo import build_demo_server
 from mcp_trio.testing import open_asgi_client
@@ -143,6 +143,7 @@ async def test_a_2025_session_over_http(client: Client, spans: SpanLog, metric_p
     for point in points:
         assert "jsonrpc.request.id" not in point.attributes and "mcp.session.id" not in point.attributes
     sessions = [p for p in points if p.name == "mcp.server.session.duration"]
+    assert {p.bounds for p in sessions} == {SESSION_BUCKETS}  # up to a day: sessions last hours
     assert [(p.count, p.attributes) for p in sessions] == [
         (
             1,
@@ -200,8 +201,10 @@ async def test_a_server_request_is_a_client_span_under_the_tool(client: Client, 
 
 @pytest.mark.parametrize("era", ["2025", "2026"])
 async def test_notifications_a_tool_sends_are_client_spans_under_it(
-    client: Client, spans: SpanLog, era: str
+    client: Client, spans: SpanLog, metric_points: Any, era: str
 ) -> None:
+    """... and their durations are the sender's (``mcp.client.operation.duration``): the receiver's
+    histogram counts the call only, as the Prometheus one does."""
     params: dict[str, Any] = {
         "name": "count",
         "arguments": {"steps": 2, "delay": 0},
@@ -227,6 +230,15 @@ async def test_notifications_a_tool_sends_are_client_spans_under_it(
         assert span.parent is not None and span.parent.span_id == tool.context.span_id
         assert "jsonrpc.request.id" not in attributes(span)
         assert message["params"]["_meta"]["traceparent"].split("-")[2] == format(span.context.span_id, "016x")
+    points = metric_points()
+    received = {p.attributes["mcp.method.name"] for p in points if p.name == "mcp.server.operation.duration"}
+    handshake = {"initialize", "notifications/initialized"} if era == "2025" else set()
+    assert received == {"tools/call", *handshake}
+    by_sender = [p for p in points if p.name == "mcp.client.operation.duration"]
+    (progress_point,) = [p for p in by_sender if p.attributes["mcp.method.name"] == "notifications/progress"]
+    assert progress_point.count == 2 and progress_point.bounds == DURATION_BUCKETS
+    notifications = {"notifications/progress", "notifications/message"}
+    assert {p.attributes["mcp.method.name"] for p in by_sender} <= notifications
 
 
 async def test_2026_requests_over_http(spans: SpanLog, metric_points: Any) -> None:
@@ -548,12 +560,13 @@ async def test_a_broken_telemetry_backend_costs_no_request(
         def end(*args: Any) -> None:
             raise RuntimeError("span processor on_end")
 
-        class operation_duration:  # stands for an instrument
+        class instrument:
             @staticmethod
             def record(*args: Any) -> None:
                 raise RuntimeError("instrument")
 
-        session_duration = operation_duration
+        operation_duration = {True: instrument, False: instrument}
+        session_duration = {"server": instrument, "client": instrument}
 
     class _BrokenSpan:
         def set_attribute(self, *args: Any) -> None:
