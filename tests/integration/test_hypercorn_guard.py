@@ -303,7 +303,7 @@ def test_the_installed_hypercorn_is_the_guarded_code() -> None:
 OURS = (hypercorn_server, hypercorn_protocols, hypercorn_close_wait, hypercorn_fast_path)
 NOT_GUARDED = {
     "hypercorn.config": "the user's Config, read and passed through as hypercorn does",
-    "hypercorn.trio": "hypercorn.trio.serve: only the stock server, when allowed",
+    "hypercorn.trio": "hypercorn.trio.run (guarded) as a module, imported from its package",
 }
 
 
