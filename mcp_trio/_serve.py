@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 import trio
 
+from ._http.binding import BindError
 from .errors import ListenError
 
 if TYPE_CHECKING:
@@ -67,9 +68,12 @@ async def serve(
     when that is None; ``https://`` with TLS), as ``mcp-trio serve`` prints it.  An address it cannot
     listen on raises :class:`~mcp_trio.errors.ListenError` (an ``OSError``, not in an exception group;
     its ``errno`` says why: ``errno.EADDRINUSE`` for a port in use) before anything is served, whichever
-    the server.  The app runs while serving (no ASGI lifespan to arrange).  Shutdown is graceful: the app drains while still listening (its readiness
-    turns, it serves on for ``config.drain_delay``), its sessions are closed, so every open stream ends
-    cleanly (each WebSocket with 1001), then listening stops and the server's own grace period runs.
+    the server.
+
+    The app runs while serving (no ASGI lifespan to arrange).  Shutdown is graceful: the app drains
+    while still listening (its readiness turns, it serves on for ``config.drain_delay``), its sessions
+    are closed, so every open stream ends cleanly (each WebSocket with 1001), then listening stops and
+    the server's own grace period runs.
 
     ``http`` chooses the server:
 
@@ -123,25 +127,30 @@ async def serve(
         )
         return
     endpoints = _Endpoints(task_status, app.config.path or "/")
-    if http == "hypercorn":
-        await _serve_hypercorn(
-            app,
-            host,
-            port,
-            config,
-            certfile=certfile,
-            keyfile=keyfile,
-            shutdown_trigger=shutdown_trigger,
-            task_status=endpoints,
-            fast_path=hypercorn_fast_path,
-            allow_stock=allow_stock_hypercorn,
-        )
-    elif http == "h11":
-        if certfile is not None or keyfile is not None:
-            raise ValueError("the embedded h11 server does not do TLS: serve with http='hypercorn'")
-        await _serve_h11(app, host, port, config, shutdown_trigger=shutdown_trigger, task_status=endpoints)
-    else:
-        raise ValueError(f"http must be 'hypercorn' or 'h11', not {http!r}")
+    try:
+        if http == "hypercorn":
+            await _serve_hypercorn(
+                app,
+                host,
+                port,
+                config,
+                certfile=certfile,
+                keyfile=keyfile,
+                shutdown_trigger=shutdown_trigger,
+                task_status=endpoints,
+                fast_path=hypercorn_fast_path,
+                allow_stock=allow_stock_hypercorn,
+            )
+        elif http == "h11":
+            if certfile is not None or keyfile is not None:
+                raise ValueError("the embedded h11 server does not do TLS: serve with http='hypercorn'")
+            await _serve_h11(
+                app, host, port, config, shutdown_trigger=shutdown_trigger, task_status=endpoints
+            )
+        else:
+            raise ValueError(f"http must be 'hypercorn' or 'h11', not {http!r}")
+    except BindError as exc:  # raised bare by either server, before it reported its URLs
+        raise ListenError.from_os_error(exc, str(exc.filename)) from exc.__cause__
 
 
 class _Endpoints:
@@ -288,8 +297,8 @@ async def _serve_with_admin(
                         shutdown_trigger=stop.wait,
                     )
                 )
-            except ListenError as exc:  # the address as given, and which listener it was for
-                raise ListenError(exc.errno, exc.strerror, bind, "operations listener") from exc.__cause__
+            except BindError as exc:  # the address as given, and which listener it was for
+                raise ListenError.from_os_error(exc, bind, "operations listener") from exc.__cause__
             logger.info("operations listener on %s", ", ".join(urls))
             if admin_started is not None:
                 admin_started(urls)

@@ -166,15 +166,15 @@ class ListenError(MCPTrioError, OSError):
         return f"{text} ({self.listener})" if self.listener else text
 
     def __reduce__(self) -> tuple[type[ListenError], tuple[int | None, str, str, str]]:
-        return type(self), (self.errno, self.strerror, self.address, self.listener)
+        return type(self), (self.errno, str(self.strerror), self.address, self.listener)
 
     @classmethod
     def from_os_error(cls, exc: OSError, address: str, listener: str = "") -> ListenError:
         """The error of a bind (or listen) on ``address`` that raised ``exc``."""
         # os.strerror: trio words it "error while attempting to bind on address ...: address already in use"
-        known = isinstance(exc.errno, int) and exc.errno > 0  # getaddrinfo's errors are negative
-        strerror = os.strerror(exc.errno) if known else exc.strerror or str(exc)
-        return cls(exc.errno, strerror, address, listener)
+        if exc.errno is not None and exc.errno > 0:  # getaddrinfo's are negative: its own words then
+            return cls(exc.errno, os.strerror(exc.errno), address, listener)
+        return cls(exc.errno, exc.strerror or str(exc), address, listener)
 
 
 class SkillVerificationError(MCPTrioError):

@@ -1,7 +1,7 @@
 """What every ``mcp-trio`` command shares on the terminal: the commands and their help lines, the exit
 statuses and their help text, the usage error, the one-line ``mcp-trio: ...`` messages on stderr, the
-help formatter and the help layout of every command, and the ``--log-level`` option (Python logging on stderr, as text or,
-for the server commands' ``--log-format json``, JSON lines).
+help formatter and the help layout of every command, and the ``--log-level`` option (Python logging on
+stderr, as text or, for the server commands' ``--log-format json``, JSON lines).
 
 It imports only the standard library: ``mcp-trio --version`` and ``--help`` load nothing more."""
 

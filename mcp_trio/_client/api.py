@@ -141,7 +141,9 @@ class TypedAPI(TaskAPI):
         params = {"cursor": cursor} if cursor else None
         return await self._typed(mt.ListResourceTemplatesResult, "resources/templates/list", params)
 
-    async def read_resource(self, uri: str, *, progress: ProgressHandler | None = None) -> mt.ReadResourceResult:
+    async def read_resource(
+        self, uri: str, *, progress: ProgressHandler | None = None
+    ) -> mt.ReadResourceResult:
         """``resources/read``; ``progress`` as for :meth:`call_tool`."""
         return await self._typed(mt.ReadResourceResult, "resources/read", {"uri": uri}, progress=progress)
 

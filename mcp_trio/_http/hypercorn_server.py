@@ -67,11 +67,11 @@ if TYPE_CHECKING:
 
 from .._runtime.containment import contained
 from .._runtime.peerlog import RateLimitedLog
-from ..errors import ListenError
 from . import hypercorn_close_wait as close_wait
 from . import hypercorn_fast_path as fast
 from . import hypercorn_guard
 from . import hypercorn_protocols as protocols
+from .binding import BindError
 from .linger import linger_and_close
 
 __all__ = ["hypercorn_config", "hypercorn_fixes_available", "serve_hypercorn"]
@@ -360,8 +360,8 @@ async def serve_hypercorn(
     applied to this server only (see the module docstring).  ``fast_path=False`` keeps hypercorn's
     request path as shipped (the fixes still apply); ``write_timeout`` bounds each socket write.
 
-    An address it cannot listen on raises :class:`~mcp_trio.errors.ListenError` (an ``OSError``),
-    before the app starts.  Raises :class:`~.hypercorn_guard.HypercornGuardError` (a ``RuntimeError``),
+    An address it cannot listen on raises :class:`~.binding.BindError` (an ``OSError``), before the
+    app starts.  Raises :class:`~.hypercorn_guard.HypercornGuardError` (a ``RuntimeError``),
     before binding anything, when the installed hypercorn is not the code the fixes were written for; with
     ``allow_stock=True`` it serves with hypercorn as shipped instead (without the fixes, said loudly
     in the log)."""
@@ -394,18 +394,18 @@ async def serve_hypercorn(
 
 def _listening_sockets(config: hypercorn.config.Config) -> Sockets:
     """The sockets of ``config``'s binds, bound and listening, as hypercorn's ``worker_serve`` makes
-    them when it is given none; :class:`~mcp_trio.errors.ListenError` for a bind that fails (before
-    the app starts, and raised bare: in ``worker_serve`` it would come out of three nurseries)."""
+    them when it is given none; :class:`~.binding.BindError` for a bind that fails (before the app
+    starts, and raised bare: in ``worker_serve`` it would come out of three nurseries)."""
     binds = [*config.bind, *config.insecure_bind] if config.ssl_enabled else list(config.bind)
     try:
         sockets = config.create_sockets()
     except OSError as exc:
-        raise ListenError.from_os_error(exc, ", ".join(binds)) from exc
+        raise BindError.of(exc, ", ".join(binds)) from exc
     try:
         for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
             sock.listen(config.backlog)
     except OSError as exc:
         for sock in (*sockets.secure_sockets, *sockets.insecure_sockets, *sockets.quic_sockets):
             sock.close()
-        raise ListenError.from_os_error(exc, ", ".join(binds)) from exc
+        raise BindError.of(exc, ", ".join(binds)) from exc
     return sockets

@@ -445,7 +445,7 @@ async def demo() -> AsyncIterator[Demo]:
     async with trio.open_nursery() as nursery:
         run = functools.partial(serve, app, "127.0.0.1", 0, shutdown_trigger=stop.wait)
         urls = await nursery.start(run)
-        yield Demo(app, urls[0] + "/mcp", stop)
+        yield Demo(app, urls[0], stop)
         stop.set()
 
 

@@ -11,6 +11,7 @@ import ast
 import compileall
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -246,7 +247,7 @@ def test_serve_raises_on_a_changed_hypercorn_unless_allowed(tmp_path: Path) -> N
     assert "allow_stock_hypercorn=True" in refused.stdout
 
     allowed = run("allow")
-    assert allowed.stdout.startswith("served ['http://127.0.0.1:"), allowed
+    assert re.match(r"served \['http://127\.0\.0\.1:\d+/mcp'\]", allowed.stdout), allowed
     assert "WITHOUT MCP_TRIO'S FIXES" in allowed.stderr
 
 

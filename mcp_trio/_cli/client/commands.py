@@ -87,7 +87,8 @@ async def _resources(args: argparse.Namespace, notices: Notices) -> int:
     if args.raw:
         print_json({"resources": resources, "resourceTemplates": templates})
     else:
-        for item in (*resources, *templates):
+        listed: list[mt.Resource | mt.ResourceTemplate] = [*resources, *templates]
+        for item in listed:
             print(format_resource(item))
     return EXIT_OK
 
