@@ -150,7 +150,7 @@ async def serve(
         else:
             raise ValueError(f"http must be 'hypercorn' or 'h11', not {http!r}")
     except BindError as exc:  # raised bare by either server, before it reported its URLs
-        raise ListenError.from_os_error(exc, str(exc.filename)) from exc.__cause__
+        raise ListenError.from_os_error(exc, str(exc.filename)) from exc
 
 
 class _Endpoints:
@@ -298,7 +298,7 @@ async def _serve_with_admin(
                     )
                 )
             except BindError as exc:  # the address as given, and which listener it was for
-                raise ListenError.from_os_error(exc, bind, "operations listener") from exc.__cause__
+                raise ListenError.from_os_error(exc, bind, "operations listener") from exc
             logger.info("operations listener on %s", ", ".join(urls))
             if admin_started is not None:
                 admin_started(urls)
@@ -308,7 +308,8 @@ async def _serve_with_admin(
                 stop.set()  # the public listener has closed and the app has drained: now this one
     except BaseExceptionGroup as group:  # what the public server raised, as it raises it without us
         if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
+            (inner,) = group.exceptions
+            raise inner from inner.__cause__  # its own cause kept, the group dropped from its context
         raise
 
 

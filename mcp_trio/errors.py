@@ -154,7 +154,7 @@ class ListenError(MCPTrioError, OSError):
     reports its URLs, and for the operations listener (``admin_bind``).  It is an ``OSError`` too:
     ``errno`` and ``strerror`` say why (``errno.EADDRINUSE``: the port is taken), ``address`` (also
     ``filename``) where, as given (``127.0.0.1:8000``); ``listener`` is ``"operations listener"`` for
-    ``admin_bind``'s.  The ``OSError`` of the bind is its ``__cause__``."""
+    ``admin_bind``'s.  Its ``__cause__`` is the server's ``OSError`` for the bind."""
 
     def __init__(self, errno: int | None, strerror: str, address: str, listener: str = "") -> None:
         super().__init__(errno, strerror, address)

@@ -46,6 +46,7 @@ with hypercorn as shipped (``allow_stock=True``, ``serve(..., allow_stock_hyperc
 from __future__ import annotations
 
 import logging
+import socket
 import types
 from collections.abc import Awaitable, Callable, Sequence
 from math import inf
@@ -400,6 +401,7 @@ def _listening_sockets(config: hypercorn.config.Config) -> Sockets:
     try:
         sockets = config.create_sockets()
     except OSError as exc:
+        _close_sockets_left_in(exc)
         raise BindError.of(exc, ", ".join(binds)) from exc
     try:
         for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
@@ -409,3 +411,16 @@ def _listening_sockets(config: hypercorn.config.Config) -> Sockets:
             sock.close()
         raise BindError.of(exc, ", ".join(binds)) from exc
     return sockets
+
+
+def _close_sockets_left_in(exc: BaseException) -> None:
+    """Close the sockets a failed ``create_sockets`` made: hypercorn closes neither the one whose bind
+    failed nor those it made before (they would be closed by the garbage collector, with a
+    ``ResourceWarning``).  They are in the locals of the frames ``exc`` was raised through."""
+    frame = exc.__traceback__
+    while frame is not None:
+        for value in frame.tb_frame.f_locals.values():
+            for item in value if isinstance(value, list) else (value,):
+                if isinstance(item, socket.socket):
+                    item.close()
+        frame = frame.tb_next
