@@ -159,10 +159,10 @@ class _Endpoints:
 
     def __init__(self, task_status: trio.TaskStatus[list[str]], path: str) -> None:
         self._task_status = task_status
-        self._path = path if path.startswith("/") else "/" + path
+        self._path = path
 
     def started(self, value: list[str] | None = None) -> None:
-        self._task_status.started([url.rstrip("/") + self._path for url in value or ()])
+        self._task_status.started([url + self._path for url in value or ()])
 
 
 async def _serve_hypercorn(

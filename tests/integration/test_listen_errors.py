@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import gc
 import pickle
 import socket
 import subprocess
@@ -63,6 +64,15 @@ async def test_a_hypercorn_config_names_its_binds(taken: str) -> None:
     with pytest.raises(ListenError) as caught:
         await serve(MCPApp(MCPServer("busy")), config=hypercorn_config([taken]))
     check_in_use(caught.value, taken)
+    # the same free port twice: both binds succeed (SO_REUSEADDR), the second listen fails; the
+    # sockets made are closed (an unclosed one would be a ResourceWarning, an error here)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = f"127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(ListenError) as twice:
+        await serve(MCPApp(MCPServer("busy")), config=hypercorn_config([free, free]))
+    check_in_use(twice.value, f"{free}, {free}")
+    gc.collect()
     with pytest.raises(ListenError) as unknown:
         await serve(MCPApp(MCPServer("busy")), "no-such-host.invalid", 0, http="h11")
     assert unknown.value.address == "no-such-host.invalid:0"
