@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Literal
 
 import trio
 
+from ._http.binding import BindError
+from .errors import ListenError
+
 if TYPE_CHECKING:
     import hypercorn.config
 
@@ -59,11 +62,18 @@ async def serve(
     """Serve ``app`` on ``host:port`` (127.0.0.1:8000 by default) until ``shutdown_trigger`` returns
     (or the task is cancelled).
 
-    Runs in the caller's nursery: ``await nursery.start(serve, app, "127.0.0.1", 0)`` reports the bound
-    URLs (``["http://127.0.0.1:40123"]``) through ``task_status``.  The app runs while serving (no ASGI
-    lifespan to arrange).  Shutdown is graceful: the app drains while still listening (its readiness
-    turns, it serves on for ``config.drain_delay``), its sessions are closed, so every open stream ends
-    cleanly (each WebSocket with 1001), then listening stops and the server's own grace period runs.
+    Runs in the caller's nursery: ``await nursery.start(serve, app, "127.0.0.1", 0)`` reports, once
+    listening, the app's endpoint on each bound address through ``task_status``: the URL a client
+    connects to (``["http://127.0.0.1:40123/mcp"]``: the address, then the app's ``config.path``, ``/``
+    when that is None; ``https://`` with TLS), as ``mcp-trio serve`` prints it.  An address it cannot
+    listen on raises :class:`~mcp_trio.errors.ListenError` (an ``OSError``, not in an exception group;
+    its ``errno`` says why: ``errno.EADDRINUSE`` for a port in use) before anything is served, whichever
+    the server.
+
+    The app runs while serving (no ASGI lifespan to arrange).  Shutdown is graceful: the app drains
+    while still listening (its readiness turns, it serves on for ``config.drain_delay``), its sessions
+    are closed, so every open stream ends cleanly (each WebSocket with 1001), then listening stops and
+    the server's own grace period runs.
 
     ``http`` chooses the server:
 
@@ -90,8 +100,10 @@ async def serve(
     ``/stats``) on the embedded h11 server, whichever ``http`` is.  It listens before the public
     listener starts and stays until the public listener has closed and the app has drained, so
     ``/readyz`` says 503 while the public port still serves (``config.drain_delay``).  Its URLs are
-    logged (INFO, logger ``mcp_trio.serve``) and given to ``admin_started``, if set; ``task_status``
-    still reports the public URLs.
+    logged (INFO, logger ``mcp_trio.serve``) and given to ``admin_started``, if set (its base URLs,
+    ``http://127.0.0.1:9464``: the paths are ``/metrics`` and the others); ``task_status`` still
+    reports the public endpoint.  An ``admin_bind`` it cannot listen on raises ``ListenError`` too
+    (``listener="operations listener"``), before the public listener starts.
     """
     if admin_bind is not None:
         await _serve_with_admin(
@@ -114,25 +126,44 @@ async def serve(
             task_status,
             http_server=http,
         )
-    elif http == "hypercorn":
-        await _serve_hypercorn(
-            app,
-            host,
-            port,
-            config,
-            certfile=certfile,
-            keyfile=keyfile,
-            shutdown_trigger=shutdown_trigger,
-            task_status=task_status,
-            fast_path=hypercorn_fast_path,
-            allow_stock=allow_stock_hypercorn,
-        )
-    elif http == "h11":
-        if certfile is not None or keyfile is not None:
-            raise ValueError("the embedded h11 server does not do TLS: serve with http='hypercorn'")
-        await _serve_h11(app, host, port, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
-    else:
-        raise ValueError(f"http must be 'hypercorn' or 'h11', not {http!r}")
+        return
+    endpoints = _Endpoints(task_status, app.config.path or "/")
+    try:
+        if http == "hypercorn":
+            await _serve_hypercorn(
+                app,
+                host,
+                port,
+                config,
+                certfile=certfile,
+                keyfile=keyfile,
+                shutdown_trigger=shutdown_trigger,
+                task_status=endpoints,
+                fast_path=hypercorn_fast_path,
+                allow_stock=allow_stock_hypercorn,
+            )
+        elif http == "h11":
+            if certfile is not None or keyfile is not None:
+                raise ValueError("the embedded h11 server does not do TLS: serve with http='hypercorn'")
+            await _serve_h11(
+                app, host, port, config, shutdown_trigger=shutdown_trigger, task_status=endpoints
+            )
+        else:
+            raise ValueError(f"http must be 'hypercorn' or 'h11', not {http!r}")
+    except BindError as exc:  # raised bare by either server, before it reported its URLs
+        raise ListenError.from_os_error(exc, str(exc.filename)) from exc
+
+
+class _Endpoints:
+    """The ``task_status`` a server is given: the base URLs it reports (``http://127.0.0.1:40123``)
+    go to ``serve``'s caller as the app's endpoint on each (``http://127.0.0.1:40123/mcp``)."""
+
+    def __init__(self, task_status: trio.TaskStatus[list[str]], path: str) -> None:
+        self._task_status = task_status
+        self._path = path
+
+    def started(self, value: list[str] | None = None) -> None:
+        self._task_status.started([url + self._path for url in value or ()])
 
 
 async def _serve_hypercorn(
@@ -269,8 +300,8 @@ async def _serve_with_admin(
                         shutdown_trigger=stop.wait,
                     )
                 )
-            except OSError as exc:
-                raise OSError(exc.errno, f"operations listener: {exc.strerror or exc}", bind) from exc
+            except BindError as exc:  # the address as given, and which listener it was for
+                raise ListenError.from_os_error(exc, bind, "operations listener") from exc
             logger.info("operations listener on %s", ", ".join(urls))
             if admin_started is not None:
                 admin_started(urls)
@@ -280,7 +311,8 @@ async def _serve_with_admin(
                 stop.set()  # the public listener has closed and the app has drained: now this one
     except BaseExceptionGroup as group:  # what the public server raised, as it raises it without us
         if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
+            (inner,) = group.exceptions
+            raise inner from inner.__cause__  # its own cause kept, the group dropped from its context
         raise
 
 

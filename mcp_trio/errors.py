@@ -13,7 +13,8 @@ The tree::
      +- TransportError           (client) the exchange with the server failed: a status, a broken stream
      |   +- SessionExpired       (client) the server answered 404 for our session
      |   +- ServerBusy           (client) 503 or 429 until the client's retries ran out
-     +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
+     +- ListenError              (server) a server could not listen on its address (also an OSError)
+ +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
      +- TaskStoreFull            (server) no room for another task in the task store
      +- TaskStoreUnavailable     (server) the task store could not be reached
      +- TaskError                (client) a task ended without a result (gone: expired or lost)
@@ -22,6 +23,7 @@ The tree::
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as mt
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from ._protocol.tasks import TaskInfo
 
 __all__ = [
+    "ListenError",
     "LocalProtocolError",
     "MCPTrioError",
     "ProtocolError",
@@ -142,6 +145,36 @@ class ServerBusy(TransportError):
         super().__init__(message, status=status, body=body)
         self.retry_after = retry_after
         self.attempts = attempts
+
+
+class ListenError(MCPTrioError, OSError):
+    """A server could not listen on its address: in use, not an address of this machine, no permission.
+
+    Raised bare (not in an exception group) by :func:`mcp_trio.serve` on either HTTP server, before it
+    reports its URLs, and for the operations listener (``admin_bind``).  It is an ``OSError`` too:
+    ``errno`` and ``strerror`` say why (``errno.EADDRINUSE``: the port is taken), ``address`` (also
+    ``filename``) where, as given (``127.0.0.1:8000``); ``listener`` is ``"operations listener"`` for
+    ``admin_bind``'s.  Its ``__cause__`` is the server's ``OSError`` for the bind."""
+
+    def __init__(self, errno: int | None, strerror: str, address: str, listener: str = "") -> None:
+        super().__init__(errno, strerror, address)
+        self.address = address
+        self.listener = listener
+
+    def __str__(self) -> str:
+        text = f"cannot listen on {self.address}: {self.strerror}"
+        return f"{text} ({self.listener})" if self.listener else text
+
+    def __reduce__(self) -> tuple[type[ListenError], tuple[int | None, str, str, str]]:
+        return type(self), (self.errno, str(self.strerror), self.address, self.listener)
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, address: str, listener: str = "") -> ListenError:
+        """The error of a bind (or listen) on ``address`` that raised ``exc``."""
+        # os.strerror: trio words it "error while attempting to bind on address ...: address already in use"
+        if exc.errno is not None and exc.errno > 0:  # getaddrinfo's are negative: its own words then
+            return cls(exc.errno, os.strerror(exc.errno), address, listener)
+        return cls(exc.errno, exc.strerror or str(exc), address, listener)
 
 
 class SkillVerificationError(MCPTrioError):

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +16,22 @@ import mcp_types as mt
 import pytest
 
 from mcp_trio import RPCError, __version__
+from mcp_trio._app.context import LOG_LEVELS
 from mcp_trio._cli import _parser, load_app, main
-from mcp_trio._cli.client.arguments import accepted_types, parse_arguments, type_value
+from mcp_trio._cli.client.arguments import accepted_types, parse_arguments, parse_prompt_arguments, type_value
 from mcp_trio._cli.client.commands import _failure
-from mcp_trio._cli.client.display import Notices, format_content, format_tool, print_result
-from mcp_trio._cli.output import EXIT_STATUS_HELP, UsageError
+from mcp_trio._cli.client.display import (
+    Notices,
+    format_content,
+    format_prompt,
+    format_resource,
+    format_tool,
+    print_contents,
+    print_messages,
+    print_result,
+)
+from mcp_trio._cli.client.parsers import MCP_LOG_LEVELS
+from mcp_trio._cli.output import COMMAND_HELP, EXIT_STATUS_HELP, UsageError
 from mcp_trio._transport.config import ServerConfig
 from mcp_trio.errors import TransportError
 
@@ -189,6 +202,84 @@ def test_tool_listing() -> None:
     assert format_tool(mt.Tool(name="bare", input_schema={"type": "object"})) == ["bare:"]
 
 
+def test_resource_listing() -> None:
+    text = mt.Resource(
+        name="notes", title="Notes", uri="file:///notes.txt", mime_type="text/plain", description="A.\nMore."
+    )
+    assert format_resource(text) == "file:///notes.txt (text/plain): Notes - A."
+    assert format_resource(mt.Resource(name="bare", uri="test://bare")) == "test://bare: bare"
+    template = mt.ResourceTemplate(name="user", uri_template="users://{id}", description="A user.")
+    assert format_resource(template) == "users://{id}: user - A user."
+
+
+def test_prompt_listing() -> None:
+    prompt = mt.Prompt(
+        name="review",
+        description="Review code.\n\nLonger.",
+        arguments=[
+            mt.PromptArgument(name="code", description="The code.", required=True),
+            mt.PromptArgument(name="style"),
+        ],
+    )
+    assert format_prompt(prompt) == [
+        "review: Review code.",
+        "    code: string - The code.",
+        "    style: string (optional)",
+    ]
+    assert format_prompt(mt.Prompt(name="bare")) == ["bare:"]
+
+
+def test_contents_and_messages(capsys: pytest.CaptureFixture[str]) -> None:
+    read = mt.ReadResourceResult(
+        contents=[
+            mt.TextResourceContents(uri="test://t", mime_type="text/plain", text="two\nlines"),
+            mt.BlobResourceContents(uri="test://b", mime_type="image/png", blob=PNG),
+        ]
+    )
+    print_contents(read, raw=False)
+    assert capsys.readouterr().out == "two\nlines\n[resource test://b image/png, 70 bytes]\n"
+    print_contents(read, raw=True)
+    assert json.loads(capsys.readouterr().out)["contents"][1] == {
+        "uri": "test://b",
+        "mimeType": "image/png",
+        "blob": PNG,
+    }
+    got = mt.GetPromptResult(
+        messages=[
+            mt.PromptMessage(role="user", content=mt.TextContent(type="text", text="Hello")),
+            mt.PromptMessage(
+                role="assistant", content=mt.ImageContent(type="image", data=PNG, mime_type="image/png")
+            ),
+        ]
+    )
+    print_messages(got, raw=False)
+    assert capsys.readouterr().out == "user: Hello\nassistant: [image image/png, 70 bytes]\n"
+    print_messages(got, raw=True)
+    assert json.loads(capsys.readouterr().out)["messages"][0] == {
+        "role": "user",
+        "content": {"type": "text", "text": "Hello"},
+    }
+
+
+def test_prompt_arguments_are_text() -> None:
+    assert parse_prompt_arguments(["n=42", "flag=true", "empty=", "eq=a=b"], '{"n": "1", "s": "x"}') == {
+        "n": "42",  # --arg wins, as typed
+        "s": "x",
+        "flag": "true",
+        "empty": "",
+        "eq": "a=b",
+    }
+    expected = r'prompt arguments are text, but n is \[1\] \(write it as a string: "\[1\]"\)'
+    with pytest.raises(UsageError, match=expected):
+        parse_prompt_arguments([], '{"n": [1]}')
+    with pytest.raises(UsageError, match="--json wants a JSON object"):
+        parse_prompt_arguments([], '"text"')
+
+
+def test_the_mcp_log_levels_are_the_protocol_s() -> None:
+    assert MCP_LOG_LEVELS == LOG_LEVELS == typing.get_args(mt.LoggingLevel)
+
+
 # -- notifications ---------------------------------------------------------------------------------
 
 
@@ -258,6 +349,12 @@ def test_failures_are_explained(capsys: pytest.CaptureFixture[str]) -> None:
         (["demo", "--http", "h11", "--bind", "localhost"], "--bind: expected HOST:PORT"),
         (["demo", "--admin-bind", "9100"], "--admin-bind: expected HOST:PORT, got '9100'"),
         (["demo", "--stdio", "--admin-bind", "127.0.0.1:9100"], "--admin-bind is for HTTP"),
+        (["prompt", "http://127.0.0.1:9/mcp", "p", "--json", '{"n": 1}'], "arguments are text, but n is 1"),
+        (["prompt", "http://127.0.0.1:9/mcp", "p", "--arg", "novalue"], "mcp-trio: --arg wants KEY=VALUE"),
+        (["read", "http://127.0.0.1:9/mcp"], "the following arguments are required: URI"),
+        (["read", "test://static-text"], "expected an http(s):// or ws(s):// URL"),
+        (["prompts", "http://127.0.0.1:9/mcp", "--arg", "a=1"], "unrecognized arguments: --arg"),
+        (["resources", "http://127.0.0.1:9/mcp", "--oauth-scope", "x"], "--oauth-scope goes with --oauth"),
         (["serve", "json"], "mcp-trio: expected MODULE:ATTR, got 'json'"),
         (["serve", "json:no_such_name"], "mcp-trio: json:no_such_name: json has no attribute 'no_such_name'"),
         (["serve", "json:__name__"], "mcp-trio: json:__name__ is neither an MCPServer nor an MCPApp"),
@@ -306,7 +403,7 @@ def test_the_help_fits_80_columns(
     assert EXIT_STATUS_HELP in text
 
 
-@pytest.mark.parametrize("command", ["serve", "demo", "tools", "call"])
+@pytest.mark.parametrize("command", list(COMMAND_HELP))
 def test_each_command_help_is_complete(
     command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,7 +422,61 @@ def test_each_command_help_is_complete(
 def test_every_option_is_explained() -> None:
     parser = _parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(subparsers.choices) == {"serve", "demo", "tools", "call"}
+    assert list(subparsers.choices) == list(COMMAND_HELP)  # in the order of the help
     for name, sub in subparsers.choices.items():
         for action in sub._actions:
             assert action.help, (name, action.option_strings or action.dest)
+
+
+# -- start-up --------------------------------------------------------------------------------------
+
+LOADED = """
+import sys
+from mcp_trio._cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print(" ".join(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def loaded(*argv: str) -> set[str]:
+    """The modules loaded by ``mcp-trio ARGV`` in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED, *argv], capture_output=True, text=True, timeout=60, check=False
+    )
+    return set(done.stderr.splitlines()[-1].split())
+
+
+HEAVY = ("trio", "pydantic", "httpx", "hypercorn", "h11", "mcp_types", "mcp_trio._transport")
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["tools", "--help"], ["prompt", "--help"]])
+def test_version_and_help_load_only_the_standard_library(argv: list[str]) -> None:
+    modules = loaded(*argv)
+    assert "mcp_trio._cli.output" in modules  # the wrapper saw the command run
+    assert not {name for name in modules if name.split(".")[0] in HEAVY or name in HEAVY}, argv
+    mcp_trio_modules = {name for name in modules if name.startswith("mcp_trio")}
+    assert mcp_trio_modules <= {
+        "mcp_trio",
+        "mcp_trio._lazy",
+        "mcp_trio._cli",
+        "mcp_trio._cli.output",
+        "mcp_trio._cli.client",
+        "mcp_trio._cli.client.parsers",
+        "mcp_trio._cli.client.connection",
+    }, argv
+
+
+def test_a_client_command_loads_no_server() -> None:
+    modules = loaded("tools", "http://127.0.0.1:9/mcp")  # nothing listens: exit status 3
+    assert "mcp_trio._client.session" in modules
+    server_side = (
+        "hypercorn",
+        "mcp_trio._transport",
+        "mcp_trio._app",
+        "mcp_trio._http",
+        "mcp_trio._cli.serve",
+        "mcp_trio._cli.server_options",
+    )
+    assert not {name for name in modules if name.startswith(server_side)}

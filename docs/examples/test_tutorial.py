@@ -27,7 +27,7 @@ async def url() -> AsyncIterator[str]:
     async with trio.open_nursery() as nursery:
         run = functools.partial(serve, app, "127.0.0.1", 0, shutdown_trigger=stop.wait)
         urls = await nursery.start(run)
-        yield urls[0] + "/mcp"
+        yield urls[0]  # the endpoint: http://127.0.0.1:PORT/mcp
         stop.set()
 
 

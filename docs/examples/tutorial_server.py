@@ -100,7 +100,7 @@ async def main(bind: str) -> None:
     async with trio.open_nursery() as nursery:
         run = functools.partial(serve, app, host, int(port), shutdown_trigger=until_signal)
         urls = await nursery.start(run)
-        print(f"serving on {urls[0]}/mcp", flush=True)
+        print(f"serving on {urls[0]}", flush=True)  # the endpoint: http://HOST:PORT/mcp
         # ... the rest of your program runs here, next to the server
 
 

@@ -1,7 +1,9 @@
-"""What every ``mcp-trio`` command shares on the terminal: the exit statuses and their help text, the
-errors a command ends with, the one-line ``mcp-trio: ...`` messages on stderr, the help formatter and
-the help layout of every command, and the ``--log-level`` option (Python logging on stderr, as text or,
-for the server commands' ``--log-format json``, JSON lines)."""
+"""What every ``mcp-trio`` command shares on the terminal: the commands and their help lines, the exit
+statuses and their help text, the usage error, the one-line ``mcp-trio: ...`` messages on stderr, the
+help formatter and the help layout of every command, and the ``--log-level`` option (Python logging on
+stderr, as text or, for the server commands' ``--log-format json``, JSON lines).
+
+It imports only the standard library: ``mcp-trio --version`` and ``--help`` load nothing more."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import sys
 from typing import Any
 
 __all__ = [
+    "CLIENT_COMMANDS",
+    "COMMAND_HELP",
     "EXIT_BROKEN_PIPE",
     "EXIT_CONNECTION",
     "EXIT_INTERRUPTED",
@@ -19,7 +23,6 @@ __all__ = [
     "EXIT_STATUS_HELP",
     "EXIT_TOOL_ERROR",
     "EXIT_USAGE",
-    "CannotListen",
     "HelpFormatter",
     "UsageError",
     "add_command",
@@ -28,6 +31,20 @@ __all__ = [
     "single_exception",
     "start_logging",
 ]
+
+COMMAND_HELP = {
+    "serve": "serve your MCPServer or MCPApp (MODULE:ATTR) over HTTP or stdio",
+    "demo": "serve the built-in demo server, to try clients against",
+    "tools": "list the tools of an MCP server and their parameters",
+    "call": "call a tool of an MCP server and print its result",
+    "resources": "list the resources and resource templates of an MCP server",
+    "read": "read a resource of an MCP server and print its contents",
+    "prompts": "list the prompts of an MCP server and their arguments",
+    "prompt": "get a prompt of an MCP server and print its messages",
+}
+"""Every command of ``mcp-trio``, in the order of its help, with the line that help shows for it."""
+CLIENT_COMMANDS = frozenset({"tools", "call", "resources", "read", "prompts", "prompt"})
+"""The commands that talk to a running server (:mod:`.client`); the others serve (:mod:`.serve`)."""
 
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
@@ -41,15 +58,16 @@ EXIT_STATUS_HELP = """\
 exit status:
   0    success (serve, demo: stopped by Ctrl-C or SIGTERM)
   1    call: the tool ran and reported an error (isError)
-  2    usage error: a bad option, MODULE:ATTR, URL or --json, or an --arg
-       value that does not fit its type; serve, demo: OTEL_* variables
-       asking for an export other than OTLP/HTTP (http/protobuf)
+  2    usage error: a bad option, MODULE:ATTR, URL or --json (prompt: a
+       value that is not a string), or an --arg value that does not fit
+       its type; serve, demo: OTEL_* variables asking for an export
+       other than OTLP/HTTP (http/protobuf)
   3    cannot connect, an HTTP or protocol failure, or the authorization
        (--oauth) failed; serve, demo: cannot listen on the address, or
        the installed hypercorn is not the one mcp_trio's fixes were
        written for (see --allow-stock-hypercorn)
-  4    tools, call: the server answered with a JSON-RPC error
-       (unknown tool, invalid arguments, ...)
+  4    the server answered with a JSON-RPC error (unknown tool,
+       resource or prompt, invalid arguments, ...)
   130  interrupted (Ctrl-C) while talking to the server
   141  stdout was closed early (piped into head, ...), as for SIGPIPE
 """
@@ -57,10 +75,6 @@ exit status:
 
 class UsageError(Exception):
     """The command line asks for something that cannot be done: exit status 2."""
-
-
-class CannotListen(Exception):
-    """The server could not bind its address (in use, not local, no permission): exit status 3."""
 
 
 def report(message: object) -> None:
@@ -87,13 +101,24 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=32)
 
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        # argparse measures the commands without the indentation they are printed with, so that the
+        # longest one ("resources") had its help line wrapped under it
+        if action.help is not argparse.SUPPRESS and isinstance(action, argparse._SubParsersAction):
+            indent = self._current_indent + self._indent_increment
+            for sub in action._get_subactions():
+                length = len(self._format_action_invocation(sub)) + indent
+                self._action_max_length = max(self._action_max_length, length)
 
-def add_command(sub: Any, name: str, *, help: str, description: str, epilog: str) -> argparse.ArgumentParser:
-    """Add the command ``name`` to the subparsers ``sub`` of the ``mcp-trio`` parser: its help keeps
-    the lines it is written in, and its epilog (examples) ends with the exit status table."""
+
+def add_command(sub: Any, name: str, *, description: str, epilog: str) -> argparse.ArgumentParser:
+    """Add the command ``name`` to the subparsers ``sub`` of the ``mcp-trio`` parser: its help line is
+    :data:`COMMAND_HELP`'s, its help keeps the lines it is written in, and its epilog (examples) ends
+    with the exit status table."""
     parser: argparse.ArgumentParser = sub.add_parser(
         name,
-        help=help,
+        help=COMMAND_HELP[name],
         description=description,
         epilog=epilog + EXIT_STATUS_HELP,
         formatter_class=HelpFormatter,

@@ -20,7 +20,7 @@ import trio
 
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._transport.config import ServerConfig
-from .output import EXIT_CONNECTION, EXIT_USAGE, CannotListen, add_command, report
+from .output import EXIT_CONNECTION, EXIT_USAGE, add_command, report
 from .server_options import add_server_options, config_from_args
 
 if TYPE_CHECKING:
@@ -58,7 +58,6 @@ def add_server_commands(sub: Any) -> None:
     serve_cmd = add_command(
         sub,
         "serve",
-        help="serve your MCPServer or MCPApp (MODULE:ATTR) over HTTP or stdio",
         description=SERVE_DESCRIPTION,
         epilog=SERVE_EPILOG,
     )
@@ -71,7 +70,6 @@ def add_server_commands(sub: Any) -> None:
     demo_cmd = add_command(
         sub,
         "demo",
-        help="serve the built-in demo server, to try clients against",
         description=DEMO_DESCRIPTION,
         epilog="example:\n  mcp-trio demo --bind 127.0.0.1:8000\n\n",
     )
@@ -105,18 +103,6 @@ def load_app(target: str, config: ServerConfig) -> MCPApp:
     if isinstance(obj, MCPApp):
         return obj
     raise SystemExit(f"mcp-trio: {target} is neither an MCPServer nor an MCPApp")
-
-
-def _os_error(exc: BaseException) -> OSError | None:
-    """``exc`` if it is an OSError, else the first OSError in its exception groups, else None."""
-    if isinstance(exc, OSError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _os_error(inner)
-            if found is not None:
-                return found
-    return None
 
 
 def _drop_hypercorn_banner(record: logging.LogRecord) -> bool:
@@ -209,16 +195,9 @@ async def _run_server(
     if admin_bind is not None:
         run = functools.partial(run, admin_bind=admin_bind, admin_started=_print_admin_urls)
     async with trio.open_nursery() as nursery:
-        try:
-            urls = await nursery.start(run)
-        except BaseException as exc:
-            cause = _os_error(exc)
-            if cause is None:
-                raise
-            where = admin_bind if admin_bind is not None and cause.filename == admin_bind else bind
-            raise CannotListen(f"cannot listen on {where}: {cause}") from exc
+        urls = await nursery.start(run)  # an address it cannot listen on: ListenError, for main()
         for url in urls:
-            print(f"mcp-trio: serving on {url}{app.config.path or '/'}", flush=True)
+            print(f"mcp-trio: serving on {url}", flush=True)
     print("mcp-trio: stopped", flush=True)
 
 

@@ -137,11 +137,15 @@ class TypedAPI(TaskAPI):
             mt.ListResourcesResult, "resources/list", {"cursor": cursor} if cursor else None
         )
 
-    async def list_resource_templates(self) -> mt.ListResourceTemplatesResult:
-        return await self._typed(mt.ListResourceTemplatesResult, "resources/templates/list")
+    async def list_resource_templates(self, cursor: str | None = None) -> mt.ListResourceTemplatesResult:
+        params = {"cursor": cursor} if cursor else None
+        return await self._typed(mt.ListResourceTemplatesResult, "resources/templates/list", params)
 
-    async def read_resource(self, uri: str) -> mt.ReadResourceResult:
-        return await self._typed(mt.ReadResourceResult, "resources/read", {"uri": uri})
+    async def read_resource(
+        self, uri: str, *, progress: ProgressHandler | None = None
+    ) -> mt.ReadResourceResult:
+        """``resources/read``; ``progress`` as for :meth:`call_tool`."""
+        return await self._typed(mt.ReadResourceResult, "resources/read", {"uri": uri}, progress=progress)
 
     async def subscribe_resource(self, uri: str) -> None:
         """``resources/subscribe`` (2025 era).  A session renewed after a 404 subscribes again."""
@@ -158,11 +162,18 @@ class TypedAPI(TaskAPI):
         self._listed.add("prompt", [prompt.name for prompt in result.prompts])
         return result
 
-    async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> mt.GetPromptResult:
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: Mapping[str, str] | None = None,
+        *,
+        progress: ProgressHandler | None = None,
+    ) -> mt.GetPromptResult:
+        """``prompts/get``; ``progress`` as for :meth:`call_tool`."""
         params: dict[str, Any] = {"name": name}
         if arguments:
             params["arguments"] = dict(arguments)
-        return await self._typed(mt.GetPromptResult, "prompts/get", params)
+        return await self._typed(mt.GetPromptResult, "prompts/get", params, progress=progress)
 
     async def complete(
         self, ref: dict[str, Any], argument: dict[str, str], context: dict[str, Any] | None = None

@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from .._runtime.containment import contained
+from .binding import BindError
 from .h11_connection import H11Connection
 
 __all__ = ["H11Config", "serve_h11"]
@@ -84,9 +85,13 @@ async def serve_h11(
     Shutdown is graceful: listening stops, idle connections close, ``on_shutdown()`` runs (an
     ``MCPApp``'s ``aclose``: its sessions close, so every stream ends with its final event), responses
     under way get ``shutdown_grace``.  Cancelling the task instead stops everything at once.
+    An address it cannot listen on raises :class:`~.binding.BindError` (an ``OSError``).
     """
     config = config or H11Config()
-    listeners = await trio.open_tcp_listeners(port, host=host, backlog=config.backlog)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host, backlog=config.backlog)
+    except OSError as exc:
+        raise BindError.of(exc, f"[{host}]:{port}" if ":" in host else f"{host}:{port}") from exc
     urls = [_url(listener.socket.getsockname()) for listener in listeners]
     connections: set[H11Connection] = set()
     shutting_down = False

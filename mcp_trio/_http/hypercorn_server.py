@@ -46,14 +46,14 @@ with hypercorn as shipped (``allow_stock=True``, ``serve(..., allow_stock_hyperc
 from __future__ import annotations
 
 import logging
+import socket
 import types
 from collections.abc import Awaitable, Callable, Sequence
 from math import inf
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import h11
 import hypercorn.config
-import hypercorn.trio
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
@@ -63,12 +63,16 @@ from hypercorn.trio import run as _run_module
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.utils import wrap_app
 
+if TYPE_CHECKING:
+    from hypercorn.config import Sockets
+
 from .._runtime.containment import contained
 from .._runtime.peerlog import RateLimitedLog
 from . import hypercorn_close_wait as close_wait
 from . import hypercorn_fast_path as fast
 from . import hypercorn_guard
 from . import hypercorn_protocols as protocols
+from .binding import BindError
 from .linger import linger_and_close
 
 __all__ = ["hypercorn_config", "hypercorn_fixes_available", "serve_hypercorn"]
@@ -357,27 +361,66 @@ async def serve_hypercorn(
     applied to this server only (see the module docstring).  ``fast_path=False`` keeps hypercorn's
     request path as shipped (the fixes still apply); ``write_timeout`` bounds each socket write.
 
-    Raises :class:`~.hypercorn_guard.HypercornGuardError` (a ``RuntimeError``), before binding
-    anything, when the installed hypercorn is not the code the fixes were written for; with
+    An address it cannot listen on raises :class:`~.binding.BindError` (an ``OSError``), before the
+    app starts.  Raises :class:`~.hypercorn_guard.HypercornGuardError` (a ``RuntimeError``),
+    before binding anything, when the installed hypercorn is not the code the fixes were written for; with
     ``allow_stock=True`` it serves with hypercorn as shipped instead (without the fixes, said loudly
     in the log)."""
     reason = hypercorn_fixes_available()
-    if reason is not None:
-        if not allow_stock:
-            raise hypercorn_guard.HypercornGuardError(refusal(reason))
-        logger.warning(
-            "SERVING WITH HYPERCORN AS SHIPPED, WITHOUT MCP_TRIO'S FIXES (allowed by allow_stock_hypercorn)."
-            "\nWhat differs from hypercorn %s:\n  %s\nGiven up: %s.",
-            hypercorn_guard.HYPERCORN_VERSION,
-            reason.replace("\n", "\n  "),
-            FIXES_LOST,
+    if reason is not None and not allow_stock:
+        raise hypercorn_guard.HypercornGuardError(refusal(reason))
+    sockets = _listening_sockets(config)
+    try:
+        if reason is not None:
+            logger.warning(
+                "SERVING WITH HYPERCORN AS SHIPPED, WITHOUT MCP_TRIO'S FIXES (allowed by "
+                "allow_stock_hypercorn).\nWhat differs from hypercorn %s:\n  %s\nGiven up: %s.",
+                hypercorn_guard.HYPERCORN_VERSION,
+                reason.replace("\n", "\n  "),
+                FIXES_LOST,
+            )
+        # hypercorn.trio.serve is worker_serve(wrap_app(...)) (and two warnings about options it ignores)
+        worker = _run_module.worker_serve if reason is not None else _worker(fast_path, write_timeout)
+        await worker(
+            wrap_app(app, config.wsgi_max_body_size, None),
+            config,
+            sockets=sockets,
+            shutdown_trigger=shutdown_trigger,
+            task_status=task_status,
         )
-        await hypercorn.trio.serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
-        return
-    worker = _worker(fast_path, write_timeout)
-    await worker(
-        wrap_app(app, config.wsgi_max_body_size, None),
-        config,
-        shutdown_trigger=shutdown_trigger,
-        task_status=task_status,
-    )
+    finally:
+        for sock in (*sockets.secure_sockets, *sockets.insecure_sockets, *sockets.quic_sockets):
+            sock.close()
+
+
+def _listening_sockets(config: hypercorn.config.Config) -> Sockets:
+    """The sockets of ``config``'s binds, bound and listening, as hypercorn's ``worker_serve`` makes
+    them when it is given none; :class:`~.binding.BindError` for a bind that fails (before the app
+    starts, and raised bare: in ``worker_serve`` it would come out of three nurseries)."""
+    binds = [*config.bind, *config.insecure_bind] if config.ssl_enabled else list(config.bind)
+    try:
+        sockets = config.create_sockets()
+    except OSError as exc:
+        _close_sockets_left_in(exc)
+        raise BindError.of(exc, ", ".join(binds)) from exc
+    try:
+        for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
+            sock.listen(config.backlog)
+    except OSError as exc:
+        for sock in (*sockets.secure_sockets, *sockets.insecure_sockets, *sockets.quic_sockets):
+            sock.close()
+        raise BindError.of(exc, ", ".join(binds)) from exc
+    return sockets
+
+
+def _close_sockets_left_in(exc: BaseException) -> None:
+    """Close the sockets a failed ``create_sockets`` made: hypercorn closes neither the one whose bind
+    failed nor those it made before (they would be closed by the garbage collector, with a
+    ``ResourceWarning``).  They are in the locals of the frames ``exc`` was raised through."""
+    frame = exc.__traceback__
+    while frame is not None:
+        for value in frame.tb_frame.f_locals.values():
+            for item in value if isinstance(value, list) else (value,):
+                if isinstance(item, socket.socket):
+                    item.close()
+        frame = frame.tb_next

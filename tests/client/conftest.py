@@ -128,7 +128,7 @@ async def demo() -> AsyncIterator[Demo]:
                 app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        yield Demo(app, urls[0] + "/mcp")
+        yield Demo(app, urls[0])
         stop.set()
 
 

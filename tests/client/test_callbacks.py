@@ -109,7 +109,7 @@ async def server() -> AsyncIterator[Server]:
                 app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        yield Server(urls[0] + "/mcp", app, cancelled)
+        yield Server(urls[0], app, cancelled)
         stop.set()
 
 

@@ -41,7 +41,7 @@ async def test_listen_receives_what_it_asked_for_and_ends_gracefully() -> None:
                 app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        async with open_client_session(urls[0] + "/mcp", mode="modern") as session:
+        async with open_client_session(urls[0], mode="modern") as session:
             async with session.listen(tools=True, resource_uris=["test://a"]) as subscription:
                 assert subscription.acknowledged == {
                     "toolsListChanged": True,
@@ -73,11 +73,11 @@ async def test_leaving_the_block_ends_the_subscription() -> None:
                 app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        async with open_client_session(urls[0] + "/mcp", mode="modern") as session:
+        async with open_client_session(urls[0], mode="modern") as session:
             async with session.listen(prompts=True):
                 assert app.statistics()["listeners"] == 1
             await eventually(lambda: app.statistics()["listeners"] == 0)
-        async with open_client_session(urls[0] + "/mcp", mode="legacy") as legacy:
+        async with open_client_session(urls[0], mode="legacy") as legacy:
             with pytest.raises(TransportError):
                 async with legacy.listen(tools=True):
                     pass  # pragma: no cover

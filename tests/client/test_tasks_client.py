@@ -66,7 +66,7 @@ async def _serve(config: ServerConfig) -> AsyncIterator[Server]:
                 app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        yield Server(urls[0] + "/mcp", wire, http)
+        yield Server(urls[0], wire, http)
         stop.set()
 
 

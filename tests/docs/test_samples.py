@@ -445,7 +445,7 @@ async def demo() -> AsyncIterator[Demo]:
     async with trio.open_nursery() as nursery:
         run = functools.partial(serve, app, "127.0.0.1", 0, shutdown_trigger=stop.wait)
         urls = await nursery.start(run)
-        yield Demo(app, urls[0] + "/mcp", stop)
+        yield Demo(app, urls[0], stop)
         stop.set()
 
 
@@ -536,10 +536,16 @@ async def _build_report(run: Run) -> None:
 
 
 async def _embedded(run: Run) -> None:
-    """Prints the URL it serves on (the comment shows it for port 8000)."""
-    assert run.output.text == f"serving on ['http://127.0.0.1:{run.port}']\n"
+    """Prints the endpoint it serves (the comment shows it for port 8000)."""
+    assert run.output.text == f"serving on ['http://127.0.0.1:{run.port}/mcp']\n"
     assert run.session is not None
     assert (await run.session.list_tools()).tools == []
+
+
+async def _listening(run: Run) -> None:
+    """The port was free: it prints the endpoint clients connect to, and serves it."""
+    assert run.output.text == f"clients connect to http://127.0.0.1:{run.port}/mcp\n"
+    assert run.session is not None
 
 
 async def _get(url: str) -> tuple[int, str]:
@@ -591,6 +597,7 @@ EXPECTATIONS = [
     Expect("README.md", "open_client_session(", check=_readme_client),
     Expect("docs/embedded-server.md", 'http="h11"', check=_embedded),
     Expect("docs/embedded-server.md", 'Mount("/", app=mcp)', check=_starlette_mount),
+    Expect("docs/embedded-server.md", "except ListenError", check=_listening),
     Expect("docs/embedded-server.md", "async def router", check=_asgi_router),
     Expect("docs/client.md", "session.listen(", check=_listen, driver=_listen_driver),
     Expect("docs/tasks.md", 'on_task_status=lambda task: print("task", task.status)', check=_task_client),

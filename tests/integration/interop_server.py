@@ -103,7 +103,7 @@ async def serving(
         urls: list[str] = await nursery.start(run)
         assert all(url.startswith("http://127.0.0.1:") for url in urls), urls
         try:
-            yield app, urls[0] + "/mcp"
+            yield app, urls[0]
         finally:
             stopped.set()
 

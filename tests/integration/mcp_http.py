@@ -328,7 +328,7 @@ async def serve_in_process(
                 )
             )
         try:
-            yield urls[0] + "/mcp", int(urls[0].rsplit(":", 1)[1]), stop
+            yield urls[0], int(urls[0].removesuffix("/mcp").rsplit(":", 1)[1]), stop
         finally:
             stop.set()
             with trio.fail_after(stop_within):

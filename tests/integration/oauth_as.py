@@ -301,7 +301,7 @@ async def serve_protected(
         urls = await nursery.start(
             lambda task_status: serve(app, config=config, shutdown_trigger=stop.wait, task_status=task_status)
         )
-        assert urls == [f"http://127.0.0.1:{port}"], urls
+        assert urls == [protected.url], urls
         try:
             yield protected
         finally:

@@ -128,7 +128,7 @@ async def demo() -> AsyncIterator[Demo]:
                 app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        state.url = urls[0] + "/mcp"
+        state.url = urls[0]
         yield state
         stop.set()
 

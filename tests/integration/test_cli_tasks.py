@@ -32,7 +32,7 @@ async def url() -> AsyncIterator[str]:
                 app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        yield urls[0] + "/mcp"
+        yield urls[0]
         stop.set()
 
 

@@ -71,8 +71,9 @@ async def running(
                 task_status=task_status,
             )
         )
-        port = int(urls[0].rsplit(":", 1)[1])
-        yield urls[0], port, stop, nursery
+        base, path = urls[0].rsplit("/", 1)  # serve() reports the endpoint: http://127.0.0.1:PORT/mcp
+        assert "/" + path == app.config.path, urls
+        yield base, int(base.rsplit(":", 1)[1]), stop, nursery
         stop.set()
         await until(lambda: not nursery.child_tasks, within=5)
     assert not nursery.child_tasks
@@ -342,11 +343,11 @@ async def test_cancelling_serve_h11_stops_everything_at_once() -> None:
         async with trio.open_nursery() as nursery:
             urls = await nursery.start(functools.partial(serve, app, "127.0.0.1", 0, http="h11"))
             async with httpx.AsyncClient(timeout=5) as client:
-                response = await client.post(urls[0] + "/mcp", json=INIT, headers=POST_HEADERS)
+                response = await client.post(urls[0], json=INIT, headers=POST_HEADERS)
                 assert response.status_code == 200
             nursery.cancel_scope.cancel()
     with pytest.raises(OSError):
-        await trio.open_tcp_stream("127.0.0.1", int(urls[0].rsplit(":", 1)[1]))
+        await trio.open_tcp_stream("127.0.0.1", int(urls[0].removesuffix("/mcp").rsplit(":", 1)[1]))
 
 
 SERVE_H11 = """
@@ -360,7 +361,8 @@ async def main() -> None:
             lambda task_status: serve(app, "127.0.0.1", 0, http="h11", task_status=task_status)
         )
         # A raw request: an HTTP client library could load h2 itself.
-        async with await trio.open_tcp_stream("127.0.0.1", int(urls[0].rsplit(":", 1)[1])) as stream:
+        port = int(urls[0].removesuffix("/mcp").rsplit(":", 1)[1])
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
             await stream.send_all(b"GET /mcp HTTP/1.1\\r\\nhost: 127.0.0.1\\r\\n\\r\\n")
             assert (await stream.receive_some(65536)).startswith(b"HTTP/1.1 ")
         nursery.cancel_scope.cancel()

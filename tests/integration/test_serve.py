@@ -57,7 +57,8 @@ async def test_serve_in_process_ends_streams_on_shutdown() -> None:
                 app, "127.0.0.1", 0, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        url = urls[0] + "/mcp"
+        (url,) = urls
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp"), url  # the endpoint
         async with httpx.AsyncClient(timeout=5) as client:
             response = await client.post(url, json=INIT, headers=POST)
             assert response.status_code == 200

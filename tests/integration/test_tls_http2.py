@@ -629,7 +629,7 @@ async def test_h2_a_session_that_ends_cuts_a_send_stuck_on_an_unread_stream() ->
         urls = await nursery.start(
             lambda task_status: serve(app, config=config, shutdown_trigger=stop.wait, task_status=task_status)
         )
-        port = int(urls[0].rsplit(":", 1)[1])
+        port = int(urls[0].removesuffix("/mcp").rsplit(":", 1)[1])
         async with h2_client(port) as h2c:
             init = await h2c.request("/mcp", body=json.dumps(INIT).encode(), headers=POST_HEADERS)
             await h2c.pump(lambda: h2c.streams[init].ended, within=STEP)

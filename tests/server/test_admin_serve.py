@@ -4,6 +4,7 @@ listens before the public one, turns ``/readyz`` to 503 at shutdown while the pu
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import socket
@@ -16,6 +17,7 @@ import trio
 from mcp_trio import MCPApp, ServerConfig, serve
 from mcp_trio._serve import split_bind
 from mcp_trio.demo import build_demo_server
+from mcp_trio.errors import ListenError
 
 from .conftest import POST_HEADERS, init_body
 
@@ -64,7 +66,7 @@ async def test_readiness_turns_while_the_public_port_serves_then_the_listener_cl
             assert (await http.get(admin + "/readyz")).json()["reasons"] == ["draining"]
             # the public listener still serves: a new client is answered, with a new session
             async with httpx.AsyncClient(timeout=5) as fresh:
-                response = await fresh.post(public + "/mcp", headers=POST_HEADERS, content=init_body())
+                response = await fresh.post(public, headers=POST_HEADERS, content=init_body())
             assert response.status_code == 200, response.text
             assert "returned" not in order
         with trio.fail_after(DRAIN + 5):
@@ -72,7 +74,7 @@ async def test_readiness_turns_while_the_public_port_serves_then_the_listener_cl
         with pytest.raises(httpx.ConnectError):  # both listeners are closed once serve returned
             await http.get(admin + "/healthz")
         with pytest.raises(httpx.ConnectError):
-            await http.post(public + "/mcp", headers=POST_HEADERS, content=init_body())
+            await http.post(public, headers=POST_HEADERS, content=init_body())
     assert order == ["admin", "public", "returned"]
 
 
@@ -85,9 +87,10 @@ async def test_a_bad_admin_bind_or_a_port_in_use_is_an_error_before_serving() ->
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         bind = f"127.0.0.1:{taken.getsockname()[1]}"
-        with trio.fail_after(5), pytest.raises(OSError, match="operations listener") as caught:
+        with trio.fail_after(5), pytest.raises(ListenError, match="operations listener") as caught:
             await serve(app, "127.0.0.1", 0, http="h11", admin_bind=bind)
-    assert caught.value.filename == bind
+    assert caught.value.filename == caught.value.address == bind
+    assert caught.value.errno == errno.EADDRINUSE
 
 
 async def test_the_listener_serves_the_statistics_of_a_running_app() -> None:
@@ -148,6 +151,6 @@ async def test_cancelling_serve_closes_both_listeners_at_once(kind: str) -> None
             )
             nursery.cancel_scope.cancel()  # no drain: everything stops at once
     async with httpx.AsyncClient(timeout=5) as http:
-        for url in (urls[0] + "/healthz", public + "/mcp"):
+        for url in (urls[0] + "/healthz", public):
             with pytest.raises(httpx.ConnectError):
                 await http.get(url)

@@ -185,7 +185,7 @@ async def serving(kind: str, app: MCPApp) -> AsyncIterator[Served]:
         else:
             start = functools.partial(serve, app, "127.0.0.1", 0, http="h11", shutdown_trigger=stop.wait)
         urls = await nursery.start(start)
-        port = int(urls[0].rsplit(":", 1)[1])
+        port = int(urls[0].removesuffix("/mcp").rsplit(":", 1)[1])
         served = Served(app, port, stop)
         yield served
         stop.set()

@@ -1,5 +1,6 @@
 """The ``arguments`` of ``mcp-trio call``: ``--json``'s object and each ``--arg KEY=VALUE``, the VALUE
-typed by the JSON types the tool's input schema accepts for KEY (the table is in ``call --help``)."""
+typed by the JSON types the tool's input schema accepts for KEY (the table is in ``call --help``);
+and those of ``mcp-trio prompt``, the same options, whose values are text."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from ..output import UsageError
 
-__all__ = ["accepted_types", "parse_arguments", "type_value"]
+__all__ = ["accepted_types", "parse_arguments", "parse_prompt_arguments", "type_value"]
 
 _TRIED_IN_ORDER = ("null", "boolean", "integer", "number", "array", "object")
 _TYPE_NAMES = {
@@ -126,24 +127,49 @@ def type_value(key: str, text: str, types: set[str] | None) -> Any:
     raise UsageError(f"--arg {key}={text}: {key} expects {_describe(known)}, got {text!r}")
 
 
+def _json_object(json_object: str | None) -> dict[str, Any]:
+    """``--json``'s object (empty without one)."""
+    if json_object is None:
+        return {}
+    ok, value = _json(json_object)
+    if not ok or not isinstance(value, dict):
+        raise UsageError(f'--json wants a JSON object such as \'{{"text": "hi"}}\', got {json_object!r}')
+    return value
+
+
+def _pairs(pairs: Iterable[str]) -> Iterable[tuple[str, str]]:
+    """Each ``--arg KEY=VALUE`` as (KEY, VALUE)."""
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--arg wants KEY=VALUE, got {pair!r}")
+        yield key, text
+
+
 def parse_arguments(
     pairs: Iterable[str], json_object: str | None = None, input_schema: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The ``arguments`` of ``tools/call``: ``--json``'s object, then each ``--arg`` (which wins), its
     value typed by ``input_schema``'s property of that name."""
-    arguments: dict[str, Any] = {}
-    if json_object is not None:
-        ok, value = _json(json_object)
-        if not ok or not isinstance(value, dict):
-            raise UsageError(f'--json wants a JSON object such as \'{{"text": "hi"}}\', got {json_object!r}')
-        arguments.update(value)
+    arguments = _json_object(json_object)
     schema = input_schema or {}
     properties = schema.get("properties")
     properties = properties if isinstance(properties, dict) else {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--arg wants KEY=VALUE, got {pair!r}")
+    for key, text in _pairs(pairs):
         types = accepted_types(properties[key], schema) if key in properties else None
         arguments[key] = type_value(key, text, types)
+    return arguments
+
+
+def parse_prompt_arguments(pairs: Iterable[str], json_object: str | None = None) -> dict[str, str]:
+    """The ``arguments`` of ``prompts/get``, which are text: ``--json``'s object (its values strings),
+    then each ``--arg`` (which wins), its value as typed."""
+    arguments = _json_object(json_object)
+    for key, value in arguments.items():
+        if not isinstance(value, str):
+            raise UsageError(
+                f"--json: prompt arguments are text, but {key} is {json.dumps(value)} "
+                f"(write it as a string: {json.dumps(json.dumps(value))})"
+            )
+    arguments.update(_pairs(pairs))
     return arguments

@@ -1,5 +1,7 @@
-"""``mcp-trio tools URL`` lists a server's tools, ``mcp-trio call URL TOOL`` calls one: their parsers,
-what they do, and how their failures are reported (each kind with its exit status)."""
+"""What the client commands do: ``tools`` and ``call``, ``resources`` and ``read``, ``prompts`` and
+``prompt`` (their parsers are :mod:`.parsers`), and how their failures are reported (each kind with its
+exit status).  Each opens one session (:func:`.connection.open_session`), shows the request's progress
+and the server's log messages on stderr (:class:`.display.Notices`) and prints its answer on stdout."""
 
 from __future__ import annotations
 
@@ -7,13 +9,14 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import mcp_types as mt
 import pydantic
 import trio
 
-from ..._app.context import LOG_LEVELS
 from ..._client.session import ClientSession
 from ...errors import MCPTrioError, RPCError, TransportError
 from ..output import (
@@ -24,138 +27,80 @@ from ..output import (
     EXIT_TOOL_ERROR,
     EXIT_USAGE,
     UsageError,
-    add_command,
     report,
     single_exception,
 )
-from .arguments import parse_arguments
-from .connection import add_connection_options, add_url, open_session
-from .display import Notices, format_tool, print_result
+from .arguments import parse_arguments, parse_prompt_arguments
+from .connection import open_session
+from .display import (
+    Notices,
+    format_prompt,
+    format_resource,
+    format_tool,
+    print_contents,
+    print_json,
+    print_messages,
+    print_result,
+)
 
-__all__ = ["add_client_commands", "list_all_tools", "run_client_command"]
+__all__ = ["list_all", "run_client_command"]
 
 logger = logging.getLogger("mcp_trio._cli.client")  # one logger for the client commands
 
 MAX_PAGES = 100
-"""tools/list pages followed at most (a server whose cursors never end cannot keep us looping)."""
+"""Pages of a listing followed at most (a server whose cursors never end cannot keep us looping)."""
 
 
-def add_client_commands(sub: Any) -> None:
-    """Add ``tools`` and ``call`` to the subparsers ``sub`` of the ``mcp-trio`` parser."""
-    tools = add_command(
-        sub,
-        "tools",
-        help="list the tools of an MCP server and their parameters",
-        description="List the tools of the MCP server at URL: each tool's name and the first line\n"
-        "of its description, then its parameters with their types (optional ones\n"
-        "marked, with their defaults).",
-        epilog="example:\n  mcp-trio tools http://127.0.0.1:8000/mcp\n\n",
-    )
-    add_url(tools)
-    tools.add_argument("--raw", action="store_true", help="print the tools as JSON")
-    call = add_command(
-        sub,
-        "call",
-        help="call a tool of an MCP server and print its result",
-        description=CALL_DESCRIPTION,
-        epilog=CALL_EPILOG,
-    )
-    add_url(call)
-    call.add_argument("tool", metavar="TOOL", help="the name of the tool ('mcp-trio tools URL' lists them)")
-    call.add_argument(
-        "--arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="one argument of the tool (repeat for more); VALUE is typed by the tool's input schema",
-    )
-    call.add_argument(
-        "--json",
-        metavar="OBJECT",
-        help="all arguments as one JSON object, e.g. '{\"a\": 1}'; an --arg for the same key wins",
-    )
-    call.add_argument(
-        "--raw", action="store_true", help="print the whole result as JSON instead of its content"
-    )
-    call.add_argument(
-        "--mcp-log-level",
-        choices=LOG_LEVELS,
-        metavar="LEVEL",
-        help="ask the server for its log messages at LEVEL and above: " + ", ".join(LOG_LEVELS) + " "
-        "(default: ask nothing, the server decides); they are printed on stderr",
-    )
-    for cmd in (tools, call):
-        add_connection_options(cmd)
-
-
-CALL_DESCRIPTION = """\
-Call the tool TOOL of the MCP server at URL and print its result on stdout.
-
-Each --arg KEY=VALUE is typed by the tool's input schema (tools/list is asked
-first):
-  string           VALUE as typed: text=42 sends the text "42"
-  integer, number  a JSON number: n=42, x=2.5
-  boolean          true or false
-  array, object    JSON: xs='[1, 2]', point='{"x": 1}'
-  null             null
-A parameter that accepts several types (anyOf, oneOf, Optional[...]) gets
-the first of null, boolean, integer, number, array, object that VALUE parses
-as, else VALUE as text if it accepts text: name=null sends null to an
-Optional[str] parameter (--json '{"name": "null"}' sends the text).  A
-parameter the schema does not type gets VALUE as JSON if it parses, else as
-text.  A VALUE that does not fit its type is a usage error: nothing is called.
-
-The result: text content is printed as it is; images, audio, resources and
-resource links as one line each, e.g. "[image image/png, 70 bytes]" (an
-embedded text resource is followed by its text); structuredContent as JSON
-when there is no text content.  --raw prints the whole result as JSON.
-
-Notifications go to stderr: progress as a bar on a terminal, else as lines
-"progress 1/3 message"; server log messages as "log info: message".
-
-A server may run the call as a task (the 2026-07-28 tasks extension): the
-command then polls it until it ends and shows its status on stderr, on a
-terminal as one line updated in place, else as lines "task ID STATUS" (with
-": message" when the server gives one).  Ctrl-C cancels the task on the
-server (tasks/cancel) before exiting.
-"""
-
-CALL_EPILOG = """\
-examples (against 'mcp-trio demo'):
-  mcp-trio call http://127.0.0.1:8000/mcp echo --arg text=hello
-  mcp-trio call http://127.0.0.1:8000/mcp add --arg a=1 --arg b=2.5
-  mcp-trio call http://127.0.0.1:8000/mcp add --json '{"a": 1, "b": 2}'
-  mcp-trio call http://127.0.0.1:8000/mcp count --arg steps=5 \\
-      --arg delay=0.5 --mcp-log-level info
-  mcp-trio call http://127.0.0.1:8000/mcp test_image_content --raw
-  mcp-trio call http://127.0.0.1:8000/mcp slow_compute --arg seconds=3
-
-"""
-
-
-async def list_all_tools(session: ClientSession) -> list[mt.Tool]:
-    tools: list[mt.Tool] = []
+async def list_all(list_page: Callable[[str | None], Awaitable[Any]], field: str) -> list[Any]:
+    """Every item of a paginated listing: ``list_page(cursor)`` (``session.list_tools``, ...) asked for
+    each page, its ``field`` (``tools``, ...) gathered, until a page has no next cursor (or one seen)."""
+    items: list[Any] = []
     cursor: str | None = None
     seen: set[str] = set()
     for _page in range(MAX_PAGES):
-        result = await session.list_tools(cursor)
-        tools.extend(result.tools)
+        result = await list_page(cursor)
+        items.extend(getattr(result, field))
         cursor = result.next_cursor
         if not cursor or cursor in seen:
             break
         seen.add(cursor)
-    return tools
+    return items
 
 
 async def _tools(args: argparse.Namespace, notices: Notices) -> int:
     async with open_session(args, on_log=notices.log) as session:
-        tools = await list_all_tools(session)
+        tools: list[mt.Tool] = await list_all(session.list_tools, "tools")
     if args.raw:
-        dumped = [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in tools]
-        print(json.dumps(dumped, indent=2))
+        print_json(tools)
     else:
         for tool in tools:
             print("\n".join(format_tool(tool)))
+    return EXIT_OK
+
+
+async def _resources(args: argparse.Namespace, notices: Notices) -> int:
+    async with open_session(args, on_log=notices.log) as session:
+        resources: list[mt.Resource] = await list_all(session.list_resources, "resources")
+        templates: list[mt.ResourceTemplate] = await list_all(
+            session.list_resource_templates, "resource_templates"
+        )
+    if args.raw:
+        print_json({"resources": resources, "resourceTemplates": templates})
+    else:
+        listed: list[mt.Resource | mt.ResourceTemplate] = [*resources, *templates]
+        for item in listed:
+            print(format_resource(item))
+    return EXIT_OK
+
+
+async def _prompts(args: argparse.Namespace, notices: Notices) -> int:
+    async with open_session(args, on_log=notices.log) as session:
+        prompts: list[mt.Prompt] = await list_all(session.list_prompts, "prompts")
+    if args.raw:
+        print_json(prompts)
+    else:
+        for prompt in prompts:
+            print("\n".join(format_prompt(prompt)))
     return EXIT_OK
 
 
@@ -170,7 +115,7 @@ async def _input_schema(session: ClientSession, name: str) -> dict[str, Any] | N
     """The input schema of tool ``name``; None if the server does not list it (its --arg values are
     then untyped, and the server has the last word)."""
     try:
-        tools = await list_all_tools(session)
+        tools: list[mt.Tool] = await list_all(session.list_tools, "tools")
     except RPCError as exc:
         logger.info("tools/list failed (%s): --arg values stay untyped", exc.message)
         return None
@@ -178,11 +123,8 @@ async def _input_schema(session: ClientSession, name: str) -> dict[str, Any] | N
 
 
 async def _call(args: argparse.Namespace, notices: Notices) -> int:
-    level = cast("mt.LoggingLevel | None", args.mcp_log_level)
     parse_arguments(args.arg, args.json)  # a malformed --arg or --json fails before we connect
-    async with open_session(args, on_log=notices.log, log_level=level) as session:
-        if level is not None:
-            _check_logs_offered(session)
+    async with _logged_session(args, notices) as session:
         schema = await _input_schema(session, args.tool) if args.arg else None
         arguments = parse_arguments(args.arg, args.json, schema)
         try:
@@ -193,6 +135,49 @@ async def _call(args: argparse.Namespace, notices: Notices) -> int:
             notices.clear()
     print_result(result, args.raw)
     return EXIT_TOOL_ERROR if result.is_error else EXIT_OK
+
+
+async def _read(args: argparse.Namespace, notices: Notices) -> int:
+    async with _logged_session(args, notices) as session:
+        try:
+            result = await session.read_resource(args.uri, progress=notices.progress)
+        finally:
+            notices.clear()
+    print_contents(result, args.raw)
+    return EXIT_OK
+
+
+async def _prompt(args: argparse.Namespace, notices: Notices) -> int:
+    arguments = parse_prompt_arguments(args.arg, args.json)  # before we connect
+    async with _logged_session(args, notices) as session:
+        try:
+            result = await session.get_prompt(args.name, arguments, progress=notices.progress)
+        finally:
+            notices.clear()
+    print_messages(result, args.raw)
+    return EXIT_OK
+
+
+@asynccontextmanager
+async def _logged_session(args: argparse.Namespace, notices: Notices) -> AsyncIterator[ClientSession]:
+    """The session of a command with ``--mcp-log-level``: the server's log messages on stderr, at
+    that level if one was asked."""
+    level = cast("mt.LoggingLevel | None", args.mcp_log_level)
+    async with open_session(args, on_log=notices.log, log_level=level) as session:
+        if level is not None:
+            _check_logs_offered(session)
+        yield session
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Notices], Awaitable[int]]] = {
+    "tools": _tools,
+    "call": _call,
+    "resources": _resources,
+    "read": _read,
+    "prompts": _prompts,
+    "prompt": _prompt,
+}
+"""What each client command does (:data:`~..output.CLIENT_COMMANDS`)."""
 
 
 def _failure(args: argparse.Namespace, exc: BaseException) -> int:
@@ -220,11 +205,10 @@ def _failure(args: argparse.Namespace, exc: BaseException) -> int:
 
 
 def run_client_command(args: argparse.Namespace) -> int:
-    """Run ``tools`` or ``call``; the exit status."""
+    """Run the client command ``args.command``; the exit status."""
     notices = Notices(sys.stderr, sys.stderr.isatty())
-    command = _tools if args.command == "tools" else _call
     try:
-        code: int = trio.run(command, args, notices)
+        code: int = trio.run(COMMANDS[args.command], args, notices)
         return code
     except BaseException as exc:  # sorted out below; anything unexpected is re-raised
         failure = single_exception(exc)

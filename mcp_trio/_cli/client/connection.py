@@ -1,7 +1,7 @@
 """How a client command reaches its server: the URL, ``--header``, ``--mode`` and the ``--oauth``
 options (declared here, checked before anything is sent), and the session they open
 (:func:`open_session`): over a WebSocket, or over HTTP with the headers and, with ``--oauth``, the
-authorization flow."""
+authorization flow.  The options cost nothing to declare: the client is imported when a session opens."""
 
 from __future__ import annotations
 
@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
-
-from ..._client.session import ClientSession, open_client_session
 from ..output import UsageError
 
 if TYPE_CHECKING:
+    from ..._client.session import ClientSession
     from ...auth import OAuth, RedirectHandler
 
 __all__ = ["HEADLESS_REDIRECT_URI", "add_connection_options", "add_url", "open_session"]
@@ -240,6 +238,10 @@ async def open_session(args: argparse.Namespace, **options: Any) -> AsyncIterato
         ) as session:
             yield session
         return
+    import httpx
+
+    from ..._client.session import open_client_session
+
     oauth = _oauth(args)
     try:
         async with (

@@ -1,6 +1,7 @@
-"""What ``mcp-trio tools`` and ``mcp-trio call`` print: a tool and its parameters, a result's content
-(text as is, anything else summarized in one line, or the whole result as JSON), and on stderr the
-progress, task status and log notifications of a call (:class:`Notices`)."""
+"""What the client commands print: a tool and its parameters, a resource or template, a prompt and its
+arguments (the listings); a result's content, a resource's contents, a prompt's messages (text as is,
+anything else summarized in one line), or any of them as JSON (``--raw``); and on stderr the
+progress, task status and log notifications of a request (:class:`Notices`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ import mcp_types as mt
 from ..._protocol.tasks import TaskInfo
 from .arguments import accepted_types
 
-__all__ = ["Notices", "format_content", "format_tool", "print_result"]
+__all__ = [
+    "Notices",
+    "format_content",
+    "format_prompt",
+    "format_resource",
+    "format_tool",
+    "print_contents",
+    "print_json",
+    "print_messages",
+    "print_result",
+]
 
 BAR_WIDTH = 24
 """Characters between the brackets of the progress bar drawn on a terminal."""
@@ -33,6 +44,17 @@ def _summary(kind: str, *details: str | None, size: str | None = None) -> str:
     return f"[{words}, {size}]" if size else f"[{words}]"
 
 
+def _format_contents(resource: Any, header: bool) -> str:
+    """A resource's contents: a blob summarized, text as it is (after the summary if ``header``)."""
+    if isinstance(resource, mt.BlobResourceContents):
+        return _summary("resource", str(resource.uri), resource.mime_type, size=_decoded_size(resource.blob))
+    text: str = resource.text
+    if not header:
+        return text
+    size = f"{len(text.encode())} bytes"
+    return f"{_summary('resource', str(resource.uri), resource.mime_type, size=size)}\n{text}"
+
+
 def format_content(item: Any) -> str:
     """One content block as printed: text as it is, anything else as a one-line summary (an embedded
     text resource: the summary, then its text)."""
@@ -41,16 +63,7 @@ def format_content(item: Any) -> str:
     if isinstance(item, mt.ImageContent | mt.AudioContent):
         return _summary(item.type, item.mime_type, size=_decoded_size(item.data))
     if isinstance(item, mt.EmbeddedResource):
-        resource = item.resource
-        if isinstance(resource, mt.BlobResourceContents):
-            return _summary(
-                "resource", str(resource.uri), resource.mime_type, size=_decoded_size(resource.blob)
-            )
-        text = resource.text
-        header = _summary(
-            "resource", str(resource.uri), resource.mime_type, size=f"{len(text.encode())} bytes"
-        )
-        return f"{header}\n{text}"
+        return _format_contents(item.resource, header=True)
     if isinstance(item, mt.ResourceLink):
         known = None if item.size is None else f"{item.size} bytes"
         return _summary("resource_link", str(item.uri), item.mime_type, size=known)
@@ -58,15 +71,47 @@ def format_content(item: Any) -> str:
     return _summary(str(kind))
 
 
+def print_json(value: Any) -> None:
+    """``--raw``: a model (or a list of them, or a dict of lists) as JSON, as it came on the wire."""
+    if isinstance(value, list):
+        print(json.dumps([_wire(item) for item in value], indent=2))
+    elif isinstance(value, dict):
+        print(json.dumps({key: [_wire(item) for item in items] for key, items in value.items()}, indent=2))
+    else:
+        print(json.dumps(_wire(value), indent=2))
+
+
+def _wire(model: Any) -> Any:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def print_result(result: mt.CallToolResult, raw: bool) -> None:
     if raw:
-        print(json.dumps(result.model_dump(mode="json", by_alias=True, exclude_none=True), indent=2))
+        print_json(result)
         return
     for item in result.content:
         print(format_content(item))
     has_text = any(isinstance(item, mt.TextContent) for item in result.content)
     if result.structured_content is not None and not has_text:
         print(json.dumps(result.structured_content, indent=2))
+
+
+def print_contents(result: mt.ReadResourceResult, raw: bool) -> None:
+    """``mcp-trio read``: each of the contents, text as it is, a blob summarized."""
+    if raw:
+        print_json(result)
+        return
+    for contents in result.contents:
+        print(_format_contents(contents, header=False))
+
+
+def print_messages(result: mt.GetPromptResult, raw: bool) -> None:
+    """``mcp-trio prompt``: each message as ``ROLE: `` and its content, as a result's is printed."""
+    if raw:
+        print_json(result)
+        return
+    for message in result.messages:
+        print(f"{message.role}: {format_content(message.content)}")
 
 
 def _type_text(schema: Any, root: dict[str, Any]) -> str:
@@ -104,6 +149,32 @@ def format_tool(tool: mt.Tool) -> list[str]:
         if isinstance(description, str) and description.strip():
             line += f" - {description.strip().splitlines()[0]}"
         lines.append(line)
+    return lines
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def format_resource(item: mt.Resource | mt.ResourceTemplate) -> str:
+    """The line ``mcp-trio resources`` prints for a resource or a template:
+    ``URI (MIME TYPE): TITLE OR NAME - DESCRIPTION``."""
+    uri = str(item.uri) if isinstance(item, mt.Resource) else item.uri_template
+    line = f"{uri} ({item.mime_type})" if item.mime_type else uri
+    line += f": {item.title or item.name}"
+    description = _first_line(item.description)
+    return f"{line} - {description}" if description else line
+
+
+def format_prompt(prompt: mt.Prompt) -> list[str]:
+    """The lines ``mcp-trio prompts`` prints for one prompt (its arguments are text, as the tools'
+    parameters are listed with their types)."""
+    lines = [f"{prompt.name}: {_first_line(prompt.description)}".rstrip()]
+    for argument in prompt.arguments or ():
+        line = f"    {argument.name}: string" + ("" if argument.required else " (optional)")
+        description = _first_line(argument.description)
+        lines.append(f"{line} - {description}" if description else line)
     return lines
 
 
