@@ -61,9 +61,12 @@ async def serve(
 
     Runs in the caller's nursery: ``await nursery.start(serve, app, "127.0.0.1", 0)`` reports the bound
     URLs (``["http://127.0.0.1:40123"]``) through ``task_status``.  The app runs while serving (no ASGI
-    lifespan to arrange).  Shutdown is graceful: the app drains while still listening (its readiness
-    turns, it serves on for ``config.drain_delay``), its sessions are closed, so every open stream ends
-    cleanly (each WebSocket with 1001), then listening stops and the server's own grace period runs.
+    lifespan to arrange), and the server's lifespan with it: entered before anything is accepted, left
+    after the shutdown; if it fails (entering raises, or its tasks crash) the server stops and ``serve``
+    raises the lifespan's exception.  Shutdown is graceful: the app drains while still listening (its
+    readiness turns, it serves on for ``config.drain_delay``), its sessions are closed, so every open
+    stream ends cleanly (each WebSocket with 1001), then listening stops and the server's own grace
+    period runs.
 
     ``http`` chooses the server:
 
@@ -178,15 +181,19 @@ async def _serve_hypercorn(
             await shutdown_trigger()
         await app.aclose()
 
-    await serve_hypercorn(
-        app,
-        config,
-        shutdown_trigger=trigger,
-        task_status=task_status,
-        fast_path=fast_path,
-        write_timeout=app.config.write_timeout,
-        allow_stock=allow_stock,
-    )
+    try:
+        await serve_hypercorn(
+            app,
+            config,
+            shutdown_trigger=trigger,
+            task_status=task_status,
+            fast_path=fast_path,
+            write_timeout=app.config.write_timeout,
+            allow_stock=allow_stock,
+        )
+    except BaseException as exc:
+        _raise_lifespan_failure(app, exc)
+        raise
 
 
 async def _serve_h11(
@@ -225,16 +232,28 @@ async def _serve_h11(
             await shutdown_trigger()
         await app.aclose()
 
-    await serve_h11(
-        app,
-        host or "127.0.0.1",
-        8000 if port is None else port,
-        config=config,
-        shutdown_trigger=trigger,
-        task_status=task_status,
-        lifetime=app.run,
-        on_shutdown=app.aclose,
-    )
+    try:
+        await serve_h11(
+            app,
+            host or "127.0.0.1",
+            8000 if port is None else port,
+            config=config,
+            shutdown_trigger=trigger,
+            task_status=task_status,
+            lifetime=app.run,
+            on_shutdown=app.aclose,
+        )
+    except BaseException as exc:
+        _raise_lifespan_failure(app, exc)
+        raise
+
+
+def _raise_lifespan_failure(app: MCPApp, exc: BaseException) -> None:
+    """Raise the failure of the app's lifespan if ``exc`` (what the HTTP server raised) holds it: the
+    lifespan's own exception, not the groups (or hypercorn's ``LifespanFailureError``) around it."""
+    failure = app.server.lifespan.failure_in(exc)
+    if failure is not None:
+        raise failure from failure.__cause__
 
 
 async def _serve_with_admin(

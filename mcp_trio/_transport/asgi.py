@@ -96,7 +96,13 @@ class MCPApp:
         :meth:`aclose` first for a graceful end.  A notification bus with tasks of its own (one with a
         ``run`` method, such as :class:`mcp_trio.redis.RedisNotificationBus`) runs here too, and ends
         with the app; so do a task store's and an event store's ``run`` (such as
-        :class:`mcp_trio.redis.RedisEventStore`'s writer)."""
+        :class:`mcp_trio.redis.RedisEventStore`'s writer).
+
+        The server's lifespan (``MCPServer(lifespan=...)``) is entered first, before ``task_status``
+        reports the app started, and left last: after :meth:`aclose` (then the code after its
+        ``yield`` gets ``config.shutdown_grace`` seconds uncancelled), or cancelled with the rest when
+        the run is cancelled without it.  If entering it raises, or its tasks crash, the app stops and
+        ``run`` raises that exception."""
         bus = self.server.notifications
         if self.config.worker_id is not None and callable(getattr(bus, "attach_worker", None)):
             # here, not in __init__: a bus given to the server after the app was made counts
@@ -113,7 +119,8 @@ class MCPApp:
         bus_run = getattr(bus, "run", None)
         tasks = self._modern.tasks
         tasks.publish = bus.publish
-        async with trio.open_nursery() as nursery:
+        lifespan = self.server.open_lifespan(grace=self.config.shutdown_grace, graceful=lambda: self._closing)
+        async with lifespan, trio.open_nursery() as nursery:
             if bus_run is not None:
                 await nursery.start(bus_run)
             store_run = getattr(tasks.store, "run", None)
@@ -130,13 +137,22 @@ class MCPApp:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MCPApp]:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.run)
-            try:
-                yield self
-            finally:
-                await self.aclose()
-                nursery.cancel_scope.cancel()
+        """Run the app (:meth:`run`) for the time of the ``async with`` body, then end it gracefully
+        (:meth:`aclose`).  A failure of the server's lifespan (entering it, or its tasks crashing while
+        the body runs) cancels the body and is raised as it was raised, not inside exception groups."""
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.run)
+                try:
+                    yield self
+                finally:
+                    await self.aclose()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            failure = self.server.lifespan.failure_in(group)
+            if failure is None:
+                raise
+            raise failure from failure.__cause__
 
     async def aclose(self) -> None:
         """End gracefully: drain first (readiness turns at once, ``config.drain_delay`` passes, then no
@@ -193,19 +209,43 @@ class MCPApp:
             raise RuntimeError(f"mcp_trio does not serve ASGI {kind!r} scopes")
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """The ASGI lifespan: the app runs (:meth:`run`) from ``lifespan.startup`` to
+        ``lifespan.shutdown``.  A failure to start (the server's lifespan raised) is
+        ``lifespan.startup.failed``; a failure while serving (its tasks crashed) is
+        ``lifespan.shutdown.failed`` at once, then the exception, so that the ASGI server stops (as
+        Starlette does); each message says what failed."""
         message = await receive()
         assert message["type"] == "lifespan.startup"
-        async with trio.open_nursery() as nursery:
+        started = False
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    await nursery.start(self.run)
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": self._failure_message(exc)})
+                    return
+                started = True
+                await send({"type": "lifespan.startup.complete"})
+                message = await receive()
+                await self.aclose()
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:  # the app stopped while serving: its lifespan's tasks crashed
+            failure = self.server.lifespan.failure_in(group) if started else None
+            if failure is None:
+                raise
             try:
-                await nursery.start(self.run)
-            except Exception as exc:  # pragma: no cover - run() starts unconditionally
-                await send({"type": "lifespan.startup.failed", "message": repr(exc)})
-                return
-            await send({"type": "lifespan.startup.complete"})
-            message = await receive()
-            await self.aclose()
-            nursery.cancel_scope.cancel()
+                raise failure from failure.__cause__
+            except BaseException as exc:  # sent while handling it: what the server raises has it as context
+                await send({"type": "lifespan.shutdown.failed", "message": self._failure_message(exc)})
+                raise
         await send({"type": "lifespan.shutdown.complete"})
+
+    def _failure_message(self, exc: BaseException) -> str:
+        """What a ``lifespan.*.failed`` message says of ``exc``: one line naming the server."""
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if self.server.lifespan.failure_in(exc) is not None:
+            return f"the lifespan of {self.server.lifespan.owner} failed: {what}"
+        return f"{self.server.lifespan.owner} could not start: {what}"
 
     async def _http(self, scope: Scope, receive: Receive, raw_send: Send) -> None:
         extensions = scope.get("extensions")
