@@ -138,18 +138,24 @@ class MCPApp:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MCPApp]:
         """Run the app (:meth:`run`) for the time of the ``async with`` body, then end it gracefully
-        (:meth:`aclose`).  A failure of the server's lifespan (entering it, or its tasks crashing while
-        the body runs) cancels the body and is raised as it was raised, not inside exception groups."""
+        (:meth:`aclose`).  What keeps it from starting is raised as it was raised, and so is a failure
+        of the server's lifespan while the body runs (its tasks crashed: the body is cancelled), not
+        inside exception groups."""
+        not_started: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(self.run)
+                try:
+                    await nursery.start(self.run)
+                except BaseException as exc:
+                    not_started = exc
+                    raise
                 try:
                     yield self
                 finally:
                     await self.aclose()
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            failure = self.server.lifespan.failure_in(group)
+            failure = self.server.lifespan.failure_in(group) or not_started
             if failure is None:
                 raise
             raise failure from failure.__cause__
