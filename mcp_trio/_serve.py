@@ -186,7 +186,7 @@ async def _serve_hypercorn(
             app,
             config,
             shutdown_trigger=trigger,
-            task_status=task_status,
+            task_status=_ReportIfStarted(app, task_status),  # type: ignore[arg-type]
             fast_path=fast_path,
             write_timeout=app.config.write_timeout,
             allow_stock=allow_stock,
@@ -246,6 +246,19 @@ async def _serve_h11(
     except BaseException as exc:
         _raise_lifespan_failure(app, exc)
         raise
+
+
+class _ReportIfStarted:
+    """hypercorn's ``task_status``: its URLs are reported only if the app started (hypercorn binds and
+    reports even after the app's ``lifespan.startup.failed``, then raises; ``serve`` raises only)."""
+
+    def __init__(self, app: MCPApp, task_status: trio.TaskStatus[list[str]]) -> None:
+        self._app = app
+        self._task_status = task_status
+
+    def started(self, value: list[str]) -> None:
+        if self._app.startup_failure is None:
+            self._task_status.started(value)
 
 
 def _raise_lifespan_failure(app: MCPApp, exc: BaseException) -> None:

@@ -84,6 +84,9 @@ class MCPApp:
         self._draining = False
         """Readiness has turned (see :meth:`_drain`)."""
         self._told_not_running = False
+        self.startup_failure: BaseException | None = None
+        """Why the app's last ASGI ``lifespan.startup`` failed (None: it did not).  hypercorn reports
+        itself listening even then (it goes on to bind before it notices), so ``serve`` asks."""
         self._stats_cache: tuple[float, dict[str, Any]] | None = None
         """When :meth:`recent_statistics` were computed, and what they were."""
         self._refused: dict[int, int] = {}
@@ -222,12 +225,13 @@ class MCPApp:
         Starlette does); each message says what failed."""
         message = await receive()
         assert message["type"] == "lifespan.startup"
-        started = False
+        started, self.startup_failure = False, None
         try:
             async with trio.open_nursery() as nursery:
                 try:
                     await nursery.start(self.run)
                 except Exception as exc:
+                    self.startup_failure = exc
                     await send({"type": "lifespan.startup.failed", "message": self._failure_message(exc)})
                     return
                 started = True

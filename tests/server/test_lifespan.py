@@ -388,9 +388,12 @@ async def test_one_lifespan_runs_once_at_a_time() -> None:
 
 @pytest.mark.parametrize("http", HTTP)
 async def test_serve_raises_the_exception_of_a_lifespan_that_fails_to_start(http: Http) -> None:
+    """``serve`` raises the lifespan's own exception, without reporting itself listening first."""
     app = MCPApp(Ticker(fail_on_enter=True).server())
-    with trio.fail_after(5), pytest.raises(ValueError, match="no database") as caught:
-        await serve(app, "127.0.0.1", 0, http=http)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            with pytest.raises(ValueError, match="no database") as caught:
+                await nursery.start(functools.partial(serve, app, "127.0.0.1", 0, http=http))
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
