@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, get_origin
+from typing import Any, Generic, Protocol, get_origin
 
 import mcp_types as mt
 from typing_extensions import TypeVar
@@ -13,9 +13,7 @@ from typing_extensions import TypeVar
 from .._observe.telemetry import PIPE, Telemetry
 from .._protocol import jsonrpc, versions
 from .inputs import InputRequest, missing_capability
-
-if TYPE_CHECKING:
-    from .lifespan import Lifespan
+from .lifespan import Lifespan
 
 __all__ = ["LOG_LEVELS", "Context", "Peer", "is_context"]
 

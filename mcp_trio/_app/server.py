@@ -285,9 +285,11 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
     def open_lifespan(
         self, *, grace: float, graceful: Callable[[], bool] = lambda: False
     ) -> AbstractAsyncContextManager[LifespanT]:
-        """Enter the server's lifespan for the time of the ``async with`` body (what runs the server
-        uses it: :meth:`MCPApp.run <mcp_trio.MCPApp.run>`, ``serve_stdio``); see
-        :meth:`.lifespan.Lifespan.open`."""
+        """Enter the server's lifespan for the time of the ``async with`` body: what runs the server
+        does (:meth:`MCPApp.run <mcp_trio.MCPApp.run>`, ``serve_stdio``).  ``grace``: seconds the code
+        after its ``yield`` runs uncancelled after a graceful stop; ``graceful()``: whether a
+        cancellation of the body comes after the runner began a graceful stop.  Raises the lifespan's
+        own exception when it fails, and ``RuntimeError`` while it runs already (docs/lifespan.md)."""
         return self.lifespan.open(self, grace=grace, graceful=graceful)
 
     @property
