@@ -133,7 +133,6 @@ class Lifespan(Generic[LifespanT]):
         finally:
             self.phase, self._value = Phase.STOPPED, None
 
-
     def failure_in(self, exc: BaseException) -> BaseException | None:
         """The lifespan's failure if ``exc`` (what a runner or a server raised) holds it: inside its
         exception groups, or as the context of an exception raised while handling it (hypercorn's
