@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from math import inf
 from typing import Any
 
@@ -25,6 +24,7 @@ from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, Disconnec
 from ..auth.server._resource import BearerGuard
 from ..auth.server._token import AccessToken
 from ..errors import RemoteProtocolError
+from . import lifetime
 from .bodies import BodyDeadlines, ClientGone, read_body
 from .config import HTTPRequestInfo, ServerConfig
 from .forwarding import Forwarding, WorkerLink
@@ -138,30 +138,11 @@ class MCPApp:
             await self._manager.run(task_status=task_status)
             nursery.cancel_scope.cancel()
 
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[MCPApp]:
-        """Run the app (:meth:`run`) for the time of the ``async with`` body, then end it gracefully
-        (:meth:`aclose`).  What keeps it from starting is raised as it was raised, and so is a failure
-        of the server's lifespan while the body runs (its tasks crashed: the body is cancelled), not
-        inside exception groups."""
-        not_started: BaseException | None = None
-        try:
-            async with trio.open_nursery() as nursery:
-                try:
-                    await nursery.start(self.run)
-                except BaseException as exc:
-                    not_started = exc
-                    raise
-                try:
-                    yield self
-                finally:
-                    await self.aclose()
-                    nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            failure = self.server.lifespan.failure_in(group) or not_started
-            if failure is None:
-                raise
-            raise failure from failure.__cause__
+    def running(self) -> AbstractAsyncContextManager[MCPApp]:
+        """``async with app.running():`` runs the app (:meth:`run`) for the time of the body, then ends
+        it gracefully (:meth:`aclose`); what keeps it from starting, or its lifespan's failure while the
+        body runs (the body is then cancelled), is raised as it was raised."""
+        return lifetime.running(self)
 
     async def aclose(self) -> None:
         """End gracefully: drain first (readiness turns at once, ``config.drain_delay`` passes, then no
@@ -211,51 +192,11 @@ class MCPApp:
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "lifespan":
-            await self._lifespan(receive, send)
+            await lifetime.asgi_lifespan(self, receive, send)
         elif kind == "websocket":
             await self._websocket(scope, receive, send)
         else:
             raise RuntimeError(f"mcp_trio does not serve ASGI {kind!r} scopes")
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        """The ASGI lifespan: the app runs (:meth:`run`) from ``lifespan.startup`` to
-        ``lifespan.shutdown``.  A failure to start (the server's lifespan raised) is
-        ``lifespan.startup.failed``; a failure while serving (its tasks crashed) is
-        ``lifespan.shutdown.failed`` at once, then the exception, so that the ASGI server stops (as
-        Starlette does); each message says what failed."""
-        message = await receive()
-        assert message["type"] == "lifespan.startup"
-        started, self.startup_failure = False, None
-        try:
-            async with trio.open_nursery() as nursery:
-                try:
-                    await nursery.start(self.run)
-                except Exception as exc:
-                    self.startup_failure = exc
-                    await send({"type": "lifespan.startup.failed", "message": self._failure_message(exc)})
-                    return
-                started = True
-                await send({"type": "lifespan.startup.complete"})
-                message = await receive()
-                await self.aclose()
-                nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:  # the app stopped while serving: its lifespan's tasks crashed
-            failure = self.server.lifespan.failure_in(group) if started else None
-            if failure is None:
-                raise
-            try:
-                raise failure from failure.__cause__
-            except BaseException as exc:  # sent while handling it: what the server raises has it as context
-                await send({"type": "lifespan.shutdown.failed", "message": self._failure_message(exc)})
-                raise
-        await send({"type": "lifespan.shutdown.complete"})
-
-    def _failure_message(self, exc: BaseException) -> str:
-        """What a ``lifespan.*.failed`` message says of ``exc``: one line naming the server."""
-        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if self.server.lifespan.failure_in(exc) is not None:
-            return f"the lifespan of {self.server.lifespan.owner} failed: {what}"
-        return f"{self.server.lifespan.owner} could not start: {what}"
 
     async def _http(self, scope: Scope, receive: Receive, raw_send: Send) -> None:
         extensions = scope.get("extensions")
