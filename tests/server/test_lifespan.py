@@ -617,3 +617,55 @@ async def test_the_failure_of_a_lifespan_is_logged_by_no_one_but_its_runner(
     with pytest.raises(ValueError):
         await serve(MCPApp(Ticker(fail_on_enter=True).server()), "127.0.0.1", 0, http="h11")
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_what_the_body_raises_is_not_a_lifespan_failure() -> None:
+    """An exception of what runs inside the lifespan (the runner's own) leaves it as itself, out of
+    the lifespan's nursery, and is not taken for the lifespan's failure."""
+    ticker = Ticker()
+    server = ticker.server()
+    with pytest.raises(ZeroDivisionError):
+        async with server.open_lifespan(grace=1):
+            raise ZeroDivisionError
+    assert server.lifespan.failure is None and ticker.state is not None and ticker.state.exited
+    assert server.lifespan.phase is Phase.STOPPED
+
+
+async def test_two_app_tasks_that_crash_together_are_raised_as_their_group() -> None:
+    @asynccontextmanager
+    async def lifespan(server: MCPServer) -> AsyncIterator[None]:
+        async def crash(exc: Exception) -> None:
+            raise exc  # at once: both raise before either can be cancelled
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crash, KeyError("one"))
+            nursery.start_soon(crash, ValueError("two"))
+            yield
+
+    server = MCPServer("two", lifespan=lifespan)
+    with trio.fail_after(5), pytest.RaisesGroup(KeyError, ValueError, flatten_subgroups=True):
+        async with server.open_lifespan(grace=1):
+            await trio.sleep_forever()
+    assert server.lifespan.failure is None
+
+
+async def test_a_failure_is_found_only_where_it_is() -> None:
+    ticker = Ticker(fail_on_enter=True)
+    server = ticker.server()
+    with pytest.raises(ValueError) as caught:
+        async with server.open_lifespan(grace=1):
+            pass  # pragma: no cover
+    failure = caught.value
+    assert server.lifespan.failure is failure
+    assert server.lifespan.failure_in(failure) is failure
+    assert server.lifespan.failure_in(ExceptionGroup("wrapped", [failure])) is failure
+    try:  # raised while handling it: found as the context
+        try:
+            raise failure
+        except ValueError:
+            raise RuntimeError("reported") from None
+    except RuntimeError as reported:
+        assert server.lifespan.failure_in(reported) is failure
+    cycle = OSError("elsewhere")
+    cycle.__context__ = ExceptionGroup("loop", [cycle])
+    assert server.lifespan.failure_in(cycle) is None
