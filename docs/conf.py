@@ -174,6 +174,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"ssl\..*"),
     (r"py:.*", r"logging\..*"),
     (r"py:.*", r"typing\.Unpack"),
+    (r"py:.*", r"contextlib\..*"),
 ]
 # Private types that public signatures mention; they are not part of the API (and not importable from
 # mcp_trio), so they are named here one by one: a new one must be documented or added on purpose.
@@ -184,6 +185,9 @@ nitpick_ignore = [
     ("py:class", "mcp_trio.auth.client._grant.GrantOptions"),  # **options of ClientCredentials, JWTBearer
     ("py:class", "mcp_trio._app.tasks.manager.TaskManager"),  # RedisTaskStore.run(): the app's task manager
     ("py:class", "mcp_trio._app.context.Peer"),
+    ("py:class", "mcp_trio._app.context.LifespanT_co"),  # Context[T]: the type of its lifespan_context
+    ("py:class", "mcp_trio._app.lifespan.LifespanT"),  # MCPServer[T]: the type of its lifespan's value
+    ("py:class", "mcp_trio._app.lifespan.Lifespan"),  # MCPServer.lifespan: its function, phase and value
     ("py:class", "mcp_trio._transport.session.Session"),
     ("py:class", "mcp_trio._transport.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]
     ("py:class", "mcp_trio._protocol.versions.Revision"),

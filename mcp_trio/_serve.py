@@ -70,10 +70,12 @@ async def serve(
     its ``errno`` says why: ``errno.EADDRINUSE`` for a port in use) before anything is served, whichever
     the server.
 
-    The app runs while serving (no ASGI lifespan to arrange).  Shutdown is graceful: the app drains
-    while still listening (its readiness turns, it serves on for ``config.drain_delay``), its sessions
-    are closed, so every open stream ends cleanly (each WebSocket with 1001), then listening stops and
-    the server's own grace period runs.
+    The app runs while serving (no ASGI lifespan to arrange), and the server's lifespan with it:
+    entered before anything is accepted, left after the shutdown; if it fails (entering raises, or its
+    tasks crash) the server stops and ``serve`` raises the lifespan's exception.  Shutdown is graceful:
+    the app drains while still listening (its readiness turns, it serves on for ``config.drain_delay``),
+    its sessions are closed, so every open stream ends cleanly (each WebSocket with 1001), then
+    listening stops and the server's own grace period runs.
 
     ``http`` chooses the server:
 
@@ -127,7 +129,7 @@ async def serve(
             http_server=http,
         )
         return
-    endpoints = _Endpoints(task_status, app.config.path or "/")
+    endpoints = _Endpoints(task_status, app)
     try:
         if http == "hypercorn":
             await _serve_hypercorn(
@@ -156,14 +158,18 @@ async def serve(
 
 class _Endpoints:
     """The ``task_status`` a server is given: the base URLs it reports (``http://127.0.0.1:40123``)
-    go to ``serve``'s caller as the app's endpoint on each (``http://127.0.0.1:40123/mcp``)."""
+    go to ``serve``'s caller as the app's endpoint on each (``http://127.0.0.1:40123/mcp``), and only
+    if the app started (hypercorn binds and reports even after the app's ``lifespan.startup.failed``,
+    then raises: ``serve`` raises only)."""
 
-    def __init__(self, task_status: trio.TaskStatus[list[str]], path: str) -> None:
+    def __init__(self, task_status: trio.TaskStatus[list[str]], app: MCPApp) -> None:
         self._task_status = task_status
-        self._path = path
+        self._app = app
+        self._path = app.config.path or "/"
 
     def started(self, value: list[str] | None = None) -> None:
-        self._task_status.started([url + self._path for url in value or ()])
+        if self._app.startup_failure is None:
+            self._task_status.started([url + self._path for url in value or ()])
 
 
 async def _serve_hypercorn(
@@ -210,15 +216,19 @@ async def _serve_hypercorn(
             await shutdown_trigger()
         await app.aclose()
 
-    await serve_hypercorn(
-        app,
-        config,
-        shutdown_trigger=trigger,
-        task_status=task_status,
-        fast_path=fast_path,
-        write_timeout=app.config.write_timeout,
-        allow_stock=allow_stock,
-    )
+    try:
+        await serve_hypercorn(
+            app,
+            config,
+            shutdown_trigger=trigger,
+            task_status=task_status,
+            fast_path=fast_path,
+            write_timeout=app.config.write_timeout,
+            allow_stock=allow_stock,
+        )
+    except BaseException as exc:
+        _raise_lifespan_failure(app, exc)
+        raise
 
 
 async def _serve_h11(
@@ -257,16 +267,28 @@ async def _serve_h11(
             await shutdown_trigger()
         await app.aclose()
 
-    await serve_h11(
-        app,
-        host or "127.0.0.1",
-        8000 if port is None else port,
-        config=config,
-        shutdown_trigger=trigger,
-        task_status=task_status,
-        lifetime=app.run,
-        on_shutdown=app.aclose,
-    )
+    try:
+        await serve_h11(
+            app,
+            host or "127.0.0.1",
+            8000 if port is None else port,
+            config=config,
+            shutdown_trigger=trigger,
+            task_status=task_status,
+            lifetime=app.run,
+            on_shutdown=app.aclose,
+        )
+    except BaseException as exc:
+        _raise_lifespan_failure(app, exc)
+        raise
+
+
+def _raise_lifespan_failure(app: MCPApp, exc: BaseException) -> None:
+    """Raise the failure of the app's lifespan if ``exc`` (what the HTTP server raised) holds it: the
+    lifespan's own exception, not the groups (or hypercorn's ``LifespanFailureError``) around it."""
+    failure = app.server.lifespan.failure_in(exc)
+    if failure is not None:
+        raise failure from failure.__cause__
 
 
 async def _serve_with_admin(

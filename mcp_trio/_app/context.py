@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, get_origin
 
 import mcp_types as mt
+from typing_extensions import TypeVar
 
 from .._observe.telemetry import PIPE, Telemetry
 from .._protocol import jsonrpc, versions
 from .inputs import InputRequest, missing_capability
+from .lifespan import Lifespan
 
-__all__ = ["LOG_LEVELS", "Context", "Peer"]
+__all__ = ["LOG_LEVELS", "Context", "Peer", "is_context"]
+
+LifespanT_co = TypeVar("LifespanT_co", covariant=True, default=Any)
+"""The type of the server's lifespan value, as a handler sees it: ``Context[AppState]``."""
 
 LOG_LEVELS: tuple[mt.LoggingLevel, ...] = (
     "debug",
@@ -66,8 +72,9 @@ class Peer(Protocol):
 
 
 @dataclass(slots=True)
-class Context:
-    """Handed to tool handlers that ask for it (a parameter annotated ``Context``).
+class Context(Generic[LifespanT_co]):
+    """Handed to the handlers that ask for it (a parameter annotated ``Context``, or
+    ``Context[AppState]`` to type :attr:`lifespan_context`).
 
     Messages sent through it are related to the request: on an SSE response they travel on the
     request's own stream.
@@ -80,6 +87,17 @@ class Context:
     telemetry: Telemetry | None = None
     """What the notifications it sends are recorded into (its server's; None: not recorded)."""
     _asked: int = 0
+    _lifespan: Lifespan[Any] | None = None
+    """The lifespan of the server that answers (set by ``MCPServer.handle_request``)."""
+
+    @property
+    def lifespan_context(self) -> LifespanT_co:
+        """What the server's lifespan yielded (``MCPServer(lifespan=...)``; None without one): the app's
+        state, shared by every request while the server runs."""
+        if self._lifespan is None:
+            raise RuntimeError("this Context was not made by an MCPServer: it has no lifespan value")
+        value: LifespanT_co = self._lifespan.value
+        return value
 
     @property
     def session_id(self) -> str | None:
@@ -242,3 +260,14 @@ class Context:
         """Close this request's SSE connection now, without ending its stream: the client reconnects
         with ``Last-Event-ID`` (after the ``retry`` delay) and gets the rest (SSE polling, 2025-11-25)."""
         self.peer.close_sse_stream(self.request_id)
+
+
+_CONTEXT_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*Context(?:\[.*\])?")
+
+
+def is_context(annotation: object) -> bool:
+    """Whether a parameter's annotation asks for the :class:`Context`: ``Context``, ``Context[T]``,
+    or the same as a string (a module with ``from __future__ import annotations``)."""
+    if annotation is Context or get_origin(annotation) is Context:
+        return True
+    return isinstance(annotation, str) and _CONTEXT_NAME.fullmatch(annotation.strip()) is not None

@@ -10,7 +10,7 @@ from typing import Any
 import mcp_types as mt
 
 from ..errors import RPCError
-from .context import Context
+from .context import Context, is_context
 
 __all__ = ["PromptSpec"]
 
@@ -42,7 +42,7 @@ class PromptSpec:
         arguments = []
         context_param = None
         for pname, param in inspect.signature(fn).parameters.items():
-            if param.annotation in (Context, "Context"):
+            if is_context(param.annotation):
                 context_param = pname
                 continue
             arguments.append(

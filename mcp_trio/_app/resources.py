@@ -11,7 +11,7 @@ from typing import Any
 
 import mcp_types as mt
 
-from .context import Context
+from .context import Context, is_context
 
 __all__ = ["ResourceSpec", "to_read_result"]
 
@@ -50,7 +50,7 @@ class ResourceSpec:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"resource {uri}: {fn!r} must be an async function")
         params = inspect.signature(fn).parameters
-        context_param = next((p for p, v in params.items() if v.annotation in (Context, "Context")), None)
+        context_param = next((p for p, v in params.items() if is_context(v.annotation)), None)
         variables = _VARIABLE.findall(uri)
         pattern = None
         if variables:

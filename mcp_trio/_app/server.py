@@ -7,8 +7,9 @@ serializing its result in :mod:`.codec`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import mcp_types as mt
 import mcp_types.methods as mtm
@@ -22,6 +23,7 @@ from .bus import LocalNotificationBus, NotificationBus, Subscriber
 from .codec import Layout, first_error, parse_params, text_result
 from .context import Context
 from .handlers import RESOURCE_NOT_FOUND, CompletionFn, CoreHandlers
+from .lifespan import Lifespan, LifespanT
 from .principal import principal_identity
 from .prompts import PromptFn, PromptSpec
 from .resources import ResourceFn, ResourceSpec
@@ -52,12 +54,17 @@ class Initialized:
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
-class MCPServer(CoreHandlers):
+class MCPServer(CoreHandlers, Generic[LifespanT]):
     """An MCP server: a name, a version, and what it offers (tools, resources, prompts, completion).
 
     Handlers are ``async`` functions (blocking work goes through ``trio.to_thread.run_sync``). Each runs
     as a task in the nursery of the session that asked (or, for 2026-era requests, in the request's
     scope), so ``notifications/cancelled``, the end of the session and server shutdown cancel it.
+
+    ``lifespan``: a function taking the server and returning an async context manager (an
+    ``@asynccontextmanager`` function), entered before the server accepts anything and left after it
+    has stopped; it may open a nursery for the app's own tasks.  What it yields is every handler's
+    :attr:`Context.lifespan_context` (see docs/lifespan.md).
     """
 
     def __init__(
@@ -70,6 +77,7 @@ class MCPServer(CoreHandlers):
         cache_scope: Literal["public", "private"] = "private",
         max_subscriptions: int = 1000,
         notification_bus: NotificationBus | None = None,
+        lifespan: Callable[[MCPServer[Any]], AbstractAsyncContextManager[LifespanT]] | None = None,
     ) -> None:
         self.name = name
         self.version = version
@@ -83,6 +91,8 @@ class MCPServer(CoreHandlers):
         ``subscriptions/listen`` filter's ``resourceSubscriptions``; beyond it the request gets -32602."""
         self.max_uri_length = MAX_URI_LENGTH
         """Longest resource URI (in characters) a subscription may name; a longer one gets -32602."""
+        self.lifespan: Lifespan[LifespanT] = Lifespan(f"MCPServer {name!r}", lifespan)
+        """The server's lifespan: its function (``lifespan.fn``), its phase, its value while it runs."""
         self._tools: dict[str, ToolSpec] = {}
         self._resources: dict[str, ResourceSpec] = {}
         self._templates: dict[str, ResourceSpec] = {}
@@ -270,6 +280,23 @@ class MCPServer(CoreHandlers):
         """Send ``notifications/resources/updated`` to the sessions subscribed to ``uri``."""
         await self._broadcast("notifications/resources/updated", {"uri": uri}, uri=uri)
 
+    # -- lifespan ---------------------------------------------------------------------------
+
+    def open_lifespan(
+        self, *, grace: float, graceful: Callable[[], bool] = lambda: False
+    ) -> AbstractAsyncContextManager[LifespanT]:
+        """Enter the server's lifespan for the time of the ``async with`` body: what runs the server
+        does (:meth:`MCPApp.run <mcp_trio.MCPApp.run>`, ``serve_stdio``).  ``grace``: seconds the code
+        after its ``yield`` runs uncancelled after a graceful stop; ``graceful()``: whether a
+        cancellation of the body comes after the runner began a graceful stop.  Raises the lifespan's
+        own exception when it fails, and ``RuntimeError`` while it runs already (docs/lifespan.md)."""
+        return self.lifespan.open(self, grace=grace, graceful=graceful)
+
+    @property
+    def lifespan_context(self) -> LifespanT:
+        """What the lifespan yielded, while it runs (None without a lifespan); RuntimeError otherwise."""
+        return self.lifespan.value
+
     # -- protocol ---------------------------------------------------------------------------
 
     def capabilities(self) -> dict[str, Any]:
@@ -310,6 +337,7 @@ class MCPServer(CoreHandlers):
         self, ctx: Context, method: str, params: dict[str, Any] | None
     ) -> dict[str, Any]:
         """Run the handler of one request; raises :class:`RPCError` for a JSON-RPC error answer."""
+        ctx._lifespan = self.lifespan
         extension = self._extensions.get(method)
         if extension is not None:
             result = await extension[0](ctx, params)

@@ -16,7 +16,7 @@ import referencing.exceptions
 import trio
 
 from .._protocol.modern import header_parameters
-from .context import Context
+from .context import Context, is_context
 from .tasks import NOT_A_TASK, TaskStarter, TaskSupport
 
 __all__ = ["ArgumentsSchema", "InvalidArguments", "ToolSpec", "to_call_tool_result"]
@@ -64,7 +64,7 @@ class ToolSpec:
             raise TypeError(f"tool {fn!r} must be an async function (run blocking work with trio.to_thread)")
         hints = get_type_hints(fn, include_extras=True)
         params = inspect.signature(fn).parameters
-        context_param = next((p for p in params if hints.get(p) is Context), None)
+        context_param = next((p for p in params if is_context(hints.get(p))), None)
         task_status_param = TASK_STATUS_PARAM in params
         if task_status_param and task == "forbidden":
             raise TypeError(f"tool {fn.__name__}: task_status needs task='optional' or 'required'")

@@ -18,6 +18,7 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_CONNECTION",
     "EXIT_INTERRUPTED",
+    "EXIT_LIFESPAN_FAILED",
     "EXIT_OK",
     "EXIT_RPC_ERROR",
     "EXIT_STATUS_HELP",
@@ -52,12 +53,15 @@ EXIT_USAGE = 2
 EXIT_CONNECTION = 3
 EXIT_RPC_ERROR = 4
 EXIT_INTERRUPTED = 130
+EXIT_LIFESPAN_FAILED = 1
+"""serve, demo: the app's lifespan failed (entering it raised, or its tasks crashed)."""
 EXIT_BROKEN_PIPE = 141
 
 EXIT_STATUS_HELP = """\
 exit status:
   0    success (serve, demo: stopped by Ctrl-C or SIGTERM)
-  1    call: the tool ran and reported an error (isError)
+  1    call: the tool ran and reported an error (isError); serve: the
+       app's lifespan failed (at start, or its tasks crashed later)
   2    usage error: a bad option, MODULE:ATTR, URL or --json (prompt: a
        value that is not a string), or an --arg value that does not fit
        its type; serve, demo: OTEL_* variables asking for an export

@@ -20,7 +20,7 @@ import trio
 
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._transport.config import ServerConfig
-from .output import EXIT_CONNECTION, EXIT_USAGE, add_command, report
+from .output import EXIT_CONNECTION, EXIT_LIFESPAN_FAILED, EXIT_USAGE, add_command, report
 from .server_options import add_server_options, config_from_args
 
 if TYPE_CHECKING:
@@ -29,12 +29,16 @@ if TYPE_CHECKING:
 
 __all__ = ["add_server_commands", "load_app", "run_server", "serve_command"]
 
+logger = logging.getLogger("mcp_trio.serve")
+
 SERVE_DESCRIPTION = """\
 Serve the MCPServer or MCPApp named by MODULE:ATTR until Ctrl-C or SIGTERM.
 Once listening it prints one line "mcp-trio: serving on URL" on stdout, URL
 being the MCP endpoint (http://HOST:PORT/mcp, or https:// with --certfile),
 and "mcp-trio: stopped" when it has shut down.  With --stdio, stdout carries
-only MCP messages.
+only MCP messages.  The server's lifespan (MCPServer(lifespan=...)) runs
+from before it listens until after it has stopped; if it fails, the server
+stops and the command exits with status 1.
 """
 
 DEMO_DESCRIPTION = """\
@@ -330,6 +334,15 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         return EXIT_USAGE
     try:
         _run(app, config, args, tls, stop_stdio_on_sigterm=shutdown_otlp is not None)
+    except BaseException as exc:
+        failure = app.server.lifespan.failure_in(exc)
+        if failure is None:
+            raise
+        # the app's own code failed: its traceback in the log, then the one line that says what stopped
+        what = f"the lifespan of {app.server.lifespan.owner} failed"
+        logger.error("%s", what, exc_info=failure)
+        report(f"{what}: {type(failure).__name__}: {failure}" if str(failure) else what)
+        return EXIT_LIFESPAN_FAILED
     finally:
         if shutdown_otlp is not None:
             shutdown_otlp()  # the last spans and measurements, within otel_setup.SHUTDOWN_TIMEOUT

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from math import inf
 from typing import Any
 
@@ -25,6 +24,7 @@ from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, Disconnec
 from ..auth.server._resource import BearerGuard
 from ..auth.server._token import AccessToken
 from ..errors import RemoteProtocolError
+from . import lifetime
 from .bodies import BodyDeadlines, ClientGone, read_body
 from .config import HTTPRequestInfo, ServerConfig
 from .forwarding import Forwarding, WorkerLink
@@ -84,6 +84,9 @@ class MCPApp:
         self._draining = False
         """Readiness has turned (see :meth:`_drain`)."""
         self._told_not_running = False
+        self.startup_failure: BaseException | None = None
+        """Why the app's last ASGI ``lifespan.startup`` failed (None: it did not).  hypercorn reports
+        itself listening even then (it goes on to bind before it notices), so ``serve`` asks."""
         self._stats_cache: tuple[float, dict[str, Any]] | None = None
         """When :meth:`recent_statistics` were computed, and what they were."""
         self._refused: dict[int, int] = {}
@@ -96,7 +99,13 @@ class MCPApp:
         :meth:`aclose` first for a graceful end.  A notification bus with tasks of its own (one with a
         ``run`` method, such as :class:`mcp_trio.redis.RedisNotificationBus`) runs here too, and ends
         with the app; so do a task store's and an event store's ``run`` (such as
-        :class:`mcp_trio.redis.RedisEventStore`'s writer)."""
+        :class:`mcp_trio.redis.RedisEventStore`'s writer).
+
+        The server's lifespan (``MCPServer(lifespan=...)``) is entered first, before ``task_status``
+        reports the app started, and left last: after :meth:`aclose` (then the code after its
+        ``yield`` gets ``config.shutdown_grace`` seconds uncancelled), or cancelled with the rest when
+        the run is cancelled without it.  If entering it raises, or its tasks crash, the app stops and
+        ``run`` raises that exception."""
         bus = self.server.notifications
         if self.config.worker_id is not None and callable(getattr(bus, "attach_worker", None)):
             # here, not in __init__: a bus given to the server after the app was made counts
@@ -113,7 +122,8 @@ class MCPApp:
         bus_run = getattr(bus, "run", None)
         tasks = self._modern.tasks
         tasks.publish = bus.publish
-        async with trio.open_nursery() as nursery:
+        lifespan = self.server.open_lifespan(grace=self.config.shutdown_grace, graceful=lambda: self._closing)
+        async with lifespan, trio.open_nursery() as nursery:
             if bus_run is not None:
                 await nursery.start(bus_run)
             store_run = getattr(tasks.store, "run", None)
@@ -128,15 +138,11 @@ class MCPApp:
             await self._manager.run(task_status=task_status)
             nursery.cancel_scope.cancel()
 
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[MCPApp]:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.run)
-            try:
-                yield self
-            finally:
-                await self.aclose()
-                nursery.cancel_scope.cancel()
+    def running(self) -> AbstractAsyncContextManager[MCPApp]:
+        """``async with app.running():`` runs the app (:meth:`run`) for the time of the body, then ends
+        it gracefully (:meth:`aclose`); what keeps it from starting, or its lifespan's failure while the
+        body runs (the body is then cancelled), is raised as it was raised."""
+        return lifetime.running(self)
 
     async def aclose(self) -> None:
         """End gracefully: drain first (readiness turns at once, ``config.drain_delay`` passes, then no
@@ -189,26 +195,11 @@ class MCPApp:
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "lifespan":
-            await self._lifespan(receive, send)
+            await lifetime.asgi_lifespan(self, receive, send)
         elif kind == "websocket":
             await self._websocket(scope, receive, send)
         else:
             raise RuntimeError(f"mcp_trio does not serve ASGI {kind!r} scopes")
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        message = await receive()
-        assert message["type"] == "lifespan.startup"
-        async with trio.open_nursery() as nursery:
-            try:
-                await nursery.start(self.run)
-            except Exception as exc:  # pragma: no cover - run() starts unconditionally
-                await send({"type": "lifespan.startup.failed", "message": repr(exc)})
-                return
-            await send({"type": "lifespan.startup.complete"})
-            message = await receive()
-            await self.aclose()
-            nursery.cancel_scope.cancel()
-        await send({"type": "lifespan.shutdown.complete"})
 
     async def _http(self, scope: Scope, receive: Receive, raw_send: Send) -> None:
         extensions = scope.get("extensions")

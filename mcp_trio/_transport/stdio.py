@@ -109,6 +109,11 @@ async def serve_stdio(
     ``config``: its ``max_body_size`` bounds one line, ``stream_buffer`` the messages queued for
     stdout, ``shutdown_grace`` the flush at the end, and ``request_state_secret``/``request_state_ttl``
     the 2026-era ``requestState``; the HTTP settings do not apply.
+
+    The server's lifespan (``MCPServer(lifespan=...)``) is entered before the first line is read and
+    left once the connection has ended (the code after its ``yield`` then gets ``shutdown_grace``
+    seconds uncancelled); if entering it raises, or its tasks crash, serving stops and this raises
+    that exception.
     """
     owned: list[trio.abc.AsyncResource] = []
     try:
@@ -118,7 +123,9 @@ async def serve_stdio(
         if stdout is None:
             stdout = trio.lowlevel.FdStream(os.dup(1))
             owned.append(stdout)
-        await StdioConnection(server, stdin, stdout, config).run(task_status=task_status)
+        grace = (config or ServerConfig()).shutdown_grace
+        async with server.open_lifespan(grace=grace):  # entered before the first line is read
+            await StdioConnection(server, stdin, stdout, config).run(task_status=task_status)
     finally:
         for stream in owned:
             with trio.CancelScope(shield=True):

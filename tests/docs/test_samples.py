@@ -112,6 +112,7 @@ def _load(name: str) -> ModuleType:
 
 
 tutorial_server = _load("tutorial_server")
+ticker_app = _load("ticker_app")  # docs/lifespan.md's blocks import it, as its directory would let them
 tutorial_client = _load("tutorial_client")
 _tutorial_tests = _load("test_tutorial")
 # The tutorial's own tests (and their fixtures ``url`` and ``mode``) are tests of this module.
@@ -123,7 +124,7 @@ for _name, _value in vars(_tutorial_tests).items():
 
 TUTORIAL_FILES = {"tutorial_server.py", "tutorial_client.py", "test_tutorial.py", "tutorial_client.txt"}
 """The files of docs/examples/ the tutorial shows."""
-EXAMPLE_FILES = TUTORIAL_FILES | {"client_telemetry.py"}
+EXAMPLE_FILES = TUTORIAL_FILES | {"client_telemetry.py", "ticker_app.py"}
 """Every file of docs/examples/, each run (or compared) by a test of this module."""
 
 
@@ -245,6 +246,50 @@ async def _run_tutorial_scripts(
         await script.stop()
         await cli.stop()
         assert cli.stdout.endswith(b"mcp-trio: stopped\n")
+
+
+# -- the ticker app of docs/lifespan.md (docs/examples/ticker_app.py) ----------------------------
+
+
+@pytest.mark.deadline(STARTUP_DEADLINE + 30)
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+async def test_the_ticker_program_ends_with_its_own_task_on_a_signal(stop: int) -> None:
+    """``python ticker_app.py``: its lifespan's ticker counts while it serves, and Ctrl-C or SIGTERM
+    end the whole program (the server gracefully, then the program's own task), exit status 0, the
+    lifespan's last line printed."""
+    servers: list[ServerProcess] = []
+    with tempfile.TemporaryFile() as log:
+        try:
+            with trio.fail_after(STARTUP_DEADLINE + 25):
+                program = await _start([sys.executable, "ticker_app.py", "127.0.0.1:0"], log, servers)
+                await program.read_url(b"serving on ")
+                async with open_client_session(program.url) as session:
+                    first = await _ticks(session)
+                    for _ in range(40):  # it ticks once a second
+                        await trio.sleep(0.25)
+                        if await _ticks(session) > first:
+                            break
+                    else:
+                        raise AssertionError(f"the ticker did not tick: still {first}")
+                program.process.send_signal(stop)
+                with trio.fail_after(10):
+                    code = await program.process.wait()
+                assert code == 0, program.log()
+                assert re.search(r"ticker stopped after [1-9]\d* ticks", program.log()), program.log()
+        finally:
+            for server in servers:
+                if server.process.returncode is None:
+                    server.process.kill()
+                    with trio.CancelScope(shield=True), trio.move_on_after(5):
+                        await server.process.wait()
+                if server.process.stdout is not None:
+                    await server.process.stdout.aclose()
+
+
+async def _ticks(session: ClientSession) -> int:
+    (block,) = (await session.call_tool("ticks", {})).content
+    assert isinstance(block, mt.TextContent)
+    return int(block.text)
 
 
 # -- the client's telemetry (docs/examples/client_telemetry.py) -------------------------------
@@ -570,6 +615,14 @@ async def _asgi_router(run: Run) -> None:
     assert await _get(f"http://127.0.0.1:{run.port}/elsewhere") == (200, "not MCP")
 
 
+async def _ticker(run: Run) -> None:
+    """The ticker app served from a ``trio.run`` of one's own: its lifespan runs, its tool reads the
+    value."""
+    assert run.session is not None
+    assert ticker_app.server.lifespan_context.ticks >= 0
+    assert (await _ticks(run.session)) >= 0
+
+
 async def _listen_driver(run: Run) -> None:
     """Once the subscription is acknowledged, change the demo's tools, then shut the demo down."""
     assert run.demo is not None
@@ -602,6 +655,7 @@ EXPECTATIONS = [
     Expect("docs/client.md", "session.listen(", check=_listen, driver=_listen_driver),
     Expect("docs/tasks.md", 'on_task_status=lambda task: print("task", task.status)', check=_task_client),
     Expect("docs/tasks.md", "async def build_report", check=_build_report),
+    Expect("docs/lifespan.md", "from ticker_app import server", check=_ticker),
 ]
 
 
