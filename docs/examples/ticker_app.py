@@ -83,7 +83,7 @@ async def main(bind: str) -> None:
             program.cancel_scope.cancel()  # serve returned (Ctrl-C, SIGTERM): end the program's tasks too
 
         urls = await program.start(serve_then_stop)
-        print(f"serving on {urls[0]}/mcp", flush=True)
+        print(f"serving on {urls[0]}", flush=True)
 
 
 if __name__ == "__main__":

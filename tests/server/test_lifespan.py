@@ -183,7 +183,7 @@ async def test_tools_resources_and_prompts_see_the_lifespan_value(http: Http, mo
         )
         assert ticker.state is not None
         await ticker.wait_ticks(2)
-        async with open_client_session(urls[0] + "/mcp", mode=mode) as session:  # type: ignore[arg-type]
+        async with open_client_session(urls[0], mode=mode) as session:  # type: ignore[arg-type]
             seen = int(text(await session.call_tool("ticks", {})))
             assert seen >= 2
             await ticker.wait_ticks(seen + 1)  # the app's task goes on between requests
@@ -208,7 +208,7 @@ async def test_a_websocket_connection_sees_the_lifespan_value(http: Http) -> Non
         )
         assert ticker.state is not None
         await ticker.wait_ticks(1)
-        async with open_websocket_client(urls[0] + "/mcp") as session:
+        async with open_websocket_client(urls[0]) as session:
             assert int(text(await session.call_tool("ticks", {}))) >= 1
         stop.set()
     assert ticker.events[-1] == "cleaned up"
@@ -254,9 +254,8 @@ async def test_the_value_exists_only_while_the_lifespan_runs() -> None:
 
 @pytest.mark.parametrize("http", HTTP)
 async def test_nothing_is_served_before_the_lifespan_is_entered(http: Http) -> None:
-    """``serve`` reports its URLs only once the lifespan is entered; hypercorn does not listen before,
-    and a request sent to h11 (which listens first) waits, and is answered with the lifespan's value
-    once it is entered."""
+    """``serve`` reports its URLs only once the lifespan is entered; a request sent before (both servers
+    listen first) waits, and is answered with the lifespan's value once it is entered."""
     ticker = Ticker(release=trio.Event())
     app = MCPApp(ticker.server(), ServerConfig(shutdown_grace=1))
     port = _free_port()
@@ -277,20 +276,17 @@ async def test_nothing_is_served_before_the_lifespan_is_entered(http: Http) -> N
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run)
         await ticker.wait_for("enter")
-        if http == "h11":  # listening already: the kernel accepts the connection, nothing serves it
-            nursery.start_soon(early_call)
-        else:  # hypercorn binds once the lifespan has started
-            with pytest.raises(OSError):
-                await trio.open_tcp_stream("127.0.0.1", port)
+        # both servers listen already (each binds before the app starts, so that an address it cannot
+        # listen on fails before anything runs): the kernel accepts the connection, nothing serves it
+        nursery.start_soon(early_call)
         await trio.testing.wait_all_tasks_blocked(0.1)
         assert not reported.is_set() and answers == []
         assert ticker.release is not None
         ticker.release.set()
         with trio.fail_after(5):
             await reported.wait()
-            if http == "h11":
-                await answered.wait()
-                assert answers[0].isdigit()
+            await answered.wait()
+            assert answers[0].isdigit()
         stop.set()
 
 
@@ -317,7 +313,7 @@ async def test_the_lifespan_is_left_after_the_drain_and_its_cleanup_is_not_cance
         )
 
         async def call() -> None:
-            async with open_client_session(urls[0] + "/mcp", mode="modern") as session:
+            async with open_client_session(urls[0], mode="modern") as session:
                 answers.append(text(await session.call_tool("slow", {"seconds": 0.5})))
 
         nursery.start_soon(call)
