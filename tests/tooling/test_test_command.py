@@ -112,7 +112,8 @@ def _lowest_venv(tmp_path: Path, log: Path) -> Path:
     venv = tmp_path / "lowest"
     (venv / "bin").mkdir(parents=True)
     python = venv / "bin" / "python"
-    python.write_text(SHIM.format(body=f'echo "lowest: $* | REQUIRE_ALL=${{MCP_TRIO_REQUIRE_ALL-}}" >> {log}'))
+    note = f'echo "lowest: $* | REQUIRE_ALL=${{MCP_TRIO_REQUIRE_ALL-}}" >> {log}'
+    python.write_text(SHIM.format(body=note))
     python.chmod(0o755)
     return venv
 
