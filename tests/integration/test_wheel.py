@@ -27,6 +27,8 @@ import httpx
 import pytest
 from tests.docs.test_readme import QUICK_START
 
+from mcp_trio import __version__
+
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = {"auth", "redis", "otel"}
 
@@ -91,7 +93,8 @@ def test_the_wheel_holds_the_package_and_its_data(dist: dict[str, Path]) -> None
     # The hypercorn guard's expected fingerprints are package data: without them no server starts.
     assert "mcp_trio/_http/hypercorn_0_18_0.json" in names
     assert any(re.fullmatch(r"mcp_trio-[^/]+\.dist-info/licenses/LICENSE", n) for n in names), names
-    assert {n.split("/")[0] for n in names} == {"mcp_trio", "mcp_trio-0.1.0.dist-info"}, names
+    top = {n.split("/")[0] for n in names} - {"mcp_trio"}  # nothing else: no tests, docs or scripts
+    assert len(top) == 1 and re.fullmatch(r"mcp_trio-[\d.]+\.dist-info", top.pop()), names
 
 
 def test_the_sdist_builds_the_same_package(dist: dict[str, Path]) -> None:
@@ -154,8 +157,9 @@ def test_wheel_installs_with_only_runtime_dependencies(installed: Path) -> None:
 
 
 def test_version_from_the_script_and_from_python_m(installed: Path) -> None:
-    assert run(installed / "mcp-trio", "--version").stdout.strip() == "mcp-trio 0.1.0"
-    assert run(installed / "python", "-m", "mcp_trio", "--version").stdout.strip() == "mcp-trio 0.1.0"
+    expected = f"mcp-trio {__version__}"
+    assert run(installed / "mcp-trio", "--version").stdout.strip() == expected
+    assert run(installed / "python", "-m", "mcp_trio", "--version").stdout.strip() == expected
     assert "demo" in run(installed / "python", "-m", "mcp_trio", "--help").stdout
 
 

@@ -31,7 +31,8 @@ _spec.loader.exec_module(lowest_deps)
 
 
 def _python_m(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run(
         [sys.executable, "-m", "mcp_trio", *args], capture_output=True, text=True, timeout=60, env=env
     )
