@@ -2,8 +2,8 @@
 published (``python -m build``: the wheel is built from the sdist, so the sdist is complete), checked as
 PyPI checks them (``twine check``) and by their metadata, then the wheel installed into a fresh virtual
 environment (no dev tools, no source tree on the path) runs ``mcp-trio demo`` and the README's quick
-start commands against it.  A type checker finds the package both in that install and in an editable
-install of the tree (``pip install -e .``)."""
+start commands against it; so does an editable install of the tree in another fresh venv (``pip install
+-e .``, the README's way from a clone).  A type checker finds the package in both."""
 
 from __future__ import annotations
 
@@ -219,11 +219,16 @@ def test_the_readme_has_quick_start_commands() -> None:
     assert [shlex.split(line)[1] for line in QUICK_START_COMMANDS] == ["tools", "call"]
 
 
+@pytest.mark.parametrize("install", ["installed", "editable"])
 @pytest.mark.parametrize("line", QUICK_START_COMMANDS)
-def test_the_readme_quick_start_works_from_the_wheel(line: str, installed: Path, demo: str) -> None:
-    """The README's newcomer commands, run by the wheel's own `mcp-trio` against the wheel's demo."""
+def test_the_readme_quick_start_works(
+    line: str, install: str, request: pytest.FixtureRequest, demo: str
+) -> None:
+    """The README's newcomer commands, run by the `mcp-trio` of the wheel's venv (`pip install mcp-trio`)
+    and of a fresh clone's (`pip install -e .`), against the wheel's demo."""
+    bin_dir: Path = request.getfixturevalue(install)
     argv = shlex.split(line.replace("http://127.0.0.1:8000/mcp", demo))
-    done = run(installed / argv[0], *argv[1:], timeout=60)
+    done = run(bin_dir / argv[0], *argv[1:], timeout=60)
     if argv[1] == "tools":
         assert re.search(r"^add\b", done.stdout, re.M), done.stdout
     else:
