@@ -206,3 +206,11 @@ nitpick_ignore = [
 # -- HTML ----------------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"mcp_trio {release}"
+# Each page links to its source in the repository (the "view this page" button).
+SOURCE_REPOSITORY = "https://github.com/mcp-trio/mcp-trio/"
+html_theme_options = {
+    "source_repository": SOURCE_REPOSITORY,
+    "source_branch": "main",
+    "source_directory": "docs/",
+    "top_of_page_buttons": ["view"],
+}

@@ -5,15 +5,20 @@
 # Needs: Python >= 3.11 with pip (a virtual environment is best), npm (any version: it only downloads),
 # and nginx, caddy, haproxy, redis-server, chromium and prometheus, or root / passwordless sudo to install
 # them from Debian's packages.  It installs:
-#   - this package with its `dev` extra (pytest, mypy, ruff, hypothesis, Sphinx, trustme, the OpenTelemetry
-#     SDK, the python-sdk as an interop peer; about 70 MB);
+#   - pip 25.1 or newer (it reads pyproject.toml's dependency groups), then this package with its `dev`
+#     group (pytest, mypy, ruff, hypothesis, Sphinx, trustme, build, twine, the OpenTelemetry SDK, the
+#     python-sdk as an interop peer; about 70 MB);
+#   - in .venv-lowest/, this package with its extras, every runtime dependency at the lowest version
+#     pyproject.toml allows (scripts/lowest_deps.py), and the `test` group (about 60 MB, the same packages
+#     as above in older releases): the quick part of the suite runs there too, the dependency policy's
+#     low end (docs/installation.md);
 #   - from Debian's packages, if missing: nginx, caddy and haproxy (real reverse proxies), redis-server
 #     (the shared store of several workers), chromium (a real browser, headless) and prometheus (a real
 #     scraper of the operations listener), about 250 MB;
 #   - Node 22 into .node22/ (about 185 MB, once), the TypeScript SDK peers (2 x 29 MB) and the official
 #     conformance suite (2 x 52 MB) under .conformance/, all from the npm registry;
 #   - the Python SDK 1.x (mcp 1.30.0 and websockets, about 40 MB) in a venv of its own, .interop/mcp1/,
-#     the WebSocket interop peer (the 2.x SDK in the dev extra has no WebSocket transport).
+#     the WebSocket interop peer (the 2.x SDK in the dev group has no WebSocket transport).
 # A first run downloads about 500 MB and takes about 15-20 minutes on 2 cores; later runs skip the installs.
 # Any install that fails stops the run with its error.
 set -euo pipefail
@@ -43,8 +48,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
 fi
 
-echo "== install: mcp_trio[dev]"
-PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+echo "== install: pip >= 25.1, mcp_trio and its dev group"
+python3 -m pip install --quiet --upgrade 'pip>=25.1'
+python3 -m pip install --quiet -e . --group dev
+# The low end of the dependency policy: the quick tests below run here too.  This interpreter's pip
+# installs into the venv (--python): the venv needs no pip of its own.
+LOWEST=${MCP_TRIO_LOWEST_VENV:-.venv-lowest}
+echo "== install: mcp_trio with its lowest dependencies ($LOWEST)"
+[ -x "$LOWEST/bin/python" ] || python3 -m venv --without-pip "$LOWEST"
+python3 scripts/lowest_deps.py > "$LOWEST/constraints.txt"
+python3 -m pip --python "$LOWEST/bin/python" install --quiet -c "$LOWEST/constraints.txt" \
+    -e '.[auth,redis,otel]' --group test
 
 # A reverse proxy (nginx), Redis and headless Chromium for the deployment tests; Prometheus for the
 # operations listener's.
@@ -94,3 +109,12 @@ if [ $# -eq 0 ]; then
 fi
 python3 -m coverage combine -q
 python3 -m coverage report --fail-under=90 --skip-covered | tail -n 15
+if [ $# -eq 0 ]; then
+    # The quick part of the suite (CONTRIBUTING.md: nothing but Python) with every runtime dependency at
+    # its lowest allowed version: a lower bound in pyproject.toml is one the tests pass with.
+    mapfile -t pins < "$LOWEST/constraints.txt"
+    echo "== pytest (the quick tests, lowest dependencies: ${pins[*]})"
+    "$LOWEST/bin/python" -m pytest -q -p no:cacheprovider -p no:benchmark -n 2 --dist loadfile \
+        tests/protocol tests/server tests/client tests/docs tests/test_cli_offline.py tests/test_cli_origins.py \
+        --ignore=tests/client/test_client_interop.py --ignore=tests/client/test_conformance_client.py
+fi

@@ -1,8 +1,9 @@
 """The README's quick start, as a newcomer types it: its commands are the ones that work.
 
-The install itself (a fresh venv, the package without its dev extra) is exercised by
-tests/integration/test_wheel.py; here the quick start's shell lines run against a demo server that
-``mcp-trio demo`` started, on a free port instead of 8000."""
+The install itself (a fresh venv, the package without its dev tools) is exercised by
+tests/integration/test_wheel.py, which also runs these commands from the installed wheel; here the quick
+start's shell lines run against a demo server that ``mcp-trio demo`` started, on a free port instead of
+8000."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_quick_start_installs_in_a_venv_and_starts_the_demo() -> None:
     steps = [step.strip() for step in first.split("&&")]
     assert steps[0].startswith("python3 -m venv ")
     assert any(step.startswith(". ") and step.endswith("/bin/activate") for step in steps)
-    assert "pip install -e ." in steps  # the runtime dependencies only, no dev extra
+    assert "pip install -e ." in steps  # the runtime dependencies only, no dev group
     assert steps[-1] == "mcp-trio demo"
     wanted = re.search(r"Python 3\.(\d+) or newer", README)
     assert wanted and f">=3.{wanted.group(1)}" in (ROOT / "pyproject.toml").read_text()

@@ -165,7 +165,7 @@ async def cluster(tmp_path: Path, *, measure_coverage: bool = True) -> AsyncIter
     """Redis, two workers and HAProxy (``measure_coverage=False``: the workers measure no coverage
     under ``coverage run``, see ``mcp_http.serve_demo``)."""
     if importlib.util.find_spec("coredis") is None:  # a dev dependency: a broken install, whoever runs this
-        raise ImportError("coredis is not installed: pip install -e '.[dev]' (or the redis extra)")
+        raise ImportError("coredis is not installed: pip install -e . --group dev (or the redis extra)")
     need("haproxy", shutil.which("haproxy") or os.access("/usr/sbin/haproxy", os.X_OK))
     need("redis-server", shutil.which("redis-server") or os.access("/usr/bin/redis-server", os.X_OK))
     redis = Redis(tmp_path)

@@ -54,7 +54,7 @@ from mcp_trio.redis import RedisNotificationBus  # imports coredis only once a b
 from mcp_trio.testing import open_asgi_client
 
 if importlib.util.find_spec("coredis") is None:  # a dev dependency: a broken install, whoever runs this
-    raise ImportError("coredis is not installed: pip install -e '.[dev]' (or the redis extra)")
+    raise ImportError("coredis is not installed: pip install -e . --group dev (or the redis extra)")
 
 STARTUP = 10.0
 RESUME = 8.0

@@ -168,7 +168,7 @@ def test_serving_loads_no_hypercorn_until_asked() -> None:
 
 def test_import_contracts_pass() -> None:
     lint = shutil.which("lint-imports")
-    assert lint is not None, "import-linter is in the dev extra"
+    assert lint is not None, "import-linter is in the dev group"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [lint, "--no-cache"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)

@@ -107,22 +107,43 @@ def _shimmed_path(tmp_path: Path, log: Path) -> str:
     return str(bin_dir)
 
 
+def _lowest_venv(tmp_path: Path, log: Path) -> Path:
+    """A stand-in for the venv of the lowest dependencies, whose python only notes its command lines."""
+    venv = tmp_path / "lowest"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    note = f'echo "lowest: $* | REQUIRE_ALL=${{MCP_TRIO_REQUIRE_ALL-}}" >> {log}'
+    python.write_text(SHIM.format(body=note))
+    python.chmod(0o755)
+    return venv
+
+
 def test_the_test_command_runs_pytest_requiring_every_component(tmp_path: Path) -> None:
-    """Both pytest passes of scripts/test.sh run with MCP_TRIO_REQUIRE_ALL=1, whoever runs it (no CI
-    variable given here)."""
+    """Every pytest pass of scripts/test.sh runs with MCP_TRIO_REQUIRE_ALL=1, whoever runs it (no CI
+    variable given here): both HTTP servers' passes, and the quick tests with the lowest dependencies."""
     log = tmp_path / "python3.log"
     done = subprocess.run(
         [shutil.which("bash") or "/bin/bash", str(ROOT / "scripts" / "test.sh")],
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": _shimmed_path(tmp_path, log), "HOME": str(tmp_path)},
+        env={
+            "PATH": _shimmed_path(tmp_path, log),
+            "HOME": str(tmp_path),
+            "MCP_TRIO_LOWEST_VENV": str(_lowest_venv(tmp_path, log)),
+        },
     )
     assert done.returncode == 0, done
-    runs = [line for line in log.read_text().splitlines() if line.startswith("-m coverage run -m pytest")]
+    lines = log.read_text().splitlines()
+    runs = [line for line in lines if line.startswith("-m coverage run -m pytest")]
     assert len(runs) == 2, log.read_text()
     assert runs[0].endswith(" REQUIRE_ALL=1 HTTP="), runs
     assert runs[1].endswith(" REQUIRE_ALL=1 HTTP=h11"), runs
+    lowest = [line for line in lines if line.startswith("lowest: -m pytest")]
+    assert len(lowest) == 1 and lowest[0].endswith(" REQUIRE_ALL=1"), log.read_text()
+    # the lowest versions come from pyproject.toml, for the package and every extra
+    assert any(line.startswith("scripts/lowest_deps.py") for line in lines), lines
+    assert any("--group test" in line and "-e .[auth,redis,otel]" in line for line in lines), lines
 
 
 SAMPLE_TESTS = {
@@ -222,7 +243,7 @@ def test_by_hand_a_missing_component_skips(tmp_path: Path) -> None:
 
 
 def test_no_test_decides_by_itself_to_skip_for_a_missing_component() -> None:
-    """No importorskip (the dev extra is installed, or the install is broken) and no CI checks of their
+    """No importorskip (the dev group is installed, or the install is broken) and no CI checks of their
     own: a missing component goes through tests/required.py."""
     offenders = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
