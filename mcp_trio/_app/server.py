@@ -21,6 +21,7 @@ from ..errors import RPCError
 from .bus import LocalNotificationBus, NotificationBus, Subscriber
 from .codec import Layout, first_error, parse_params, text_result
 from .context import Context
+from .failures import Failures
 from .handlers import RESOURCE_NOT_FOUND, CompletionFn, CoreHandlers
 from .principal import principal_identity
 from .prompts import PromptFn, PromptSpec
@@ -70,6 +71,7 @@ class MCPServer(CoreHandlers):
         cache_scope: Literal["public", "private"] = "private",
         max_subscriptions: int = 1000,
         notification_bus: NotificationBus | None = None,
+        error_details: bool = False,
     ) -> None:
         self.name = name
         self.version = version
@@ -88,9 +90,14 @@ class MCPServer(CoreHandlers):
         self._templates: dict[str, ResourceSpec] = {}
         self._prompts: dict[str, PromptSpec] = {}
         self._completion: CompletionFn | None = None
-        self._text_layouts: dict[str, tuple[Any, Layout | None]] = {}
-        """Per revision: how ``serialize_server_result`` lays out a text-only ``tools/call`` result
-        (see :func:`.codec.text_result`)."""
+        self.failures = Failures(details=error_details)
+        """What a handler's unexpected exception becomes: logged at ERROR with its traceback and a
+        reference, answered with a generic message and that reference, or with the exception's type and
+        text too when ``error_details`` is true (``failures.details``; docs/api.md, "Errors")."""
+        self._text_layouts: dict[tuple[str, bool], tuple[Any, Layout | None]] = {}
+        """Per revision and kind (with a scalar ``structuredContent`` or not): how
+        ``serialize_server_result`` lays out a text-only ``tools/call`` result (see
+        :func:`.codec.text_result`)."""
         self.telemetry = Telemetry("server", self._registered, principal_identity)
         """What this server's requests and sessions are recorded into: OpenTelemetry (with the ``otel``
         extra, while a provider is set), an operations listener's Prometheus registry, the request log
@@ -141,6 +148,7 @@ class MCPServer(CoreHandlers):
         output_schema: dict[str, Any] | None = None,
         annotations: mt.ToolAnnotations | None = None,
         task: TaskSupport = "forbidden",
+        structured_output: bool | None = None,
     ) -> Callable[[F], F]:
         """Decorator: register an async function as a tool.  Its input schema comes from its type
         hints unless ``input_schema`` is given; a parameter annotated :class:`Context` gets the context.
@@ -149,7 +157,12 @@ class MCPServer(CoreHandlers):
         ``"forbidden"`` (default), ``"optional"`` (a task when the client declared the extension, else an
         ordinary call) or ``"required"`` (a client without the extension gets -32021).  A task-capable
         tool may take a ``task_status`` parameter and call ``task_status.started()`` when it becomes a
-        task (see :class:`~mcp_trio.server.TaskStarter`); without one it is a task from the start."""
+        task (see :class:`~mcp_trio.server.TaskStarter`); without one it is a task from the start.
+
+        The output schema comes from the return annotation (a model, dataclass or ``TypedDict`` as
+        itself, other types wrapped as ``{"result": ...}``; see docs/api.md) unless ``output_schema`` is
+        given; ``structured_output=False`` gives none, ``True`` insists on one (``TypeError`` if the
+        annotation gives none).  A returned value is checked against it."""
         options: dict[str, Any] = {
             "name": name,
             "title": title,
@@ -158,6 +171,7 @@ class MCPServer(CoreHandlers):
             "output_schema": output_schema,
             "annotations": annotations,
             "task": task,
+            "structured_output": structured_output,
         }
         return self._decorator(lambda fn: self._add_tool(ToolSpec.build(fn, **options)))
 
@@ -312,7 +326,7 @@ class MCPServer(CoreHandlers):
         """Run the handler of one request; raises :class:`RPCError` for a JSON-RPC error answer."""
         extension = self._extensions.get(method)
         if extension is not None:
-            result = await extension[0](ctx, params)
+            result = await self._run_method(extension[0], ctx, params)
             self._add_metadata_if_modern(ctx, method, result)
             return result
         handler = self._handlers.get(method)
