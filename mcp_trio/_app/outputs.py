@@ -182,9 +182,15 @@ def _output_model(tool: str, annotation: Any, bare: Any) -> tuple[Any, bool]:
     hints = {name: hint for name, hint in get_type_hints(bare).items() if not name.startswith("_")}
     if not hints:
         return None, False  # a class pydantic knows nothing of
-    fields: dict[str, Any] = {name: (hint, getattr(bare, name, ...)) for name, hint in hints.items()}
+    defaults = {**vars(bare), **getattr(bare, "_field_defaults", {})}  # a NamedTuple's are there
+    fields: dict[str, Any] = {name: (hint, _default(defaults.get(name, ...))) for name, hint in hints.items()}
     config = pydantic.ConfigDict(from_attributes=True)
     return pydantic.create_model(bare.__name__, __config__=config, **fields), False
+
+
+def _default(value: Any) -> Any:
+    """A class attribute as a field's default: a descriptor (a property, a NamedTuple's field) is none."""
+    return ... if hasattr(type(value), "__get__") else value
 
 
 def _wrapped(tool: str, annotation: Any) -> type[pydantic.BaseModel]:
