@@ -106,7 +106,8 @@ async def test_failures_and_output_schemas_end_to_end(mode: Any, caplog: pytest.
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
             assert tools["lookup"].output_schema == Point.model_json_schema()
             wrapped = tools["greeting"].output_schema
-            assert wrapped is not None and wrapped["properties"] == {"result": {"title": "Result", "type": "string"}}
+            assert wrapped is not None
+            assert wrapped["properties"] == {"result": {"title": "Result", "type": "string"}}
 
             found = await session.call_tool("lookup", {"city": "Oslo"})
             assert not found.is_error and found.structured_content == {"x": 4, "y": 1}
