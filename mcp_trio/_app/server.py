@@ -346,7 +346,10 @@ class MCPServer(CoreHandlers):
             text = text_result(self._text_layouts, ctx.protocol_version, result)
             if text is not None:
                 return text
-        return mtm.serialize_server_result(method, ctx.protocol_version, result)
+        try:
+            return mtm.serialize_server_result(method, ctx.protocol_version, result)
+        except Exception as exc:  # a handler's result the protocol has no room for (a wire dict, say)
+            raise self.failures.rpc_error(f"the result of {method}", exc) from exc
 
     def _add_metadata_if_modern(self, ctx: Context, method: str, result: dict[str, Any]) -> None:
         revision = versions.revision(ctx.protocol_version)

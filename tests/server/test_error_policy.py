@@ -89,12 +89,22 @@ def build(*, details: bool = False) -> MCPServer:
     async def fine(ctx: Context) -> str:
         raise RPCError(mt.INVALID_PARAMS, "not today")
 
+    @server.resource("test://malformed")
+    async def malformed() -> dict[str, Any]:
+        return {"uri": "test://malformed", "nonsense": True}  # contents without text or blob
+
     @server.prompt()
     async def broken_prompt() -> str:
         raise KeyError("missing")
 
+    @server.prompt()
+    async def malformed_prompt() -> list[Any]:
+        return [{"role": "narrator", "content": {"type": "text", "text": "x"}}]
+
     @server.completion()
-    async def complete(ref: Any, argument: Any, context: Any) -> list[str]:
+    async def complete(ref: Any, argument: Any, context: Any) -> list[Any]:
+        if argument["name"] == "numbers":
+            return [1, 2]  # completion values are strings
         raise KeyError("missing")
 
     async def broken_method(ctx: Context, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -306,6 +316,36 @@ async def test_a_flood_of_failures_is_rate_limited_in_the_log(
     reference = text[-9:-1]
     left_out = "(and 2 more lines like it left out before this one)"
     assert record.getMessage() == f"resource test://broken failed (reference {reference}) {left_out}"
+
+
+MALFORMED = {  # a handler's result the protocol has no room for: (method, params, what the log names)
+    "resource": ("resources/read", {"uri": "test://malformed"}, "resource test://malformed"),
+    "prompt": ("prompts/get", {"name": "malformed_prompt"}, "prompt malformed_prompt"),
+    "completion": (
+        "completion/complete",
+        {**COMPLETE, "argument": {"name": "numbers", "value": ""}},
+        "the result of completion/complete",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", MALFORMED)
+@pytest.mark.parametrize("era", ["2025", "2026"])
+async def test_a_result_the_protocol_cannot_carry_is_a_failure_too(
+    kind: str, era: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    method, params, what = MALFORMED[kind]
+    app = MCPApp(build(), ServerConfig())
+    caplog.set_level(logging.ERROR, logger="mcp_trio")
+    async with app.running(), open_asgi_client(app) as asgi:
+        client: Any = Client(asgi, app) if era == "2025" else Modern(asgi)
+        if era == "2025":
+            await client.initialize()
+        reply = await answer(era, client, method, params)
+    reference = REFERENCE.fullmatch(failure_of(reply, kind))[1]  # type: ignore[index]
+    record = the_failure_record(caplog)
+    assert record.getMessage() == f"{what} failed (reference {reference})"
+    assert isinstance(record.exc_info[1], pydantic.ValidationError)  # type: ignore[index]
 
 
 def test_the_details_option_defaults_to_off() -> None:
