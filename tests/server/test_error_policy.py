@@ -384,3 +384,18 @@ async def test_both_eras_over_a_pipe_follow_the_same_policy(caplog: pytest.LogCa
     assert [r.getMessage() for r in caplog.records] == [
         f"prompt broken_prompt failed (reference {r})" for r in references
     ]
+
+
+def test_exception_groups_and_long_texts() -> None:
+    from mcp_trio._app.failures import MAX_DETAIL, Failures, leaf
+
+    assert leaf(ExceptionGroup("g", [ExceptionGroup("h", [ToolError("deep")])]), ToolError) is not None
+    assert leaf(ExceptionGroup("g", [ToolError("a"), KeyError("b")]), ToolError) is None  # not only those
+    assert leaf(KeyError("b"), ToolError) is None
+    failures = Failures(details=True, log=RateLimitedLog(logging.getLogger("test.failures")))
+    with pytest.raises(RPCError) as raised:  # an RPCError from a tool's own nursery stays one
+        failures.tool_result("t", ExceptionGroup("g", [RPCError(-32001, "mine")]))
+    assert raised.value.message == "mine"
+    result = failures.tool_result("t", ValueError("x" * 5000))
+    text = result["content"][0]["text"]
+    assert text.endswith("\u2026") and len(text) < MAX_DETAIL + 40

@@ -435,3 +435,75 @@ def test_the_text_fast_path_answers_what_the_serializer_does() -> None:
     for structured in ({"result": 1.5}, {"result": [1]}, {"a": "b"}, {"result": "x", "more": 1}):
         result = {"content": [{"type": "text", "text": "x"}], "structuredContent": structured}
         assert text_result(layouts, "2025-11-25", result) is None, structured
+
+
+UserId = typing.NewType("UserId", int)
+
+
+class Odd(pydantic.BaseModel):
+    """A model whose default has no JSON form: pydantic would leave it out of the schema with a warning."""
+
+    when: Any = object()
+
+
+async def test_annotations_at_the_edges() -> None:
+    server = MCPServer("edges")
+
+    async def annotated() -> typing.Annotated[Point, "a note"]:
+        return Point(x=1)
+
+    async def odd() -> Odd:
+        return Odd()  # pragma: no cover
+
+    async def user() -> UserId:
+        return UserId(5)
+
+    async def bare_dict() -> dict:  # type: ignore[type-arg]
+        return {"any": ["thing"]}
+
+    async def noted_blocks() -> list[typing.Annotated[mt.TextContent, "a block"]]:
+        return [mt.TextContent(type="text", text="b")]  # pragma: no cover
+
+    async def unannotated_objects():  # type: ignore[no-untyped-def]
+        return [Size(1.0, 2.0)]
+
+    for fn in (annotated, odd, user, bare_dict, noted_blocks, unannotated_objects):
+        server.add_tool(fn)
+    tools = server._tools
+    assert tools["annotated"].wire()["outputSchema"] == SCHEMAS["point"]
+    assert "outputSchema" not in tools["odd"].wire()  # a schema pydantic can only get wrong: none
+    assert tools["user"].wire()["outputSchema"]["properties"]["result"]["type"] == "integer"
+    assert tools["bare_dict"].wire()["outputSchema"]["type"] == "object"
+    assert "outputSchema" not in tools["noted_blocks"].wire()
+    assert await tools["user"].result(await tools["user"].call(None, {})) == {  # type: ignore[arg-type]
+        "content": [{"type": "text", "text": "5"}],
+        "structuredContent": {"result": 5},
+    }
+    assert (await tools["bare_dict"].result({"any": ["thing"]}))["structuredContent"] == {"any": ["thing"]}
+    objects = await tools["unannotated_objects"].result([Size(1.0, 2.0)])  # no schema: JSON text as before
+    assert objects == {"content": [{"type": "text", "text": '{"width": 1.0, "height": 2.0}'}]}
+
+
+async def test_explicit_schemas_at_the_edges() -> None:
+    from mcp_trio._app.outputs import OutputMismatch
+
+    server = MCPServer("explicit-edges")
+
+    async def model() -> Point:
+        return Point(x=1)  # pragma: no cover
+
+    server.add_tool(model, output_schema={"type": "object", "required": ["x"]})
+    server.add_tool(model, name="anything", output_schema={})  # no type: anything passes the schema
+    spec, anything = server._tools["model"], server._tools["anything"]
+    assert await spec.result(Point(x=2)) == {
+        "content": [{"type": "text", "text": '{"x": 2, "y": 0}'}],
+        "structuredContent": {"x": 2, "y": 0},
+    }
+    with pytest.raises(OutputMismatch, match="the value has no JSON form"):
+        await spec.result({"x": object()})
+    with pytest.raises(OutputMismatch, match="tool anything returned int, not an object"):
+        await anything.result(3)
+    failed = mt.CallToolResult(content=[mt.TextContent(type="text", text="no")], is_error=True)
+    assert (await spec.result(failed))["isError"] is True  # an error result owes no structured content
+    with pytest.raises(OutputMismatch, match="'x' is a required property"):
+        await spec.result(mt.CallToolResult(content=[], structured_content={"y": 1}))
