@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "MCPServer": "._app.server",
     "RPCError": ".errors",
     "ServerConfig": "._transport.config",
+    "ToolError": ".errors",
     "open_client_session": "._client.session",
     "open_stdio_client": "._client.session",
     "open_websocket_client": "._client.session",
@@ -45,6 +46,7 @@ __all__ = [
     "MCPServer",
     "RPCError",
     "ServerConfig",
+    "ToolError",
     "open_client_session",
     "open_stdio_client",
     "open_websocket_client",
@@ -65,5 +67,6 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._transport.config import ServerConfig as ServerConfig
     from ._transport.stdio import serve_stdio as serve_stdio
     from .errors import RPCError as RPCError
+    from .errors import ToolError as ToolError
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

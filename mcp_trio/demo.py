@@ -131,7 +131,7 @@ def _add_content_tools(server: MCPServer) -> None:
         return _embedded("test://embedded-resource", "text/plain", "This is an embedded resource content.")
 
     @server.tool(description="Returns text, an image and a resource.")
-    async def test_multiple_content_types() -> list[Any]:
+    async def test_multiple_content_types() -> list[mt.ContentBlock]:
         data = '{"test":"data","value":123}'
         resource = _embedded("test://mixed-content-resource", "application/json", data)
         return [_text("Multiple content types test:"), _image(), resource]

@@ -14,9 +14,10 @@ The tree::
      |   +- SessionExpired       (client) the server answered 404 for our session
      |   +- ServerBusy           (client) 503 or 429 until the client's retries ran out
      +- ListenError              (server) a server could not listen on its address (also an OSError)
- +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
+     +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
      +- TaskStoreFull            (server) no room for another task in the task store
      +- TaskStoreUnavailable     (server) the task store could not be reached
+     +- ToolError                (server) raised by a tool on purpose: an ``isError`` result with its text
      +- TaskError                (client) a task ended without a result (gone: expired or lost)
          +- TaskCancelled        (client) the task was cancelled
 """
@@ -46,6 +47,7 @@ __all__ = [
     "TaskError",
     "TaskStoreFull",
     "TaskStoreUnavailable",
+    "ToolError",
     "TransportError",
 ]
 
@@ -187,6 +189,16 @@ class TaskStoreFull(MCPTrioError):
 
 class TaskStoreUnavailable(MCPTrioError):
     """A task store could not be reached (a Redis store whose server is down, say)."""
+
+
+class ToolError(MCPTrioError):
+    """A tool's failure you saw coming: raise it in a tool and the call's result has ``isError: true``
+    with this exception's message as its text, for the model to read; nothing is logged.
+
+    Any other exception a tool raises is a failure nobody expected: it is logged at ERROR with its
+    traceback and a short reference, and the client gets a generic message with that reference (the
+    exception's type and text too when the server was made with ``error_details=True``).  Raise
+    :class:`RPCError` to answer with a JSON-RPC error instead of a result."""
 
 
 class TaskError(MCPTrioError):

@@ -73,18 +73,22 @@ def _plain_params(method: str, version: str) -> frozenset[str] | None:
 
 
 def text_result(
-    layouts: dict[str, tuple[Any, Layout | None]], version: str, result: dict[str, Any]
+    layouts: dict[tuple[str, bool], tuple[Any, Layout | None]], version: str, result: dict[str, Any]
 ) -> dict[str, Any] | None:
     """What ``serialize_server_result`` makes of a ``tools/call`` result of text blocks alone (the
-    usual one), without a validation pass: None for any other result.  Its layout is taken, once per
-    revision and ``_meta``, from the serializer itself (a one-block probe), and text is any ``str``
-    to it, so the answer is the same.  Our results of this shape are built by
-    :func:`to_call_tool_result` and ``MCPServer``'s result metadata."""
+    usual one), without a validation pass: None for any other result.  The blocks may come with a
+    ``structuredContent`` of one scalar ``{"result": ...}`` (a tool annotated ``-> str``, say).  Its
+    layout is taken, once per revision, kind and ``_meta``, from the serializer itself (a one-block
+    probe), and text (and such a ``structuredContent``) is any ``str`` to it, so the answer is the same.
+    Our results of this shape are built by :mod:`.outputs` and ``MCPServer``'s result metadata."""
     content = result.get("content")
     if type(content) is not list:
         return None
     meta = result.get("_meta")
-    if len(result) != (1 if meta is None else 3):
+    structured = result.get("structuredContent")
+    if structured is not None and not _scalar_result(structured):
+        return None
+    if len(result) != (1 if meta is None else 3) + (structured is not None):
         return None
     if meta is not None and result.get("resultType") != "complete":
         return None
@@ -93,9 +97,10 @@ def text_result(
             return None
         if type(item.get("text")) is not str:
             return None
-    cached = layouts.get(version)
+    key = (version, structured is not None)
+    cached = layouts.get(key)
     if cached is None or cached[0] != meta:
-        cached = layouts[version] = (_copy_json(meta), _text_layout(version, meta))
+        cached = layouts[key] = (_copy_json(meta), _text_layout(version, meta, structured is not None))
     layout = cached[1]
     if layout is None:
         return None
@@ -104,19 +109,35 @@ def text_result(
         blocks = [{"text": item["text"], "type": "text"} for item in content]
     else:
         blocks = [{"type": "text", "text": item["text"]} for item in content]
-    return {**_copy_json(head), "content": blocks, **_copy_json(tail)}  # a fresh answer each time
+    answer = {**_copy_json(head), "content": blocks, **_copy_json(tail)}  # a fresh answer each time
+    if structured is not None:
+        answer["structuredContent"] = {"result": structured["result"]}  # where the probe's was
+    return answer
 
 
-def _text_layout(version: str, meta: Any) -> Layout | None:
-    """How the serializer lays out a text-only ``tools/call`` result with this ``_meta`` in
-    ``version``: (members before ``content``, whether a block starts with ``text``, members after), or
-    None if its answer is not of that plain shape."""
+def _scalar_result(structured: Any) -> bool:
+    """Whether ``structuredContent`` is ``{"result": s}`` with ``s`` a ``str``, ``int`` or ``bool``
+    (what the serializer passes on as it is)."""
+    return type(structured) is dict and len(structured) == 1 and type(structured.get("result")) in _SCALARS
+
+
+_SCALARS = (str, int, bool)
+
+
+def _text_layout(version: str, meta: Any, structured: bool) -> Layout | None:
+    """How the serializer lays out a text-only ``tools/call`` result with this ``_meta`` (and a scalar
+    ``structuredContent`` if ``structured``) in ``version``: (members before ``content``, whether a
+    block starts with ``text``, members after), or None if its answer is not of that plain shape."""
     probe: dict[str, Any] = {"content": [{"type": "text", "text": "probe"}]}
+    if structured:
+        probe["structuredContent"] = {"result": "probe"}
     if meta is not None:
         probe.update(resultType="complete", _meta=_copy_json(meta))
     answer = mtm.serialize_server_result("tools/call", version, probe)
     blocks = answer.get("content")
     if blocks not in ([{"type": "text", "text": "probe"}],) or set(answer) != set(probe):
+        return None
+    if structured and answer["structuredContent"] != {"result": "probe"}:
         return None
     if meta is not None and (answer["_meta"] != meta or answer["resultType"] != "complete"):
         return None

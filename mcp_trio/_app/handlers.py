@@ -1,10 +1,10 @@
 """The core protocol's request handlers (``tools/*``, ``resources/*``, ``prompts/*``, completion,
 logging, ``server/discover``): :class:`CoreHandlers`, the part of :class:`~mcp_trio.MCPServer` that
-answers what a client asks of what was registered on it."""
+answers what a client asks of what was registered on it.  What a failing handler's client gets is in
+:mod:`.failures`."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,14 +15,13 @@ from .._protocol import versions
 from ..errors import RPCError
 from .codec import first_error
 from .context import LOG_LEVELS, Context
+from .failures import Failures, tool_error
 from .prompts import PromptSpec
 from .resources import ResourceSpec
 from .tasks import NOT_A_TASK, TASKS_EXTENSION, TaskStarter, declares_tasks, missing_extension
-from .tools import InvalidArguments, ToolSpec, to_call_tool_result
+from .tools import InvalidArguments, ToolSpec
 
 __all__ = ["RESOURCE_NOT_FOUND", "CompletionFn", "CoreHandlers"]
-
-logger = logging.getLogger("mcp_trio._app.server")
 
 RESOURCE_NOT_FOUND = -32002
 """The spec's error code for ``resources/read`` of an unknown URI."""
@@ -43,6 +42,7 @@ class CoreHandlers:
     _templates: dict[str, ResourceSpec]
     _prompts: dict[str, PromptSpec]
     _completion: CompletionFn | None
+    failures: Failures
 
     def capabilities(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -96,18 +96,32 @@ class CoreHandlers:
     async def _run_tool(
         self, spec: ToolSpec, ctx: Context, params: mt.CallToolRequestParams, task_status: TaskStarter
     ) -> dict[str, Any]:
+        """Call a tool: invalid arguments and :class:`~mcp_trio.errors.ToolError` are an ``isError``
+        result with their text, :class:`RPCError` a JSON-RPC error, anything else (a value that does not
+        match the output schema too) a failure under the error policy (:mod:`.failures`)."""
         try:
-            value = await spec.call(ctx, params.arguments or {}, task_status)
+            try:
+                kwargs = await spec.bind(ctx, params.arguments or {}, task_status)
+            except pydantic.ValidationError as exc:
+                return tool_error(f"Invalid arguments for tool {params.name}: {first_error(exc)}")
+            except InvalidArguments as exc:
+                return tool_error(f"Invalid arguments for tool {params.name}: {exc}")
+            return await spec.result(await spec.fn(**kwargs))
         except RPCError:
             raise
-        except pydantic.ValidationError as exc:
-            return _tool_error(f"Invalid arguments for tool {params.name}: {first_error(exc)}")
-        except InvalidArguments as exc:
-            return _tool_error(f"Invalid arguments for tool {params.name}: {exc}")
         except Exception as exc:
-            logger.info("tool %s raised %r", params.name, exc)
-            return _tool_error(str(exc) or type(exc).__name__)
-        return to_call_tool_result(value)
+            return self.failures.tool_result(params.name, exc)
+
+    async def _run_method(
+        self, handler: Callable[[Context, Any], Awaitable[dict[str, Any]]], ctx: Context, params: Any
+    ) -> dict[str, Any]:
+        """Run an extension's method (:meth:`MCPServer.add_method <mcp_trio.MCPServer.add_method>`)."""
+        try:
+            return await handler(ctx, params)
+        except RPCError:
+            raise
+        except Exception as exc:
+            raise self.failures.rpc_error(f"method {ctx.method}", exc) from exc
 
     async def _list_resources(self, ctx: Context, params: Any) -> dict[str, Any]:
         return {"resources": [spec.wire() for spec in self._resources.values()]}
@@ -118,12 +132,20 @@ class CoreHandlers:
     async def _read_resource(self, ctx: Context, params: mt.ReadResourceRequestParams) -> dict[str, Any]:
         uri = str(params.uri)
         spec = self._resources.get(uri)
-        if spec is not None:
-            return await spec.read(ctx, uri, {})
-        for template in self._templates.values():
-            variables = template.match(uri)
-            if variables is not None:
-                return await template.read(ctx, uri, variables)
+        variables: dict[str, str] | None = {}
+        if spec is None:
+            for spec in self._templates.values():
+                variables = spec.match(uri)
+                if variables is not None:
+                    break
+        if spec is not None and variables is not None:
+            try:
+                return await spec.read(ctx, uri, variables)
+            except RPCError:
+                raise
+            except Exception as exc:
+                what = f"resource template {spec.uri}" if spec.is_template else f"resource {spec.uri}"
+                raise self.failures.rpc_error(what, exc) from exc
         revision = versions.revision(ctx.protocol_version)
         code = revision.resource_not_found_code if revision is not None else RESOURCE_NOT_FOUND
         raise RPCError(code, "Resource not found", {"uri": uri})
@@ -163,9 +185,22 @@ class CoreHandlers:
         spec = self._prompts.get(params.name)
         if spec is None:
             raise RPCError(mt.INVALID_PARAMS, f"Unknown prompt: {params.name}")
-        return await spec.get(ctx, params.arguments or {})
+        try:
+            return await spec.get(ctx, params.arguments or {})
+        except RPCError:
+            raise
+        except Exception as exc:
+            raise self.failures.rpc_error(f"prompt {spec.name}", exc) from exc
 
     async def _complete(self, ctx: Context, params: mt.CompleteRequestParams) -> dict[str, Any]:
+        try:
+            return await self._completion_result(params)
+        except RPCError:
+            raise
+        except Exception as exc:
+            raise self.failures.rpc_error("completion", exc) from exc
+
+    async def _completion_result(self, params: mt.CompleteRequestParams) -> dict[str, Any]:
         values: Any = []
         if self._completion is not None:
             ref = params.ref.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -185,6 +220,3 @@ class CoreHandlers:
         ctx.peer.log_level = params.level if params.level in LOG_LEVELS else None
         return {}
 
-
-def _tool_error(text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}], "isError": True}

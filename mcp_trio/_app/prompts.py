@@ -96,6 +96,6 @@ def _message(item: Any) -> dict[str, Any]:
     if hasattr(item, "model_dump"):
         dumped: dict[str, Any] = item.model_dump(by_alias=True, exclude_none=True, mode="json")
         return dumped if isinstance(item, mt.PromptMessage) else {"role": "user", "content": dumped}
-    if isinstance(item, dict):
-        return item
+    if isinstance(item, dict):  # a wire message: checked here (a 2026 answer would drop it silently)
+        return mt.PromptMessage.model_validate(item).model_dump(by_alias=True, exclude_none=True, mode="json")
     raise TypeError(f"a prompt cannot return {type(item).__name__}")

@@ -108,8 +108,9 @@ class ResourceSpec:
 def _contents(value: Any, uri: str, mime_type: str | None) -> dict[str, Any]:
     if isinstance(value, (mt.TextResourceContents, mt.BlobResourceContents)):
         return value.model_dump(by_alias=True, exclude_none=True, mode="json")
-    if isinstance(value, dict):
-        return value
+    if isinstance(value, dict):  # wire contents: checked here (a 2026 answer would drop them silently)
+        model = mt.BlobResourceContents if "blob" in value else mt.TextResourceContents
+        return model.model_validate(value).model_dump(by_alias=True, exclude_none=True, mode="json")
     contents: dict[str, Any] = {"uri": uri}
     if isinstance(value, bytes):
         contents["blob"] = base64.b64encode(value).decode()

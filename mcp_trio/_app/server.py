@@ -22,6 +22,7 @@ from ..errors import RPCError
 from .bus import LocalNotificationBus, NotificationBus, Subscriber
 from .codec import Layout, first_error, parse_params, text_result
 from .context import Context
+from .failures import Failures
 from .handlers import RESOURCE_NOT_FOUND, CompletionFn, CoreHandlers
 from .lifespan import Lifespan, LifespanT
 from .principal import principal_identity
@@ -78,6 +79,7 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
         max_subscriptions: int = 1000,
         notification_bus: NotificationBus | None = None,
         lifespan: Callable[[MCPServer[Any]], AbstractAsyncContextManager[LifespanT]] | None = None,
+        error_details: bool = False,
     ) -> None:
         self.name = name
         self.version = version
@@ -98,9 +100,14 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
         self._templates: dict[str, ResourceSpec] = {}
         self._prompts: dict[str, PromptSpec] = {}
         self._completion: CompletionFn | None = None
-        self._text_layouts: dict[str, tuple[Any, Layout | None]] = {}
-        """Per revision: how ``serialize_server_result`` lays out a text-only ``tools/call`` result
-        (see :func:`.codec.text_result`)."""
+        self.failures = Failures(details=error_details)
+        """What a handler's unexpected exception becomes: logged at ERROR with its traceback and a
+        reference, answered with a generic message and that reference, or with the exception's type and
+        text too when ``error_details`` is true (``failures.details``; docs/api.md, "Errors")."""
+        self._text_layouts: dict[tuple[str, bool], tuple[Any, Layout | None]] = {}
+        """Per revision and kind (with a scalar ``structuredContent`` or not): how
+        ``serialize_server_result`` lays out a text-only ``tools/call`` result (see
+        :func:`.codec.text_result`)."""
         self.telemetry = Telemetry("server", self._registered, principal_identity)
         """What this server's requests and sessions are recorded into: OpenTelemetry (with the ``otel``
         extra, while a provider is set), an operations listener's Prometheus registry, the request log
@@ -151,6 +158,7 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
         output_schema: dict[str, Any] | None = None,
         annotations: mt.ToolAnnotations | None = None,
         task: TaskSupport = "forbidden",
+        structured_output: bool | None = None,
     ) -> Callable[[F], F]:
         """Decorator: register an async function as a tool.  Its input schema comes from its type
         hints unless ``input_schema`` is given; a parameter annotated :class:`Context` gets the context.
@@ -159,7 +167,12 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
         ``"forbidden"`` (default), ``"optional"`` (a task when the client declared the extension, else an
         ordinary call) or ``"required"`` (a client without the extension gets -32021).  A task-capable
         tool may take a ``task_status`` parameter and call ``task_status.started()`` when it becomes a
-        task (see :class:`~mcp_trio.server.TaskStarter`); without one it is a task from the start."""
+        task (see :class:`~mcp_trio.server.TaskStarter`); without one it is a task from the start.
+
+        The output schema comes from the return annotation (a model, dataclass or ``TypedDict`` as
+        itself, other types wrapped as ``{"result": ...}``; see docs/api.md) unless ``output_schema`` is
+        given; ``structured_output=False`` gives none, ``True`` insists on one (``TypeError`` if the
+        annotation gives none).  A returned value is checked against it."""
         options: dict[str, Any] = {
             "name": name,
             "title": title,
@@ -168,6 +181,7 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
             "output_schema": output_schema,
             "annotations": annotations,
             "task": task,
+            "structured_output": structured_output,
         }
         return self._decorator(lambda fn: self._add_tool(ToolSpec.build(fn, **options)))
 
@@ -340,7 +354,7 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
         ctx._lifespan = self.lifespan
         extension = self._extensions.get(method)
         if extension is not None:
-            result = await extension[0](ctx, params)
+            result = await self._run_method(extension[0], ctx, params)
             self._add_metadata_if_modern(ctx, method, result)
             return result
         handler = self._handlers.get(method)
@@ -360,7 +374,10 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
             text = text_result(self._text_layouts, ctx.protocol_version, result)
             if text is not None:
                 return text
-        return mtm.serialize_server_result(method, ctx.protocol_version, result)
+        try:
+            return mtm.serialize_server_result(method, ctx.protocol_version, result)
+        except Exception as exc:  # a handler's result the protocol has no room for (a wire dict, say)
+            raise self.failures.rpc_error(f"the result of {method}", exc) from exc
 
     def _add_metadata_if_modern(self, ctx: Context, method: str, result: dict[str, Any]) -> None:
         revision = versions.revision(ctx.protocol_version)

@@ -1,9 +1,9 @@
-"""Tools: registration, input schemas from type hints, argument validation, result conversion."""
+"""Tools: registration, input schemas from type hints, argument validation (output schemas and result
+conversion are in :mod:`.outputs`)."""
 
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, get_type_hints
@@ -17,9 +17,10 @@ import trio
 
 from .._protocol.modern import header_parameters
 from .context import Context, is_context
+from .outputs import ToolOutput, to_call_tool_result
 from .tasks import NOT_A_TASK, TaskStarter, TaskSupport
 
-__all__ = ["ArgumentsSchema", "InvalidArguments", "ToolSpec", "to_call_tool_result"]
+__all__ = ["ArgumentsSchema", "InvalidArguments", "ToolSpec"]
 
 ToolFn = Callable[..., Awaitable[Any]]
 TASK_STATUS_PARAM = "task_status"
@@ -44,6 +45,8 @@ class ToolSpec:
     it, or always (a client without the extension gets -32021)."""
     task_status_param: bool = False
     """Whether the function takes ``task_status`` (it then calls ``task_status.started()`` itself)."""
+    output: ToolOutput | None = None
+    """Its ``outputSchema`` and how a returned value becomes the result (None: as without a schema)."""
 
     @classmethod
     def build(
@@ -57,6 +60,7 @@ class ToolSpec:
         output_schema: dict[str, Any] | None,
         annotations: mt.ToolAnnotations | None,
         task: TaskSupport,
+        structured_output: bool | None = None,
     ) -> ToolSpec:
         if task not in ("forbidden", "optional", "required"):
             raise ValueError(f"task must be 'forbidden', 'optional' or 'required', not {task!r}")
@@ -77,12 +81,16 @@ class ToolSpec:
             input_schema.pop("title", None)
         else:
             schema = ArgumentsSchema.build(name, input_schema)
+        check = None if output_schema is None else ArgumentsSchema.build(name, output_schema, "output_schema")
+        output = ToolOutput.build(
+            fn, name, structured_output=structured_output, output_schema=output_schema, check=check
+        )
         definition = mt.Tool(
             name=name,
             title=title,
             description=description if description is not None else inspect.getdoc(fn),
             input_schema=input_schema,
-            output_schema=output_schema,
+            output_schema=output.schema,
             annotations=annotations,
         )
         return cls(
@@ -94,6 +102,7 @@ class ToolSpec:
             schema=schema,
             task_support=task,
             task_status_param=task_status_param,
+            output=output,
         )
 
     def wire(self) -> dict[str, Any]:
@@ -102,9 +111,22 @@ class ToolSpec:
     async def call(
         self, ctx: Context, arguments: dict[str, Any], task_status: TaskStarter = NOT_A_TASK
     ) -> Any:
-        """Validate ``arguments`` and run the tool.  Invalid arguments raise ``pydantic.ValidationError``
-        (schema from type hints) or :class:`InvalidArguments` (explicit schema); the tool does not run.
-        A tool without a ``task_status`` parameter is started (``task_status.started()``) before it runs."""
+        """Validate ``arguments`` and run the tool (see :meth:`bind`); what it returned."""
+        return await self.fn(**await self.bind(ctx, arguments, task_status))
+
+    async def result(self, value: Any) -> dict[str, Any]:
+        """The ``CallToolResult`` wire dict of what the tool returned; :class:`~.outputs.OutputMismatch`
+        if it does not match the output schema."""
+        if self.output is None:
+            return to_call_tool_result(value)
+        return await self.output.result(value)
+
+    async def bind(
+        self, ctx: Context, arguments: dict[str, Any], task_status: TaskStarter = NOT_A_TASK
+    ) -> dict[str, Any]:
+        """The keyword arguments to call the tool with.  Invalid arguments raise
+        ``pydantic.ValidationError`` (schema from type hints) or :class:`InvalidArguments` (explicit
+        schema).  A tool without a ``task_status`` parameter is started (``task_status.started()``)."""
         if self.arguments is not None:
             validated = self.arguments.model_validate(arguments)
             kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
@@ -118,7 +140,7 @@ class ToolSpec:
             kwargs[TASK_STATUS_PARAM] = task_status
         else:
             task_status.started()
-        return await self.fn(**kwargs)
+        return kwargs
 
 
 def _arguments_model(
@@ -172,35 +194,43 @@ class ArgumentsSchema:
     tool: str
     validator: Any
 
+    which: str = "input_schema"
+    """Which of the tool's schemas it is (``input_schema`` or ``output_schema``), for messages."""
+
     @classmethod
-    def build(cls, tool: str, schema: dict[str, Any]) -> ArgumentsSchema:
+    def build(cls, tool: str, schema: dict[str, Any], which: str = "input_schema") -> ArgumentsSchema:
         """Check ``schema`` against its dialect's meta-schema; :class:`ValueError` if it is invalid."""
-        base = _dialect(tool, schema)
+        base = _dialect(tool, schema, which)
         try:
             base.check_schema(schema)
         except jsonschema.SchemaError as exc:
             where = _path(exc.absolute_path)
             detail = f"at {where}: {exc.message}" if where else exc.message
-            raise ValueError(_shorten(f"tool {tool}: invalid input_schema {detail}")) from exc
-        return cls(tool, _hardened(base)(schema, registry=_NO_REMOTE_REFS))
+            raise ValueError(_shorten(f"tool {tool}: invalid {which} {detail}")) from exc
+        return cls(tool, _hardened(base)(schema, registry=_NO_REMOTE_REFS), which)
 
     async def check(self, arguments: dict[str, Any]) -> None:
         """Raise :class:`InvalidArguments` unless ``arguments`` satisfy the schema."""
-        if _more_values_than(arguments, INLINE_VALIDATION_VALUES):
-            error = await trio.to_thread.run_sync(self.first_error, arguments, abandon_on_cancel=True)
-        else:
-            error = self.first_error(arguments)
+        error = await self.find_error(arguments)
         if error is not None:
             raise InvalidArguments(error)
+
+    async def find_error(self, value: Any) -> str | None:
+        """:meth:`first_error`, in a worker thread for a value of more than
+        :data:`INLINE_VALIDATION_VALUES` values."""
+        if _more_values_than(value, INLINE_VALIDATION_VALUES):
+            return await trio.to_thread.run_sync(self.first_error, value, abandon_on_cancel=True)
+        return self.first_error(value)
 
     def first_error(self, arguments: Any) -> str | None:
         """A short description of the first way ``arguments`` break the schema, or None if they don't."""
         try:
             error = next(self.validator.iter_errors(arguments), None)
         except RecursionError:
-            return "arguments are nested too deeply to validate"
+            what = "arguments are" if self.which == "input_schema" else "the value is"
+            return f"{what} nested too deeply to validate"
         except referencing.exceptions.Unresolvable as exc:  # a server bug, not the client's
-            text = f"tool {self.tool}: input_schema has an unresolvable $ref {exc.ref!r}"
+            text = f"tool {self.tool}: {self.which} has an unresolvable $ref {exc.ref!r}"
             raise RuntimeError(_shorten(text)) from exc
         if error is None:
             return None
@@ -208,14 +238,14 @@ class ArgumentsSchema:
         return _shorten(f"{where}: {error.message}" if where else str(error.message))
 
 
-def _dialect(tool: str, schema: dict[str, Any]) -> Any:
+def _dialect(tool: str, schema: dict[str, Any], which: str) -> Any:
     """The jsonschema validator class of the schema's ``$schema`` (2020-12 when absent)."""
     if "$schema" not in schema:
         return jsonschema.Draft202012Validator
     uri = schema["$schema"]
     found = jsonschema.validators.validator_for(schema, default=None) if isinstance(uri, str) else None
     if found is None:
-        raise ValueError(_shorten(f"tool {tool}: input_schema has an unknown $schema {uri!r}"))
+        raise ValueError(_shorten(f"tool {tool}: {which} has an unknown $schema {uri!r}"))
     return found
 
 
@@ -308,32 +338,3 @@ def _path(path: Any) -> str:
 
 def _shorten(text: str, limit: int = MAX_ERROR_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-_CONTENT_TYPES = (mt.TextContent, mt.ImageContent, mt.AudioContent, mt.EmbeddedResource, mt.ResourceLink)
-
-
-def _content(item: Any) -> dict[str, Any]:
-    if isinstance(item, _CONTENT_TYPES):
-        return item.model_dump(by_alias=True, exclude_none=True, mode="json")
-    if isinstance(item, str):
-        return {"type": "text", "text": item}
-    return {"type": "text", "text": json.dumps(item, default=str)}
-
-
-def to_call_tool_result(value: Any) -> dict[str, Any]:
-    """Turn what a tool returned into a ``CallToolResult`` wire dict.
-
-    ``CallToolResult`` passes through; a string or content block becomes one content item; a list
-    becomes several; a dict (or pydantic model) becomes ``structuredContent`` plus its JSON as text.
-    """
-    if isinstance(value, mt.CallToolResult):
-        return value.model_dump(by_alias=True, exclude_none=True, mode="json")
-    if isinstance(value, pydantic.BaseModel) and not isinstance(value, _CONTENT_TYPES):
-        value = value.model_dump(mode="json", by_alias=True)
-    if isinstance(value, dict):
-        return {"content": [_content(json.dumps(value))], "structuredContent": value}
-    if value is None:
-        return {"content": []}
-    items = value if isinstance(value, (list, tuple)) else [value]
-    return {"content": [_content(item) for item in items]}

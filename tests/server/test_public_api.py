@@ -47,15 +47,16 @@ def test_every_exception_lives_in_one_module() -> None:
     assert defined == set(mcp_trio.errors.__all__)
 
 
-def test_the_front_door_holds_only_the_tutorials_exception() -> None:
-    """Exceptions are imported from mcp_trio.errors; the front door keeps RPCError, which handlers
-    raise to answer with a JSON-RPC error (the tutorial's one)."""
+def test_the_front_door_holds_only_the_tutorials_exceptions() -> None:
+    """Exceptions are imported from mcp_trio.errors; the front door keeps the two the tutorial's
+    handlers raise: RPCError (a JSON-RPC error) and ToolError (a tool's error result)."""
     exceptions = [
         name for name in mcp_trio.__all__
         if isinstance(getattr(mcp_trio, name), type) and issubclass(getattr(mcp_trio, name), BaseException)
     ]
-    assert exceptions == ["RPCError"]
+    assert exceptions == ["RPCError", "ToolError"]
     assert mcp_trio.RPCError is mcp_trio.errors.RPCError
+    assert mcp_trio.ToolError is mcp_trio.errors.ToolError
 
 
 def test_no_hypercorn_internals_in_the_public_api() -> None:

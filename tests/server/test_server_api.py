@@ -11,7 +11,7 @@ import mcp_types as mt
 import pytest
 import trio
 
-from mcp_trio import Context, MCPApp, MCPServer, RPCError, ServerConfig
+from mcp_trio import Context, MCPApp, MCPServer, RPCError, ServerConfig, ToolError
 from mcp_trio.testing import open_asgi_client
 
 from .conftest import Client, call_body, settle
@@ -66,7 +66,7 @@ def build() -> MCPServer:
 
     @server.tool()
     async def failing() -> str:
-        raise ValueError("it broke")
+        raise ToolError("it broke")
 
     @server.tool()
     async def rpc_failing() -> str:

@@ -568,18 +568,24 @@ async def test_required_tool_without_the_extension_is_32021_before_it_runs(
     assert task["result"]["content"][0]["text"] == "ran" and probe.runs == 1
 
 
+def str_result(text: str) -> dict[str, Any]:
+    """The result of a tool annotated ``-> str`` that returned ``text``."""
+    return {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}
+
+
 async def test_a_2025_session_runs_a_required_task_tool_normally(
     asgi: ASGIClient, app: MCPApp, probe: Probe
 ) -> None:
     client = Client(asgi, app)
     await client.initialize()
     answer = await client.request(2, "tools/call", {"name": "must_be_task", "arguments": {}})
-    assert answer["result"] == {"content": [{"type": "text", "text": "ran"}]}, answer
+    assert answer["result"] == str_result("ran"), answer
     assert probe.runs == 1
     # params.task (the 2025-11-25 tasks) is ignored: an ordinary result
     params = {"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": 60_000}}
     answer = await client.request(3, "tools/call", params)
-    assert answer["result"] == {"content": [{"type": "text", "text": "Computed result after 0 s"}]}, answer
+    text = "Computed result after 0 s"
+    assert answer["result"] == str_result(text), answer
     # a tool that takes task_status runs through it (started() does nothing)
     answer = await client.request(4, "tools/call", {"name": "never_starts", "arguments": {}})
     assert answer["result"]["content"][0]["text"] == "plain answer (is_task=False)"
@@ -1052,7 +1058,7 @@ async def test_listen_for_own_tasks_only(asgi: ASGIClient, app: MCPApp, probe: P
     # (and told) once more with the same status, so tasks/get may show a later lastUpdatedAt
     final = seen[-1]["params"]
     polled = await alice.get(mine)
-    assert final["result"] == polled["result"] == {"content": [{"type": "text", "text": "Deleted e.txt"}]}
+    assert final["result"] == polled["result"] == str_result("Deleted e.txt")
     assert final["createdAt"] == polled["createdAt"] and final["lastUpdatedAt"] <= polled["lastUpdatedAt"]
     await stream.aclose()
     await settle()
