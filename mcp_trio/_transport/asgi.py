@@ -31,7 +31,7 @@ from .forwarding import Forwarding, WorkerLink
 from .legacy import LegacyEndpoint
 from .manager import SessionManager
 from .modern import ModernEndpoint
-from .ownership import Ownership, drain
+from .ownership import Ownership, close_sessions, drain
 from .quotas import QuotaExceeded, client_address
 from .streams import TRANSPORT_ERRORS, GuardedSend, reject, respond
 from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
@@ -81,6 +81,8 @@ class MCPApp:
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
+        self._closed: trio.Event | None = None
+        """Made by :meth:`aclose` (set once it is over)."""
         self._draining = False
         """Readiness has turned (see :meth:`_drain`)."""
         self._told_not_running = False
@@ -139,19 +141,34 @@ class MCPApp:
                 nursery.cancel_scope.cancel()
 
     async def aclose(self) -> None:
-        """End gracefully: drain first (readiness turns at once, ``config.drain_delay`` passes, then no
-        new session is made, and sessions kept in Redis are handed over to other workers),
-        then close every session, subscription and WebSocket connection (each open stream ends cleanly,
-        each WebSocket with close code 1001 after what was queued for it) within
-        ``config.shutdown_grace``."""
-        self._closing = self._draining = True
-        await drain(self._manager, self._legacy.ownership, self.config)
-        for connection in list(self._websockets):
-            connection.stop()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._modern.aclose)
-            nursery.start_soon(self._modern.tasks.aclose)
-            nursery.start_soon(self._manager.aclose)
+        """End gracefully, by one rule for both eras (docs/transport.md, "Shutdown"): drain first
+        (readiness turns at once and ``config.drain_delay`` passes, serving as before); then stop
+        admitting (a new session, a new request of a session, a 2026 request or a WebSocket upgrade
+        gets 503 with ``Retry-After`` and -32000 ``Server shutting down``; a new request on a
+        WebSocket gets that error); the requests in flight get ``config.shutdown_grace`` to finish
+        normally, then those still running are cancelled and each is answered -32000 on its own stream
+        before that stream ends; every stream ends cleanly (each WebSocket with close code 1001), and
+        sessions kept in Redis are handed over to other workers instead of ended.  A second call waits
+        for the first."""
+        if self._closed is not None:
+            await self._closed.wait()
+            return
+        self._closed = trio.Event()
+        try:
+            self._closing = self._draining = True
+            ownership = self._legacy.ownership
+            await drain(self._manager, ownership, self.config)
+            self._modern.stop()
+            for connection in list(self._websockets):
+                connection.stop()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(close_sessions, self._manager, ownership)
+                nursery.start_soon(self._modern.aclose)
+                nursery.start_soon(self._modern.tasks.aclose)
+                for connection in list(self._websockets):
+                    nursery.start_soon(connection.ended.wait)
+        finally:
+            self._closed.set()
 
     def statistics(self) -> dict[str, Any]:
         stats = self._manager.statistics()

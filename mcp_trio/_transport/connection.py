@@ -33,10 +33,11 @@ import trio
 from .._app.server import MCPServer
 from .._protocol import jsonrpc, versions
 from .._protocol import modern as modern_rules
+from .._protocol.admission import SHUTTING_DOWN, SHUTTING_DOWN_CODE, shutdown_answer
 from .._runtime.containment import contained
 from .._runtime.peerlog import RateLimitedLog
 from ..errors import RemoteProtocolError, RPCError
-from .config import ServerConfig
+from .config import LAST_WORDS, ServerConfig
 from .modern import ModernEndpoint
 from .peer import SessionPeer
 from .responder import Responder
@@ -51,18 +52,26 @@ peer_log = RateLimitedLog(logger)
 
 class _Call:
     """One request being handled: its cancel scope, and whether the client cancelled it (then nothing
-    more is written for it, even what was already queued)."""
+    more is written for it, even what was already queued) or the server's shutdown did (then it is
+    answered -32000)."""
 
-    __slots__ = ("cancelled", "id", "scope")
+    __slots__ = ("cancelled", "halted", "id", "scope")
 
     def __init__(self, request_id: mt.RequestId) -> None:
         self.id = request_id
         self.scope = trio.CancelScope()
         self.cancelled = False
+        self.halted = False
 
     def cancel(self) -> None:
         self.cancelled = True
         self.scope.cancel()
+
+    def halt(self) -> None:
+        """The server's shutdown cancels it (unless the client did): it is answered -32000."""
+        if not self.cancelled:
+            self.halted = True
+            self.scope.cancel()
 
 
 class _ConnectionResponder(Responder):
@@ -127,6 +136,9 @@ class MessageConnection(SessionPeer):
         self._init_session()
         # tasks and messages
         self.closing = False
+        self.stopping = False
+        """The connection ends: a new request is answered -32000 ``Server shutting down`` (what else
+        the client sends, notifications and answers to the server's requests, is still taken)."""
         self._inflight: dict[mt.RequestId, _Call] = {}
         self._running = 0
         self._idle = trio.Event()
@@ -162,20 +174,31 @@ class MessageConnection(SessionPeer):
 
     async def _shutdown(self) -> None:
         """End of input: requests already read get ``shutdown_grace`` to finish (so a script piped in
-        gets its answers), then the rest are cancelled; what is queued is flushed."""
+        gets its answers), then the rest are cancelled and answered -32000; what is queued is flushed."""
         grace = self.config.shutdown_grace
+        self.stopping = True
         with trio.move_on_after(grace):
             await self._idle.wait()
         if self._owns_endpoint:
             await self._modern.tasks.aclose()
         self.closing = True
-        for call in list(self._inflight.values()):
-            call.cancel()
-        with trio.move_on_after(grace):
-            await self._idle.wait()
+        await self.settle(0)
         self._queue_send.close()  # the writer sends what is queued, then ends
         with trio.move_on_after(grace):
             await self._writer_done.wait()
+
+    async def settle(self, grace: float) -> None:
+        """The shutdown rule (new requests are refused once :attr:`stopping` is set): the requests in
+        flight get ``grace`` seconds to finish, then those still running are cancelled, each answered
+        -32000 ``Server shutting down`` (a request the client cancelled gets nothing), and get
+        :data:`~.config.LAST_WORDS` to unwind."""
+        with trio.move_on_after(grace):
+            await self._idle.wait()
+        if self._running:
+            for call in list(self._inflight.values()):
+                call.halt()
+            with trio.move_on_after(LAST_WORDS):
+                await self._idle.wait()
 
     def statistics(self) -> dict[str, Any]:
         return {
@@ -230,6 +253,9 @@ class MessageConnection(SessionPeer):
             self.receive_response(message)
 
     async def _receive_request(self, request: mt.JSONRPCRequest) -> None:
+        if self.stopping:
+            await self._error(request.id, SHUTTING_DOWN_CODE, SHUTTING_DOWN)
+            return
         if request.id in self._inflight:
             await self._error(request.id, mt.INVALID_REQUEST, f"Invalid Request: id {request.id!r} is in use")
             return
@@ -357,13 +383,16 @@ class MessageConnection(SessionPeer):
         assert self._nursery is not None, "connection not running"
         call = self._inflight[request_id] = _Call(request_id)
         self._running += 1
-        self._idle = trio.Event()
+        if self._idle.is_set():  # (one not set yet is set when the last task ends: its waiters wait on)
+            self._idle = trio.Event()
         self._nursery.start_soon(self._task, fn, call, *args, name=f"mcp request {request_id!r}")
 
     async def _task(self, fn: Callable[..., Awaitable[None]], call: _Call, *args: Any) -> None:
         try:  # a bug must not end the server (handler errors are answered before this)
             with contained(f"the task of request {call.id!r}"), call.scope:
                 await fn(call, *args)
+            if call.halted and call.scope.cancelled_caught:  # cancelled by the shutdown before its answer
+                await self.write(shutdown_answer(call.id), call)
         finally:
             if self._inflight.get(call.id) is call:
                 del self._inflight[call.id]

@@ -254,15 +254,25 @@ class SessionManager:
         if self.on_forget is not None:
             self.on_forget(session)
 
-    async def aclose(self, grace: float | None = None) -> None:
-        """Close every session; wait (up to ``grace`` seconds) for them to end.  New ones are refused."""
+    @property
+    def stopping(self) -> bool:
+        """The app stops: a new session, or a new request of a session, is refused (503, -32000)."""
+        return self._closing
+
+    def stop(self) -> None:
+        """Stop admitting (see :attr:`stopping`): what the sessions' clients send besides requests
+        (notifications, answers to the server's requests) is still taken while they end."""
         self._closing = True
-        sessions = list(self._sessions)
-        for session in sessions:
-            session.close()
-        with trio.move_on_after(self.config.shutdown_grace if grace is None else grace):
-            for session in sessions:
-                await session.closed.wait()
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """End every session by the shutdown rule (:meth:`Session.shut_down`): new sessions and
+        requests are refused; the requests in flight get ``grace`` seconds (``shutdown_grace``) to
+        finish, then are cancelled and answered -32000; every stream ends cleanly; the sessions end."""
+        self.stop()
+        grace = self.config.shutdown_grace if grace is None else grace
+        async with trio.open_nursery() as nursery:
+            for session in list(self._sessions):
+                nursery.start_soon(session.shut_down, grace)
 
     async def forget_events(self, session: Session) -> None:
         """A session ended: its events go from the store (a session handed over to another worker

@@ -30,13 +30,15 @@ from .._app.server import MCPServer
 from .._app.tasks import MemoryTaskStore, TaskManager
 from .._observe.telemetry import HTTP, Carrier
 from .._protocol import jsonrpc, versions
+from .._protocol.admission import shutdown_answer, shutting_down
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._protocol.modern import RequestState
 from .._runtime.containment import contained
 from .._runtime.contract import DisconnectHook
 from ..errors import RPCError
-from .config import ServerConfig
+from .config import LAST_WORDS, ServerConfig
 from .responder import KeepAlive, Responder, disconnected, watch_disconnect
+from .streams import GuardedSend
 from .subscriptions import Listener, Subscriptions
 from .wire import Receive, Send
 
@@ -161,6 +163,12 @@ class ModernEndpoint:
         """Owner keys of principals, for tasks and sessions alike: under the cluster's ring when there
         is one (workers sharing a task store then agree on them), else a random key of this app."""
         self.inflight = 0
+        self.stopping = False
+        """The app stops: a new request is refused (503, -32000; see :meth:`aclose`)."""
+        self._running: set[Responder] = set()
+        """The answers of the requests being handled (``subscriptions/listen`` streams aside)."""
+        self._quiet: trio.Event | None = None
+        """While :meth:`aclose` waits: set once no request is being handled."""
         factory = config.task_store_factory
         self.tasks = TaskManager(
             factory() if factory is not None else MemoryTaskStore(),
@@ -201,13 +209,19 @@ class ModernEndpoint:
         the handler then runs in this task, under a cancel scope the hook cancels (``request_scope``,
         the request's own, already entered by the caller, or else one of its own); without one a
         sibling task watches ``receive()`` for the disconnect."""
+        if self.stopping:
+            raise shutting_down(request.id)
         responder = Responder(send, json_only=self.config.json_response)
         listen = request.method == "subscriptions/listen"
         listener = self.subscriptions.listener(request, principal) if listen else None
         self.inflight += 1
+        running = self._running
+        if listener is None:  # (a listen stream ends with the subscriptions, answered by them)
+            running.add(responder)
         try:
             if on_disconnect is None:
                 async with trio.open_nursery() as nursery:
+                    responder.scope = nursery.cancel_scope
                     nursery.start_soon(watch_disconnect, receive, nursery.cancel_scope, responder)
                     await self._respond(request, revision, responder, principal, listener)
                     nursery.cancel_scope.cancel()
@@ -218,6 +232,7 @@ class ModernEndpoint:
                     if request_scope is not None
                     else trio.CancelScope() as scope
                 ):
+                    responder.scope = scope
                     on_disconnect.set(functools.partial(disconnected, scope, responder))
                     try:
                         await self._respond(request, revision, responder, principal, listener, on_disconnect)
@@ -225,6 +240,12 @@ class ModernEndpoint:
                         on_disconnect.set(None)
         finally:
             self.inflight -= 1
+            if responder.halted:  # the server's shutdown cancelled it: it is answered so (shielded, bounded)
+                await responder.last_words(shutdown_answer(request.id))
+            if listener is None:
+                running.discard(responder)
+                if self._quiet is not None and not running:
+                    self._quiet.set()
 
     async def _respond(
         self,
@@ -246,10 +267,12 @@ class ModernEndpoint:
             return
         if self.config.json_response:  # one JSON body: no comments (proxies must wait for the answer)
             message, status = await self.answer(request, revision, responder, principal)
+            responder.answered = True
         else:
             self.keepalive.watch(responder)
             try:
                 message, status = await self.answer(request, revision, responder, principal)
+                responder.answered = True
             finally:
                 self.keepalive.unwatch(responder)
                 if responder.beat is not None:
@@ -374,9 +397,38 @@ class ModernEndpoint:
         }
         return jsonrpc.response(request.id, result)
 
-    async def aclose(self) -> None:
-        """Shutdown: every open listen stream gets its completion result and ends (within the grace)."""
-        await self.subscriptions.aclose()
+    def stop(self) -> None:
+        """Stop admitting: a new request gets 503 with ``Retry-After`` and -32000."""
+        self.stopping = True
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Shutdown, once :meth:`stop` was called: every open listen stream gets its completion result
+        and ends (within the grace); the requests being handled get ``grace`` seconds
+        (``shutdown_grace``) to finish, then those still running are cancelled and each is answered
+        -32000 ``Server shutting down`` (on its SSE stream if it has one, else as its JSON body), within
+        :data:`~.config.LAST_WORDS`; a send still stuck after that is cut."""
+        self.stop()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.subscriptions.aclose)
+            with trio.move_on_after(self.config.shutdown_grace if grace is None else grace):
+                await self._until_quiet()
+            for responder in self._running:
+                if not responder.answered and responder.scope is not None:
+                    responder.halted = True
+                    responder.scope.cancel()
+            with trio.move_on_after(LAST_WORDS):
+                await self._until_quiet()
+            for responder in self._running:  # a client that stopped reading: cut (where that is safe)
+                if isinstance(responder.send, GuardedSend):
+                    responder.send.abort()
+
+    async def _until_quiet(self) -> None:
+        try:
+            while self._running:
+                quiet = self._quiet = trio.Event()
+                await quiet.wait()
+        finally:
+            self._quiet = None
 
     def statistics(self) -> dict[str, int]:
         listeners = len(self.subscriptions.open)
