@@ -83,7 +83,7 @@ class WebSocketConnection(MessageConnection):
         if self.stopping:
             return
         self.stopping = True
-        if self._nursery is None:  # (not serving yet: it ends as soon as it starts reading)
+        if self._nursery is None or self.closing:  # not serving yet, or ending already
             self._reading.cancel()
         else:
             self._nursery.start_soon(self._wind_down, name="mcp websocket shutdown")
