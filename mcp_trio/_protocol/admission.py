@@ -211,7 +211,8 @@ def shutting_down(request_id: mt.RequestId | None = None) -> RemoteProtocolError
 def shutdown_answer(request_id: mt.RequestId) -> dict[str, Any]:
     """The answer to a request still in flight when the shutdown grace ran out (its handler cancelled):
     -32000 ``Server shutting down``, sent on the request's own stream before that stream ends."""
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": SHUTTING_DOWN_CODE, "message": SHUTTING_DOWN}}
+    error = {"code": SHUTTING_DOWN_CODE, "message": SHUTTING_DOWN}
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
 def lives_elsewhere(worker: str) -> RemoteProtocolError:

@@ -307,7 +307,9 @@ class MCPApp:
                 )
             if not self._manager.started:
                 raise self._not_running()
-            if self._closing or len(self._websockets) >= self.config.max_sessions:
+            if self._closing:
+                raise admission.shutting_down()
+            if len(self._websockets) >= self.config.max_sessions:
                 raise admission.no_more_connections()
             try:  # a connection counts against the quotas as a session does
                 quota = self._manager.quotas.take(

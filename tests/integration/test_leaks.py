@@ -180,7 +180,9 @@ async def test_shutdown_ends_every_open_stream_cleanly(demo_server: DemoServer) 
                     assert await end_cleanly(stream, within=grace + 2) == last_words
                     ended.append(trio.current_time() - start)
 
-                shutting_down = '{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"Server shutting down"}}'
+                shutting_down = (
+                    '{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"Server shutting down"}}'
+                )
                 async with trio.open_nursery() as nursery:
                     for n, stream in enumerate(streams):  # GET, POST, GET, POST...
                         nursery.start_soon(read_to_end, stream, [shutting_down] if n % 2 else [])

@@ -822,7 +822,8 @@ async def test_a_session_handed_over_follows_the_shutdown_rule(redis: RedisServe
 
     def call(request_id: int, seconds: float) -> bytes:
         params = {"name": "sleep", "arguments": {"seconds": seconds}}
-        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        return json.dumps(message).encode()
 
     async with open_asgi_client(apps["b"]) as on_b:
         async with open_asgi_client(apps["a"]) as on_a:

@@ -39,6 +39,7 @@ SERVERS = ["hypercorn", "h11"]
 V2025 = "2025-11-25"
 V2026 = "2026-07-28"
 SHUTTING_DOWN = {"code": -32000, "message": "Server shutting down"}
+INFO = {"name": "t", "version": "1"}
 POST_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
@@ -88,7 +89,8 @@ async def serving(http: Literal["hypercorn", "h11"], probe: Probe) -> AsyncItera
     app = MCPApp(build_server(probe), ServerConfig(shutdown_grace=GRACE))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        urls = await nursery.start(functools.partial(serve, app, "127.0.0.1", 0, http=http, shutdown_trigger=stop.wait))
+        run = functools.partial(serve, app, "127.0.0.1", 0, http=http, shutdown_trigger=stop.wait)
+        urls = await nursery.start(run)
         served = Served(app, urls[0] + "/mcp", stop)
 
         async def watch() -> None:
@@ -165,7 +167,7 @@ class Legacy(Era):
             "jsonrpc": "2.0",
             "id": 0,
             "method": "initialize",
-            "params": {"protocolVersion": V2025, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+            "params": {"protocolVersion": V2025, "capabilities": {}, "clientInfo": INFO},
         }
         response = await self.http.post(self.url, headers=POST_HEADERS, content=json.dumps(init).encode())
         assert response.status_code == 200, response.text
@@ -185,7 +187,7 @@ class Legacy(Era):
 class Modern(Era):
     META = {
         "io.modelcontextprotocol/protocolVersion": V2026,
-        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientInfo": INFO,
         "io.modelcontextprotocol/clientCapabilities": {},
     }
 
