@@ -26,7 +26,7 @@ import mcp_types as mt
 import pytest
 import trio
 
-from mcp_trio import MCPApp, MCPServer, ServerConfig, open_client_session, serve
+from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, open_client_session, serve
 from mcp_trio.errors import RPCError
 
 GRACE = 1.0
@@ -67,6 +67,20 @@ def build_server(probe: Probe) -> MCPServer:
             raise
         return f"{key} slept {seconds}"
 
+    @server.tool()
+    async def chatty(ctx: Context, key: str) -> str:
+        """Reports progress every 0.1 s until cancelled (its answer is an SSE stream)."""
+        probe.event(key).set()
+        step = 0
+        try:
+            while True:
+                step += 1
+                await ctx.report_progress(step)
+                await trio.sleep(0.1)
+        except trio.Cancelled:
+            probe.cancelled.add(key)
+            raise
+
     return server
 
 
@@ -84,9 +98,11 @@ class Served:
 
 
 @asynccontextmanager
-async def serving(http: Literal["hypercorn", "h11"], probe: Probe) -> AsyncIterator[Served]:
+async def serving(
+    http: Literal["hypercorn", "h11"], probe: Probe, *, json_response: bool = False
+) -> AsyncIterator[Served]:
     """The app on 127.0.0.1:0; the block must end with the server stopped (``served.shut_down()``)."""
-    app = MCPApp(build_server(probe), ServerConfig(shutdown_grace=GRACE))
+    app = MCPApp(build_server(probe), ServerConfig(shutdown_grace=GRACE, json_response=json_response))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         run = functools.partial(serve, app, "127.0.0.1", 0, http=http, shutdown_trigger=stop.wait)
@@ -201,7 +217,8 @@ class Modern(Era):
     def body(self, message: dict[str, Any]) -> dict[str, Any]:
         if "id" not in message:
             return message
-        return {**message, "params": {**message.get("params", {}), "_meta": self.META}}
+        params = message.get("params", {})
+        return {**message, "params": {**params, "_meta": {**self.META, **params.get("_meta", {})}}}
 
 
 ERAS: dict[str, type[Era]] = {"2025": Legacy, "2026": Modern}
@@ -285,3 +302,41 @@ async def test_the_client_gets_its_answer_or_an_rpc_error(
     assert isinstance(short.content[0], mt.TextContent) and short.content[0].text == "short slept 0.3"
     assert isinstance(long, RPCError), repr(long)
     assert (long.code, long.message) == (-32000, "Server shutting down")
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("shape", ["sse", "json"])
+async def test_the_shutdown_answer_takes_the_shape_of_the_answer(era: str, shape: str) -> None:
+    """A call that reports progress (its answer an SSE stream) and is cut by the grace: the stream
+    carries its notifications, then the -32000 answer, then ends cleanly; with ``json_response`` the
+    answer is one JSON body carrying the -32000 error (the notifications go elsewhere, or nowhere)."""
+    probe = Probe()
+    with trio.fail_after(DEADLINE):
+        async with (
+            serving("h11", probe, json_response=shape == "json") as served,
+            httpx.AsyncClient(timeout=DEADLINE) as client,
+        ):
+            peer = ERAS[era](client, served.url)
+            await peer.open()
+            message = call(1, "loud", 0)
+            message["params"] = {"name": "chatty", "arguments": {"key": "loud"}}
+            message["params"]["_meta"] = {"progressToken": "p"}
+            async with trio.open_nursery() as nursery:
+                answer: list[Answer] = []
+
+                async def keep() -> None:
+                    answer.append(await peer.post(message))
+
+                nursery.start_soon(keep)
+                await probe.event("loud").wait()
+                await trio.sleep(0.3)
+                served.shut_down()
+    (got,) = answer
+    assert got.status == 200 and "loud" in probe.cancelled
+    assert got.messages[-1] == {"jsonrpc": "2.0", "id": 1, "error": SHUTTING_DOWN}
+    progress = [m for m in got.messages[:-1] if m.get("method") == "notifications/progress"]
+    if shape == "sse":
+        assert got.headers["content-type"].startswith("text/event-stream")
+        assert len(progress) >= 3 and progress == got.messages[:-1]
+    else:
+        assert got.headers["content-type"].startswith("application/json") and got.messages[:-1] == []
