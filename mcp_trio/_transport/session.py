@@ -2,8 +2,10 @@
 
 The session's nursery holds its request handlers and the writer of every stream connection (the GET
 stream and each POST's SSE or JSON response).  Cancelling it (DELETE, idle expiry or init timeout by
-the manager's clock, server shutdown, :meth:`Session.close`) ends all of them; each ASGI request task
-waiting on a writer then finishes its HTTP response.
+the manager's clock, :meth:`Session.close`) ends all of them; each ASGI request task waiting on a writer
+then finishes its HTTP response.  The server's shutdown and a hand-over to another worker cancel it
+only once its requests in flight have had their grace and the rest have been answered
+(:meth:`Session.shut_down`, :meth:`Session.settle`).
 """
 
 from __future__ import annotations
