@@ -803,7 +803,7 @@ async def test_shutdown_closes_1001(kind: str) -> None:
 
 async def test_shutdown_refuses_new_requests_and_answers_the_calls_it_cuts(kind: str) -> None:
     """The shutdown rule on a WebSocket: once the server stops, a new request is answered -32000 at
-    once; a call shorter than the grace is answered as usual; one still running when the grace
+    once (a new connection gets 503 and -32000); a call shorter than the grace is answered as usual; one still running when the grace
     (1 s) runs out is cancelled and answered -32000; then the connection closes with 1001."""
     probe = Probe()
     shutting_down = {"code": -32000, "message": "Server shutting down"}
@@ -824,6 +824,9 @@ async def test_shutdown_refuses_new_requests_and_answers_the_calls_it_cuts(kind:
                     if "error" in got[request_id]:
                         break
                 assert got[request_id] == {"jsonrpc": "2.0", "id": request_id, "error": shutting_down}
+                rejection = await refused(served.port)  # and a new connection is refused
+                assert rejection.status == 503 and rejection.header(b"retry-after") == b"1"
+                assert error_body(rejection)["error"] == shutting_down
                 assert not probe.was_cancelled("cut")  # the call runs on meanwhile
                 while 1 not in got or 2 not in got:
                     answer = await raw.receive()
