@@ -803,8 +803,9 @@ async def test_shutdown_closes_1001(kind: str) -> None:
 
 async def test_shutdown_refuses_new_requests_and_answers_the_calls_it_cuts(kind: str) -> None:
     """The shutdown rule on a WebSocket: once the server stops, a new request is answered -32000 at
-    once (a new connection gets 503 and -32000); a call shorter than the grace is answered as usual; one still running when the grace
-    (1 s) runs out is cancelled and answered -32000; then the connection closes with 1001."""
+    once (a new connection gets 503 and -32000); a call shorter than the grace is answered as usual;
+    one still running when the grace (1 s) runs out is cancelled and answered -32000; then the
+    connection closes with 1001."""
     probe = Probe()
     shutting_down = {"code": -32000, "message": "Server shutting down"}
     async with serving(kind, build_app(probe)) as served:
