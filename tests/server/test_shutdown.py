@@ -99,10 +99,10 @@ class Served:
 
 @asynccontextmanager
 async def serving(
-    http: Literal["hypercorn", "h11"], probe: Probe, *, json_response: bool = False
+    http: Literal["hypercorn", "h11"], probe: Probe, *, json_response: bool = False, grace: float = GRACE
 ) -> AsyncIterator[Served]:
     """The app on 127.0.0.1:0; the block must end with the server stopped (``served.shut_down()``)."""
-    app = MCPApp(build_server(probe), ServerConfig(shutdown_grace=GRACE, json_response=json_response))
+    app = MCPApp(build_server(probe), ServerConfig(shutdown_grace=grace, json_response=json_response))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         run = functools.partial(serve, app, "127.0.0.1", 0, http=http, shutdown_trigger=stop.wait)
@@ -340,3 +340,35 @@ async def test_the_shutdown_answer_takes_the_shape_of_the_answer(era: str, shape
         assert len(progress) >= 3 and progress == got.messages[:-1]
     else:
         assert got.headers["content-type"].startswith("application/json") and got.messages[:-1] == []
+
+
+@pytest.mark.parametrize("http", SERVERS)
+async def test_a_call_the_client_cancels_during_the_grace_gets_no_answer(
+    http: Literal["hypercorn", "h11"],
+) -> None:
+    """2025: ``notifications/cancelled`` is still taken while the server stops; the call it cancels is
+    not answered (neither its result nor -32000), and its stream ends cleanly at once."""
+    probe = Probe()
+    answers: list[Answer] = []
+    with trio.fail_after(DEADLINE):
+        async with (
+            serving(http, probe, grace=DEADLINE) as served,  # a grace that does not run out here
+            httpx.AsyncClient(timeout=DEADLINE) as client,
+        ):
+            peer = Legacy(client, served.url)
+            await peer.open()
+            async with trio.open_nursery() as nursery:
+
+                async def keep() -> None:
+                    answers.append(await peer.post(call(1, "long", LONG)))
+
+                nursery.start_soon(keep)
+                await probe.event("long").wait()
+                served.shut_down()
+                for request_id in range(100, 1000):  # until the app stops admitting
+                    if (await peer.post(call(request_id, f"q{request_id}", 0))).status == 503:
+                        break
+                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+                assert (await peer.post(cancel)).status == 202
+    (answer,) = answers
+    assert answer.status == 200 and answer.messages == [] and "long" in probe.cancelled
