@@ -52,26 +52,18 @@ peer_log = RateLimitedLog(logger)
 
 class _Call:
     """One request being handled: its cancel scope, and whether the client cancelled it (then nothing
-    more is written for it, even what was already queued) or the server's shutdown did (then it is
-    answered -32000)."""
+    more is written for it, even what was already queued)."""
 
-    __slots__ = ("cancelled", "halted", "id", "scope")
+    __slots__ = ("cancelled", "id", "scope")
 
     def __init__(self, request_id: mt.RequestId) -> None:
         self.id = request_id
         self.scope = trio.CancelScope()
         self.cancelled = False
-        self.halted = False
 
     def cancel(self) -> None:
         self.cancelled = True
         self.scope.cancel()
-
-    def halt(self) -> None:
-        """The server's shutdown cancels it (unless the client did): it is answered -32000."""
-        if not self.cancelled:
-            self.halted = True
-            self.scope.cancel()
 
 
 class _ConnectionResponder(Responder):
@@ -195,8 +187,8 @@ class MessageConnection(SessionPeer):
         with trio.move_on_after(grace):
             await self._idle.wait()
         if self._running:
-            for call in list(self._inflight.values()):
-                call.halt()
+            for call in self._inflight.values():
+                call.scope.cancel()  # not call.cancel(): the client did not cancel it (see _task)
             with trio.move_on_after(LAST_WORDS):
                 await self._idle.wait()
 
@@ -383,15 +375,15 @@ class MessageConnection(SessionPeer):
         assert self._nursery is not None, "connection not running"
         call = self._inflight[request_id] = _Call(request_id)
         self._running += 1
-        if self._idle.is_set():  # (one not set yet is set when the last task ends: its waiters wait on)
-            self._idle = trio.Event()
+        self._idle = trio.Event()
         self._nursery.start_soon(self._task, fn, call, *args, name=f"mcp request {request_id!r}")
 
     async def _task(self, fn: Callable[..., Awaitable[None]], call: _Call, *args: Any) -> None:
         try:  # a bug must not end the server (handler errors are answered before this)
             with contained(f"the task of request {call.id!r}"), call.scope:
                 await fn(call, *args)
-            if call.halted and call.scope.cancelled_caught:  # cancelled by the shutdown before its answer
+            if call.scope.cancelled_caught and not call.cancelled:
+                # cancelled by the shutdown rule (settle), not by the client: it is answered so
                 await self.write(shutdown_answer(call.id), call)
         finally:
             if self._inflight.get(call.id) is call:
