@@ -107,7 +107,8 @@ async def serving(
     async with trio.open_nursery() as nursery:
         run = functools.partial(serve, app, "127.0.0.1", 0, http=http, shutdown_trigger=stop.wait)
         urls = await nursery.start(run)
-        served = Served(app, urls[0] + "/mcp", stop)
+        url = urls[0] if urls[0].endswith("/mcp") else urls[0] + "/mcp"  # (the endpoint, or its address)
+        served = Served(app, url, stop)
 
         async def watch() -> None:
             await stop.wait()
