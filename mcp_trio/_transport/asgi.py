@@ -81,8 +81,7 @@ class MCPApp:
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
-        self._closed: trio.Event | None = None
-        """Made by :meth:`aclose` (set once it is over)."""
+        self._closed: trio.Event | None = None  # (made by aclose, set once it is over)
         self._draining = False
         """Readiness has turned (see :meth:`_drain`)."""
         self._told_not_running = False
@@ -141,15 +140,10 @@ class MCPApp:
                 nursery.cancel_scope.cancel()
 
     async def aclose(self) -> None:
-        """End gracefully, by one rule for both eras (docs/transport.md, "Shutdown"): drain first
-        (readiness turns at once and ``config.drain_delay`` passes, serving as before); then stop
-        admitting (a new session, a new request of a session, a 2026 request or a WebSocket upgrade
-        gets 503 with ``Retry-After`` and -32000 ``Server shutting down``; a new request on a
-        WebSocket gets that error); the requests in flight get ``config.shutdown_grace`` to finish
-        normally, then those still running are cancelled and each is answered -32000 on its own stream
-        before that stream ends; every stream ends cleanly (each WebSocket with close code 1001), and
-        sessions kept in Redis are handed over to other workers instead of ended.  A second call waits
-        for the first."""
+        """End gracefully, by the shutdown rule of both eras (docs/transport.md, "Shutdown"): drain, stop
+        admitting (503, -32000), give the requests in flight ``config.shutdown_grace``, then answer those
+        still running -32000 on their own streams; every stream ends cleanly, sessions kept in Redis
+        are handed over.  A second call waits for the first."""
         if self._closed is not None:
             await self._closed.wait()
             return
@@ -159,14 +153,13 @@ class MCPApp:
             ownership = self._legacy.ownership
             await drain(self._manager, ownership, self.config)
             self._modern.stop()
-            for connection in list(self._websockets):
-                connection.stop()
             async with trio.open_nursery() as nursery:
+                for connection in list(self._websockets):
+                    connection.stop()
+                    nursery.start_soon(connection.ended.wait)
                 nursery.start_soon(close_sessions, self._manager, ownership)
                 nursery.start_soon(self._modern.aclose)
                 nursery.start_soon(self._modern.tasks.aclose)
-                for connection in list(self._websockets):
-                    nursery.start_soon(connection.ended.wait)
         finally:
             self._closed.set()
 

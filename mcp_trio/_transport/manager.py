@@ -12,10 +12,11 @@ from typing import Any
 import trio
 
 from .._app.server import MCPServer
+from .._protocol.session import END, Outgoing
 from .._protocol.versions import Revision
 from .._runtime.containment import contained
 from ..errors import SessionError
-from .config import ServerConfig
+from .config import LAST_WORDS, ServerConfig
 from .eventstore import InMemoryEventStore
 from .peer import SessionPeer
 from .queues import KeepAliveClock
@@ -272,7 +273,26 @@ class SessionManager:
         grace = self.config.shutdown_grace if grace is None else grace
         async with trio.open_nursery() as nursery:
             for session in list(self._sessions):
-                nursery.start_soon(session.shut_down, grace)
+                nursery.start_soon(self._shut_down, session, grace)
+
+    async def _shut_down(self, session: Session, grace: float) -> None:
+        """One session by the shutdown rule: its requests in flight finish or are answered -32000
+        (:meth:`Session.settle`), every live stream ends once what is queued for it is sent (the GET
+        stream too), then the session ends.  Bounded: ``grace`` plus three times ``LAST_WORDS``."""
+        await session.settle(grace)
+        await self.end_streams(session, END)
+        session.close()
+        with trio.move_on_after(LAST_WORDS):
+            await session.closed.wait()
+
+    async def end_streams(self, session: Session, last: Outgoing) -> None:
+        """End every live SSE connection of ``session`` with ``last`` (:data:`END`, or a ``retry``
+        hint) once what is queued before it is sent; wait up to ``LAST_WORDS`` for their writers (a
+        client that stopped reading is cut when the session closes)."""
+        connected = session.end_connections(last)
+        with trio.move_on_after(LAST_WORDS):
+            for exchange in [stream.exchange for stream in connected if stream.exchange is not None]:
+                await exchange.done.wait()
 
     async def forget_events(self, session: Session) -> None:
         """A session ended: its events go from the store (a session handed over to another worker

@@ -36,7 +36,8 @@ from .._protocol.modern import RequestState
 from .._runtime.containment import contained
 from .._runtime.contract import DisconnectHook
 from ..errors import RPCError
-from .config import LAST_WORDS, ServerConfig
+from .config import ServerConfig
+from .inflight import InFlight
 from .responder import KeepAlive, Responder, disconnected, watch_disconnect
 from .streams import GuardedSend
 from .subscriptions import Listener, Subscriptions
@@ -165,10 +166,8 @@ class ModernEndpoint:
         self.inflight = 0
         self.stopping = False
         """The app stops: a new request is refused (503, -32000; see :meth:`aclose`)."""
-        self._running: set[Responder] = set()
-        """The answers of the requests being handled (``subscriptions/listen`` streams aside)."""
-        self._quiet: trio.Event | None = None
-        """While :meth:`aclose` waits: set once no request is being handled."""
+        self._running: InFlight[Responder] = InFlight()
+        """The requests being handled, by answer (``subscriptions/listen`` streams aside)."""
         factory = config.task_store_factory
         self.tasks = TaskManager(
             factory() if factory is not None else MemoryTaskStore(),
@@ -215,13 +214,12 @@ class ModernEndpoint:
         listen = request.method == "subscriptions/listen"
         listener = self.subscriptions.listener(request, principal) if listen else None
         self.inflight += 1
-        running = self._running
-        if listener is None:  # (a listen stream ends with the subscriptions, answered by them)
-            running.add(responder)
+        running = self._running  # (not a listen stream: it ends with the subscriptions, answered by them)
         try:
             if on_disconnect is None:
                 async with trio.open_nursery() as nursery:
-                    responder.scope = nursery.cancel_scope
+                    if listener is None:
+                        running[responder] = nursery.cancel_scope
                     nursery.start_soon(watch_disconnect, receive, nursery.cancel_scope, responder)
                     await self._respond(request, revision, responder, principal, listener)
                     nursery.cancel_scope.cancel()
@@ -232,7 +230,8 @@ class ModernEndpoint:
                     if request_scope is not None
                     else trio.CancelScope() as scope
                 ):
-                    responder.scope = scope
+                    if listener is None:
+                        running[responder] = scope
                     on_disconnect.set(functools.partial(disconnected, scope, responder))
                     try:
                         await self._respond(request, revision, responder, principal, listener, on_disconnect)
@@ -240,12 +239,10 @@ class ModernEndpoint:
                         on_disconnect.set(None)
         finally:
             self.inflight -= 1
-            if responder.halted:  # the server's shutdown cancelled it: it is answered so (shielded, bounded)
-                await responder.last_words(shutdown_answer(request.id))
             if listener is None:
-                running.discard(responder)
-                if self._quiet is not None and not running:
-                    self._quiet.set()
+                if running.halted(responder):  # cancelled by the shutdown rule: answered so (shielded)
+                    await responder.last_words(shutdown_answer(request.id))
+                running.ended(responder)
 
     async def _respond(
         self,
@@ -406,29 +403,15 @@ class ModernEndpoint:
         and ends (within the grace); the requests being handled get ``grace`` seconds
         (``shutdown_grace``) to finish, then those still running are cancelled and each is answered
         -32000 ``Server shutting down`` (on its SSE stream if it has one, else as its JSON body), within
-        :data:`~.config.LAST_WORDS`; a send still stuck after that is cut."""
+        :data:`~.config.LAST_WORDS` (see :class:`~.inflight.InFlight`); a send still stuck then is cut."""
         self.stop()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.subscriptions.aclose)
-            with trio.move_on_after(self.config.shutdown_grace if grace is None else grace):
-                await self._until_quiet()
-            for responder in self._running:
-                if not responder.answered and responder.scope is not None:
-                    responder.halted = True
-                    responder.scope.cancel()
-            with trio.move_on_after(LAST_WORDS):
-                await self._until_quiet()
+            grace = self.config.shutdown_grace if grace is None else grace
+            await self._running.settle(grace, spare=lambda responder: responder.answered)
             for responder in self._running:  # a client that stopped reading: cut (where that is safe)
                 if isinstance(responder.send, GuardedSend):
                     responder.send.abort()
-
-    async def _until_quiet(self) -> None:
-        try:
-            while self._running:
-                quiet = self._quiet = trio.Event()
-                await quiet.wait()
-        finally:
-            self._quiet = None
 
     def statistics(self) -> dict[str, int]:
         listeners = len(self.subscriptions.open)

@@ -274,7 +274,7 @@ class Ownership:
                     "worker's heartbeat",
                     session.session_id,
                 )
-        await session.end_connections(Outgoing(-3, sse.encode_retry(self.config.sse_retry_ms)))
+        await self.manager.end_streams(session, Outgoing(-3, sse.encode_retry(self.config.sse_retry_ms)))
         session.close()
 
     async def hand_over_all(self) -> None:

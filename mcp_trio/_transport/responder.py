@@ -38,19 +38,15 @@ class Responder:
     comment) makes it an SSE stream; a final message with nothing sent before it is sent as one JSON
     body (with a fitting status)."""
 
-    __slots__ = ("_json_only", "answered", "beat", "gone", "halted", "scope", "send", "sending", "streaming")
+    __slots__ = ("_json_only", "answered", "beat", "gone", "send", "sending", "streaming")
 
     def __init__(self, send: Send, *, json_only: bool) -> None:
         self.send = send
         self._json_only = json_only
         self.streaming = False
         self.gone = False
-        self.scope: trio.CancelScope | None = None
-        """The cancel scope the request's handler runs under (the server's shutdown cancels it)."""
         self.answered = False
         """The handler is done: its answer goes out whatever happens now (the shutdown leaves it be)."""
-        self.halted = False
-        """The server's shutdown cancelled the handler: the answer is :meth:`last_words`."""
         self.sending = 0
         """Notifications being sent (a keep-alive comment is not sent meanwhile)."""
         self.beat: trio.Event | None = None

@@ -2,10 +2,8 @@
 
 The session's nursery holds its request handlers and the writer of every stream connection (the GET
 stream and each POST's SSE or JSON response).  Cancelling it (DELETE, idle expiry or init timeout by
-the manager's clock, :meth:`Session.close`) ends all of them; each ASGI request task waiting on a writer
-then finishes its HTTP response.  The server's shutdown and a hand-over to another worker cancel it
-only once its requests in flight have had their grace and the rest have been answered
-(:meth:`Session.shut_down`, :meth:`Session.settle`).
+the manager's clock, server shutdown once :meth:`Session.settle` is over, :meth:`Session.close`) ends
+all of them; each ASGI request task waiting on a writer then finishes its HTTP response.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import mcp_types as mt
 import trio
 
 from .._observe.telemetry import HTTP
-from .._protocol.admission import shutdown_answer
 from .._protocol.session import (
     CUT,
     END,
@@ -33,8 +30,8 @@ from .._protocol.session import (
 )
 from .._protocol.versions import Revision
 from .._runtime.containment import contained
-from .config import LAST_WORDS
 from .eventstore import EventStore, StoredEvent
+from .inflight import InFlight
 from .peer import SessionPeer
 from .queues import StreamQueue
 from .streams import (
@@ -69,10 +66,9 @@ class Session(SessionPeer):
 
     # fmt: off
     __slots__ = (
-        "_busy", "_closed", "_config", "_created", "_early", "_ended", "_exchanges", "_halted",
-        "_idle_since", "_inflight", "_manager", "_nursery", "_parked", "_quiet", "_store", "closing",
-        "expiry", "moved", "moving", "owner", "principal", "quota", "revision", "server", "session_id",
-        "state", "streams",
+        "_busy", "_closed", "_config", "_created", "_early", "_ended", "_exchanges", "_idle_since",
+        "_inflight", "_manager", "_nursery", "_parked", "_store", "closing", "expiry", "moved", "moving",
+        "owner", "principal", "quota", "revision", "server", "session_id", "state", "streams",
     )
     # fmt: on
     """Slots: an idle session is mostly this object (a ``__dict__`` of this many attributes alone is
@@ -113,12 +109,7 @@ class Session(SessionPeer):
             revision=revision,
             retry=config.sse_retry_ms,
         )
-        self._inflight: dict[mt.RequestId, trio.CancelScope] = {}
-        self._halted: set[mt.RequestId] | None = None
-        """Requests the server's shutdown cancelled once their grace ran out (see :meth:`settle`): each
-        is answered -32000 instead of nothing."""
-        self._quiet: trio.Event | None = None
-        """While :meth:`settle` waits: set once no request of the session runs or owes its answer."""
+        self._inflight: InFlight[mt.RequestId] = InFlight()
         self._exchanges: set[Exchange] | frozenset[Exchange] = _NO_EXCHANGES
         """Every exchange (HTTP response) of the session not yet done: closing aborts their sends."""
         self._nursery: trio.Nursery | None = None
@@ -292,27 +283,19 @@ class Session(SessionPeer):
         self._spawn(self._run_request, request, name=f"mcp request {request.id!r}")
 
     async def _run_request(self, request: mt.JSONRPCRequest) -> None:
-        try:
-            with trio.CancelScope() as scope:
-                self._inflight[request.id] = scope
-                try:
-                    message = await self.answer(request)
-                finally:
-                    del self._inflight[request.id]
-            if scope.cancelled_caught:
-                halted = self._halted
-                if halted is None or request.id not in halted:  # notifications/cancelled: no response
-                    await self._answered(request.id)
-                    return
-                halted.discard(request.id)  # the server's shutdown: it is answered so
-                message = shutdown_answer(request.id)
+        with trio.CancelScope() as scope:
+            self._inflight[request.id] = scope
+            try:
+                message: dict[str, Any] | None = await self.answer(request)
+            finally:
+                self._inflight.ended(request.id)
+        if scope.cancelled_caught:  # notifications/cancelled: no answer; the shutdown rule's: -32000
+            message = self._inflight.last_words(request.id)
+        if message is not None:
             with contained(f"answer to {request.method}"):
                 await self.send_message(message, request.id)
                 return
-            await self._answered(request.id)
-        finally:
-            if self._quiet is not None and not self.busy_requests():
-                self._quiet.set()
+        await self._answered(request.id)
 
     async def answer_now(self, request_id: mt.RequestId, message: dict[str, Any]) -> None:
         """Send a response computed without a handler task (``initialize``)."""
@@ -474,62 +457,16 @@ class Session(SessionPeer):
         body = self.streams.whole_body(stream.id, first, item)
         await send_whole(exchange, self.session_id, 200, [*SSE_HEADERS, content_length(body)], body)
 
-    def busy_requests(self) -> bool:
-        """Whether a request of the session still runs or owes its answer."""
-        return bool(self._inflight or self.streams.requests)
-
-    # -- the end: shutdown and hand-over -------------------------------------------------------
-
-    async def shut_down(self, grace: float) -> None:
-        """The server stops (the manager has stopped admitting the session's requests): the requests in
-        flight finish or are answered -32000 (:meth:`settle`), every live stream ends once what is
-        queued for it is sent (the GET stream too), then the session ends.  Bounded: ``grace`` plus
-        twice :data:`~.config.LAST_WORDS`, plus the end of the session's task."""
-        await self.settle(grace)
-        await self.end_connections(END)
-        self.close()
-        with trio.move_on_after(LAST_WORDS):
-            await self.closed.wait()
-
     async def settle(self, grace: float) -> None:
-        """Let the requests in flight finish and their answers be routed, for up to ``grace`` seconds;
-        then cancel those still running, each answered -32000 ``Server shutting down`` on its own
-        stream (a request the client cancelled gets no answer), and wait up to
-        :data:`~.config.LAST_WORDS` for them to unwind.  The caller has stopped new requests."""
-        with trio.move_on_after(grace):
-            await self._until_quiet()
-        if not self._inflight:
-            return
-        halted = self._halted = self._halted or set()
-        for request_id, scope in self._inflight.items():
-            if not scope.cancel_called:  # (cancelled by the client already: no answer)
-                halted.add(request_id)
-                scope.cancel()
-        with trio.move_on_after(LAST_WORDS):
-            await self._until_quiet()
+        """The shutdown rule for the requests in flight and those owed an answer (:class:`InFlight`)."""
+        await self._inflight.settle(grace, lambda: bool(self._inflight or self.streams.requests))
 
-    async def _until_quiet(self) -> None:
-        """Until no request of the session runs or owes its answer (each request's end looks)."""
-        try:
-            while self.busy_requests():
-                quiet = self._quiet = trio.Event()
-                await quiet.wait()
-        finally:
-            self._quiet = None
-
-    async def end_connections(self, last: Outgoing) -> None:
-        """End every live SSE connection of the session with ``last`` (:data:`END`, or a ``retry``
-        hint) once what is queued before it is sent; wait up to :data:`~.config.LAST_WORDS` for their
-        writers (a client that stopped reading is cut when the session closes)."""
+    def end_connections(self, last: Outgoing) -> list[Stream]:
+        """End every live SSE connection of the session with ``last`` (a ``retry`` hint, say)."""
         connected = [s for s in self.streams.streams.values() if s.exchange is not None and not s.json_mode]
-        exchanges = []
         for stream in connected:
             self._queue(stream, last)
-            if stream.exchange is not None:
-                exchanges.append(stream.exchange)
-        with trio.move_on_after(LAST_WORDS):
-            for exchange in exchanges:
-                await exchange.done.wait()
+        return connected
 
     async def _write_sse(self, stream: Stream, exchange: Exchange, queue: StreamQueue, first: int) -> None:
         try:
