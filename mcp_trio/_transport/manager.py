@@ -266,7 +266,7 @@ class SessionManager:
         self._closing = True
 
     async def aclose(self, grace: float | None = None) -> None:
-        """End every session by the shutdown rule (:meth:`Session.shut_down`): new sessions and
+        """End every session by the shutdown rule (:meth:`_shut_down`): new sessions and
         requests are refused; the requests in flight get ``grace`` seconds (``shutdown_grace``) to
         finish, then are cancelled and answered -32000; every stream ends cleanly; the sessions end."""
         self.stop()
