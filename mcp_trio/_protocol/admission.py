@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import mcp_types as mt
 
@@ -22,6 +23,8 @@ from .modern import decode_header_value
 
 __all__ = [
     "AMBIGUOUS_FRAMING",
+    "SHUTTING_DOWN",
+    "SHUTTING_DOWN_CODE",
     "Admission",
     "body_timeout",
     "check_stats_method",
@@ -31,7 +34,18 @@ __all__ = [
     "no_more_connections",
     "over_quota",
     "refuse_modern",
+    "shutdown_answer",
+    "shutting_down",
 ]
+
+SHUTTING_DOWN_CODE = mt.CONNECTION_CLOSED
+"""The JSON-RPC error code of the server's shutdown (-32000, in the implementation-defined server-error
+range): what a request refused while the server stops, and a request in flight that outlived the
+shutdown grace, are answered with.  The python-sdk answers the requests its own shutdown cancels with
+this code too (its ``CONNECTION_CLOSED``), so its clients, like mcp_trio's, take it for "the
+connection is going away"."""
+SHUTTING_DOWN = "Server shutting down"
+"""The message of that error."""
 
 _UNPROTECTED = http.OriginPolicy.off()
 
@@ -179,6 +193,26 @@ def handing_over() -> RemoteProtocolError:
         code=mt.INTERNAL_ERROR,
         headers=(("retry-after", "1"),),
     )
+
+
+def shutting_down(request_id: mt.RequestId | None = None) -> RemoteProtocolError:
+    """503 with ``Retry-After`` for a request that arrives while the server stops (a new session, a new
+    request of a session, a 2026 request): -32000 ``Server shutting down``, for ``request_id``.  The
+    client may retry, elsewhere or later."""
+    return RemoteProtocolError(
+        SHUTTING_DOWN,
+        http_status=503,
+        code=SHUTTING_DOWN_CODE,
+        request_id=request_id,
+        headers=(("retry-after", "1"),),
+    )
+
+
+def shutdown_answer(request_id: mt.RequestId) -> dict[str, Any]:
+    """The answer to a request still in flight when the shutdown grace ran out (its handler cancelled):
+    -32000 ``Server shutting down``, sent on the request's own stream before that stream ends."""
+    error = {"code": SHUTTING_DOWN_CODE, "message": SHUTTING_DOWN}
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
 def lives_elsewhere(worker: str) -> RemoteProtocolError:

@@ -31,7 +31,7 @@ from .forwarding import Forwarding, WorkerLink
 from .legacy import LegacyEndpoint
 from .manager import SessionManager
 from .modern import ModernEndpoint
-from .ownership import Ownership, drain
+from .ownership import Ownership, close_sessions, drain
 from .quotas import QuotaExceeded, client_address
 from .streams import TRANSPORT_ERRORS, GuardedSend, reject, respond
 from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
@@ -81,6 +81,7 @@ class MCPApp:
         self._websockets: set[WebSocketConnection] = set()
         """The WebSocket connections being served (each one 2025-era session, or 2026 requests)."""
         self._closing = False
+        self._closed: trio.Event | None = None  # (made by aclose, set once it is over)
         self._draining = False
         """Readiness has turned (see :meth:`_drain`)."""
         self._told_not_running = False
@@ -145,19 +146,28 @@ class MCPApp:
         return lifetime.running(self)
 
     async def aclose(self) -> None:
-        """End gracefully: drain first (readiness turns at once, ``config.drain_delay`` passes, then no
-        new session is made, and sessions kept in Redis are handed over to other workers),
-        then close every session, subscription and WebSocket connection (each open stream ends cleanly,
-        each WebSocket with close code 1001 after what was queued for it) within
-        ``config.shutdown_grace``."""
-        self._closing = self._draining = True
-        await drain(self._manager, self._legacy.ownership, self.config)
-        for connection in list(self._websockets):
-            connection.stop()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._modern.aclose)
-            nursery.start_soon(self._modern.tasks.aclose)
-            nursery.start_soon(self._manager.aclose)
+        """End gracefully, by the shutdown rule of both eras (docs/transport.md, "Shutdown"): drain, stop
+        admitting (503, -32000), give the requests in flight ``config.shutdown_grace``, then answer those
+        still running -32000 on their own streams; every stream ends cleanly, sessions kept in Redis
+        are handed over.  A second call waits for the first."""
+        if self._closed is not None:
+            await self._closed.wait()
+            return
+        self._closed = trio.Event()
+        try:
+            self._closing = self._draining = True
+            ownership = self._legacy.ownership
+            await drain(self._manager, ownership, self.config)
+            self._modern.stop()
+            async with trio.open_nursery() as nursery:
+                for connection in list(self._websockets):
+                    connection.stop()
+                    nursery.start_soon(connection.ended.wait)
+                nursery.start_soon(close_sessions, self._manager, ownership)
+                nursery.start_soon(self._modern.aclose)
+                nursery.start_soon(self._modern.tasks.aclose)
+        finally:
+            self._closed.set()
 
     def statistics(self) -> dict[str, Any]:
         stats = self._manager.statistics()
@@ -284,7 +294,9 @@ class MCPApp:
                 )
             if not self._manager.started:
                 raise self._not_running()
-            if self._closing or len(self._websockets) >= self.config.max_sessions:
+            if self._closing:
+                raise admission.shutting_down()
+            if len(self._websockets) >= self.config.max_sessions:
                 raise admission.no_more_connections()
             try:  # a connection counts against the quotas as a session does
                 quota = self._manager.quotas.take(

@@ -20,11 +20,16 @@ if TYPE_CHECKING:
     from ..auth.server._resource import ProtectedResource
     from .registry import SessionRegistry
 
-__all__ = ["DRAIN_DELAY", "Authenticate", "HTTPRequestInfo", "ServerConfig"]
+__all__ = ["DRAIN_DELAY", "LAST_WORDS", "Authenticate", "HTTPRequestInfo", "ServerConfig"]
 
 DRAIN_DELAY = 3.0
 """The ``drain_delay`` of a worker that hands its sessions over: longer than the shipped HAProxy
 configuration takes to see a failed health check (checks every second, down after two)."""
+
+LAST_WORDS = 1.0
+"""Seconds the requests that a shutdown cancels (once ``shutdown_grace`` has run out) get to unwind
+and send their -32000 answers, and the streams of a stopping session get to send what is queued and
+end (a healthy write takes far less; a client that stopped reading is cut after it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +126,11 @@ class ServerConfig:
     """A request body must arrive whole within this; a slower upload gets 408 and its connection is
     closed."""
     shutdown_grace: float = 5.0
-    """How long streams get to end cleanly when the server shuts down (and requests in flight get to
-    finish, when a worker hands its sessions over)."""
+    """How long requests in flight get to finish normally when the server shuts down (or a worker hands
+    a session over to another): once it has run out, those still running are cancelled and each is
+    answered -32000 ``Server shutting down`` on its own stream (docs/transport.md, "Shutdown").  Also
+    the bound of the flushes at the end (what is queued for a WebSocket or stdio client, events for a
+    shared store)."""
     drain_delay: float | None = None
     """Seconds a stopping app (``app.aclose()``, SIGTERM under ``serve`` or ``mcp-trio``) goes on
     serving as before once its readiness has turned (a ``GET`` without a session, the shipped balancer

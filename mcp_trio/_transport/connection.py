@@ -33,10 +33,11 @@ import trio
 from .._app.server import MCPServer
 from .._protocol import jsonrpc, versions
 from .._protocol import modern as modern_rules
+from .._protocol.admission import SHUTTING_DOWN, SHUTTING_DOWN_CODE, shutdown_answer
 from .._runtime.containment import contained
 from .._runtime.peerlog import RateLimitedLog
 from ..errors import RemoteProtocolError, RPCError
-from .config import ServerConfig
+from .config import LAST_WORDS, ServerConfig
 from .modern import ModernEndpoint
 from .peer import SessionPeer
 from .responder import Responder
@@ -128,6 +129,9 @@ class MessageConnection(SessionPeer):
         self._init_session()
         # tasks and messages
         self.closing = False
+        self.stopping = False
+        """The connection ends: a new request is answered -32000 ``Server shutting down`` (what else
+        the client sends, notifications and answers to the server's requests, is still taken)."""
         self._inflight: dict[mt.RequestId, _Call] = {}
         self._running = 0
         self._idle = trio.Event()
@@ -163,20 +167,31 @@ class MessageConnection(SessionPeer):
 
     async def _shutdown(self) -> None:
         """End of input: requests already read get ``shutdown_grace`` to finish (so a script piped in
-        gets its answers), then the rest are cancelled; what is queued is flushed."""
+        gets its answers), then the rest are cancelled and answered -32000; what is queued is flushed."""
         grace = self.config.shutdown_grace
+        self.stopping = True
         with trio.move_on_after(grace):
             await self._idle.wait()
         if self._owns_endpoint:
             await self._modern.tasks.aclose()
         self.closing = True
-        for call in list(self._inflight.values()):
-            call.cancel()
-        with trio.move_on_after(grace):
-            await self._idle.wait()
+        await self.settle(0)
         self._queue_send.close()  # the writer sends what is queued, then ends
         with trio.move_on_after(grace):
             await self._writer_done.wait()
+
+    async def settle(self, grace: float) -> None:
+        """The shutdown rule (new requests are refused once :attr:`stopping` is set): the requests in
+        flight get ``grace`` seconds to finish, then those still running are cancelled, each answered
+        -32000 ``Server shutting down`` (a request the client cancelled gets nothing), and get
+        :data:`~.config.LAST_WORDS` to unwind."""
+        with trio.move_on_after(grace):
+            await self._idle.wait()
+        if self._running:
+            for call in self._inflight.values():
+                call.scope.cancel()  # not call.cancel(): the client did not cancel it (see _task)
+            with trio.move_on_after(LAST_WORDS):
+                await self._idle.wait()
 
     def statistics(self) -> dict[str, Any]:
         return {
@@ -232,6 +247,9 @@ class MessageConnection(SessionPeer):
             self.receive_response(message)
 
     async def _receive_request(self, request: mt.JSONRPCRequest) -> None:
+        if self.stopping:
+            await self._error(request.id, SHUTTING_DOWN_CODE, SHUTTING_DOWN)
+            return
         if request.id in self._inflight:
             await self._error(request.id, mt.INVALID_REQUEST, f"Invalid Request: id {request.id!r} is in use")
             return
@@ -369,6 +387,9 @@ class MessageConnection(SessionPeer):
         try:  # a bug must not end the server (handler errors are answered before this)
             with contained(f"the task of request {call.id!r}"), call.scope:
                 await fn(call, *args)
+            if call.scope.cancelled_caught and not call.cancelled:
+                # cancelled by the shutdown rule (settle), not by the client: it is answered so
+                await self.write(shutdown_answer(call.id), call)
         finally:
             if self._inflight.get(call.id) is call:
                 del self._inflight[call.id]

@@ -19,7 +19,7 @@ from .._app.principal import PrincipalKeys, principal_identity
 from .._app.server import MCPServer
 from .._observe.telemetry import HTTP
 from .._protocol import http, jsonrpc
-from .._protocol.admission import over_quota, refuse_modern
+from .._protocol.admission import over_quota, refuse_modern, shutting_down
 from .._protocol.cluster import session_owner
 from .._protocol.session import check_batch
 from ..auth.server._resource import BearerGuard
@@ -91,6 +91,8 @@ class LegacyEndpoint:
             if found is None:
                 return
             session = found
+        if incoming.requests and self.manager.stopping:  # notifications and answers are still taken
+            raise shutting_down(incoming.requests[0].id if not incoming.batch else None)
         check_batch(incoming.batch, len(incoming.messages), session.revision, self.config.stream_buffer)
         session.check_request_ids(incoming.requests)
         with session.activity():
@@ -153,6 +155,8 @@ class LegacyEndpoint:
         except SessionError as exc:
             if not self.manager.started:
                 raise self.not_running(request.id) from exc
+            if self.manager.refusing or self.manager.stopping:
+                raise shutting_down(request.id) from exc
             raise http.server_busy() from exc
         session.principal = principal
         result = session.accept(accepted)

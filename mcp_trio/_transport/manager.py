@@ -12,10 +12,11 @@ from typing import Any
 import trio
 
 from .._app.server import MCPServer
+from .._protocol.session import END, Outgoing
 from .._protocol.versions import Revision
 from .._runtime.containment import contained
 from ..errors import SessionError
-from .config import ServerConfig
+from .config import LAST_WORDS, ServerConfig
 from .eventstore import InMemoryEventStore
 from .peer import SessionPeer
 from .queues import KeepAliveClock
@@ -254,15 +255,44 @@ class SessionManager:
         if self.on_forget is not None:
             self.on_forget(session)
 
-    async def aclose(self, grace: float | None = None) -> None:
-        """Close every session; wait (up to ``grace`` seconds) for them to end.  New ones are refused."""
+    @property
+    def stopping(self) -> bool:
+        """The app stops: a new session, or a new request of a session, is refused (503, -32000)."""
+        return self._closing
+
+    def stop(self) -> None:
+        """Stop admitting (see :attr:`stopping`): what the sessions' clients send besides requests
+        (notifications, answers to the server's requests) is still taken while they end."""
         self._closing = True
-        sessions = list(self._sessions)
-        for session in sessions:
-            session.close()
-        with trio.move_on_after(self.config.shutdown_grace if grace is None else grace):
-            for session in sessions:
-                await session.closed.wait()
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """End every session by the shutdown rule (:meth:`_shut_down`): new sessions and
+        requests are refused; the requests in flight get ``grace`` seconds (``shutdown_grace``) to
+        finish, then are cancelled and answered -32000; every stream ends cleanly; the sessions end."""
+        self.stop()
+        grace = self.config.shutdown_grace if grace is None else grace
+        async with trio.open_nursery() as nursery:
+            for session in list(self._sessions):
+                nursery.start_soon(self._shut_down, session, grace)
+
+    async def _shut_down(self, session: Session, grace: float) -> None:
+        """One session by the shutdown rule: its requests in flight finish or are answered -32000
+        (:meth:`Session.settle`), every live stream ends once what is queued for it is sent (the GET
+        stream too), then the session ends.  Bounded: ``grace`` plus three times ``LAST_WORDS``."""
+        await session.settle(grace)
+        await self.end_streams(session, END)
+        session.close()
+        with trio.move_on_after(LAST_WORDS):
+            await session.closed.wait()
+
+    async def end_streams(self, session: Session, last: Outgoing) -> None:
+        """End every live SSE connection of ``session`` with ``last`` (:data:`END`, or a ``retry``
+        hint) once what is queued before it is sent; wait up to ``LAST_WORDS`` for their writers (a
+        client that stopped reading is cut when the session closes)."""
+        connected = session.end_connections(last)
+        with trio.move_on_after(LAST_WORDS):
+            for exchange in [stream.exchange for stream in connected if stream.exchange is not None]:
+                await exchange.done.wait()
 
     async def forget_events(self, session: Session) -> None:
         """A session ended: its events go from the store (a session handed over to another worker

@@ -30,13 +30,16 @@ from .._app.server import MCPServer
 from .._app.tasks import MemoryTaskStore, TaskManager
 from .._observe.telemetry import HTTP, Carrier
 from .._protocol import jsonrpc, versions
+from .._protocol.admission import shutdown_answer, shutting_down
 from .._protocol.cluster import REQUEST_STATE_SECRET_ENV, parse_secret_ring
 from .._protocol.modern import RequestState
 from .._runtime.containment import contained
 from .._runtime.contract import DisconnectHook
 from ..errors import RPCError
 from .config import ServerConfig
+from .inflight import InFlight
 from .responder import KeepAlive, Responder, disconnected, watch_disconnect
+from .streams import GuardedSend
 from .subscriptions import Listener, Subscriptions
 from .wire import Receive, Send
 
@@ -161,6 +164,10 @@ class ModernEndpoint:
         """Owner keys of principals, for tasks and sessions alike: under the cluster's ring when there
         is one (workers sharing a task store then agree on them), else a random key of this app."""
         self.inflight = 0
+        self.stopping = False
+        """The app stops: a new request is refused (503, -32000; see :meth:`aclose`)."""
+        self._running: InFlight[Responder] = InFlight()
+        """The requests being handled, by answer (``subscriptions/listen`` streams aside)."""
         factory = config.task_store_factory
         self.tasks = TaskManager(
             factory() if factory is not None else MemoryTaskStore(),
@@ -201,13 +208,18 @@ class ModernEndpoint:
         the handler then runs in this task, under a cancel scope the hook cancels (``request_scope``,
         the request's own, already entered by the caller, or else one of its own); without one a
         sibling task watches ``receive()`` for the disconnect."""
+        if self.stopping:
+            raise shutting_down(request.id)
         responder = Responder(send, json_only=self.config.json_response)
         listen = request.method == "subscriptions/listen"
         listener = self.subscriptions.listener(request, principal) if listen else None
         self.inflight += 1
+        running = self._running  # (not a listen stream: it ends with the subscriptions, answered by them)
         try:
             if on_disconnect is None:
                 async with trio.open_nursery() as nursery:
+                    if listener is None:
+                        running[responder] = nursery.cancel_scope
                     nursery.start_soon(watch_disconnect, receive, nursery.cancel_scope, responder)
                     await self._respond(request, revision, responder, principal, listener)
                     nursery.cancel_scope.cancel()
@@ -218,6 +230,8 @@ class ModernEndpoint:
                     if request_scope is not None
                     else trio.CancelScope() as scope
                 ):
+                    if listener is None:
+                        running[responder] = scope
                     on_disconnect.set(functools.partial(disconnected, scope, responder))
                     try:
                         await self._respond(request, revision, responder, principal, listener, on_disconnect)
@@ -225,6 +239,10 @@ class ModernEndpoint:
                         on_disconnect.set(None)
         finally:
             self.inflight -= 1
+            if listener is None:
+                if running.halted(responder):  # cancelled by the shutdown rule: answered so (shielded)
+                    await responder.last_words(shutdown_answer(request.id))
+                running.ended(responder)
 
     async def _respond(
         self,
@@ -246,10 +264,12 @@ class ModernEndpoint:
             return
         if self.config.json_response:  # one JSON body: no comments (proxies must wait for the answer)
             message, status = await self.answer(request, revision, responder, principal)
+            responder.answered = True
         else:
             self.keepalive.watch(responder)
             try:
                 message, status = await self.answer(request, revision, responder, principal)
+                responder.answered = True
             finally:
                 self.keepalive.unwatch(responder)
                 if responder.beat is not None:
@@ -374,9 +394,24 @@ class ModernEndpoint:
         }
         return jsonrpc.response(request.id, result)
 
-    async def aclose(self) -> None:
-        """Shutdown: every open listen stream gets its completion result and ends (within the grace)."""
-        await self.subscriptions.aclose()
+    def stop(self) -> None:
+        """Stop admitting: a new request gets 503 with ``Retry-After`` and -32000."""
+        self.stopping = True
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Shutdown, once :meth:`stop` was called: every open listen stream gets its completion result
+        and ends (within the grace); the requests being handled get ``grace`` seconds
+        (``shutdown_grace``) to finish, then those still running are cancelled and each is answered
+        -32000 ``Server shutting down`` (on its SSE stream if it has one, else as its JSON body), within
+        :data:`~.config.LAST_WORDS` (see :class:`~.inflight.InFlight`); a send still stuck then is cut."""
+        self.stop()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.subscriptions.aclose)
+            grace = self.config.shutdown_grace if grace is None else grace
+            await self._running.settle(grace, spare=lambda responder: responder.answered)
+            for responder in self._running:  # a client that stopped reading: cut (where that is safe)
+                if isinstance(responder.send, GuardedSend):
+                    responder.send.abort()
 
     def statistics(self) -> dict[str, int]:
         listeners = len(self.subscriptions.open)

@@ -41,7 +41,7 @@ from .peer import SessionPeer
 from .session import Session
 from .streams import GuardedSend, respond
 
-__all__ = ["Ownership", "SessionLink", "drain", "record_of"]
+__all__ = ["Ownership", "SessionLink", "close_sessions", "drain", "record_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -259,9 +259,7 @@ class Ownership:
         if session.moving or session.closing:
             return
         session.moving = True
-        with trio.move_on_after(self.config.shutdown_grace):
-            while session.busy_requests():  # noqa: ASYNC110 - rare: no event for every request's end
-                await trio.sleep(_POLL)
+        await session.settle(self.config.shutdown_grace)  # finished, or answered -32000 (kept as events)
         store = self.manager.event_store
         flush = getattr(store, "flush", None)
         if flush is not None:
@@ -276,10 +274,7 @@ class Ownership:
                     "worker's heartbeat",
                     session.session_id,
                 )
-        connected = session.end_connections(Outgoing(-3, sse.encode_retry(self.config.sse_retry_ms)))
-        with trio.move_on_after(0.5):  # their last words sent (a client that stopped reading: cut)
-            while any(stream.exchange is not None for stream in connected):  # noqa: ASYNC110
-                await trio.sleep(_POLL / 5)
+        await self.manager.end_streams(session, Outgoing(-3, sse.encode_retry(self.config.sse_retry_ms)))
         session.close()
 
     async def hand_over_all(self) -> None:
@@ -293,7 +288,8 @@ async def drain(manager: SessionManager, ownership: Ownership | None, config: Se
     """The first part of an app's graceful end (the app has turned its readiness: a GET without a
     session, what the shipped balancer configurations check, gets 503): the heartbeat says so, then for
     ``drain_delay`` seconds everything is served as before (the balancer notices meanwhile); then no new
-    session is made, and a worker that keeps its sessions in Redis hands each of them over."""
+    session is made (the app stops admitting requests too, and a worker that keeps its sessions in Redis
+    hands each of them over: see :func:`close_sessions`)."""
     if ownership is not None:
         ownership.link.start_draining()
     delay = config.drain_delay
@@ -302,5 +298,13 @@ async def drain(manager: SessionManager, ownership: Ownership | None, config: Se
     if delay > 0 and manager.running:
         await trio.sleep(delay)
     manager.refusing = True
+
+
+async def close_sessions(manager: SessionManager, ownership: Ownership | None) -> None:
+    """The sessions' part of an app's graceful end, once it has drained: a worker that keeps its
+    sessions in Redis hands each of them over (its requests in flight get the grace, then are answered
+    -32000; its events and record stay for the worker that adopts it); then every session left ends by
+    the shutdown rule (:meth:`SessionManager.aclose`)."""
     if ownership is not None and manager.running:
         await ownership.hand_over_all()
+    await manager.aclose()

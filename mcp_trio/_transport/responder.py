@@ -38,13 +38,15 @@ class Responder:
     comment) makes it an SSE stream; a final message with nothing sent before it is sent as one JSON
     body (with a fitting status)."""
 
-    __slots__ = ("_json_only", "beat", "gone", "send", "sending", "streaming")
+    __slots__ = ("_json_only", "answered", "beat", "gone", "send", "sending", "streaming")
 
     def __init__(self, send: Send, *, json_only: bool) -> None:
         self.send = send
         self._json_only = json_only
         self.streaming = False
         self.gone = False
+        self.answered = False
+        """The handler is done: its answer goes out whatever happens now (the shutdown leaves it be)."""
         self.sending = 0
         """Notifications being sent (a keep-alive comment is not sent meanwhile)."""
         self.beat: trio.Event | None = None
@@ -91,6 +93,17 @@ class Responder:
         else:
             await self.send(start)
             await self.send(end)
+
+    async def last_words(self, message: dict[str, Any]) -> None:
+        """Send ``message`` (the -32000 answer of a request the server's shutdown cancelled) as the
+        final message, within :data:`BEAT_GRACE` though the request is cancelled, unless the client has
+        gone (on mcp_trio's servers a send still under way then is cut: its connection closes)."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + BEAT_GRACE
+            try:
+                await self.finish(message, shield=False)
+            except TRANSPORT_ERRORS as exc:
+                logger.debug("the shutdown answer of a 2026 request was not sent: %r", exc)
 
     async def settle(self) -> None:
         """Wait (within :data:`BEAT_GRACE`, even when cancelled) for a keep-alive comment being sent on

@@ -2,8 +2,8 @@
 
 The session's nursery holds its request handlers and the writer of every stream connection (the GET
 stream and each POST's SSE or JSON response).  Cancelling it (DELETE, idle expiry or init timeout by
-the manager's clock, server shutdown, :meth:`Session.close`) ends all of them; each ASGI request task
-waiting on a writer then finishes its HTTP response.
+the manager's clock, server shutdown once :meth:`Session.settle` is over, :meth:`Session.close`) ends
+all of them; each ASGI request task waiting on a writer then finishes its HTTP response.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .._protocol.session import (
 from .._protocol.versions import Revision
 from .._runtime.containment import contained
 from .eventstore import EventStore, StoredEvent
+from .inflight import InFlight
 from .peer import SessionPeer
 from .queues import StreamQueue
 from .streams import (
@@ -108,7 +109,7 @@ class Session(SessionPeer):
             revision=revision,
             retry=config.sse_retry_ms,
         )
-        self._inflight: dict[mt.RequestId, trio.CancelScope] = {}
+        self._inflight: InFlight[mt.RequestId] = InFlight()
         self._exchanges: set[Exchange] | frozenset[Exchange] = _NO_EXCHANGES
         """Every exchange (HTTP response) of the session not yet done: closing aborts their sends."""
         self._nursery: trio.Nursery | None = None
@@ -285,10 +286,12 @@ class Session(SessionPeer):
         with trio.CancelScope() as scope:
             self._inflight[request.id] = scope
             try:
-                message = await self.answer(request)
+                message: dict[str, Any] | None = await self.answer(request)
             finally:
-                del self._inflight[request.id]
-        if not scope.cancelled_caught:  # (notifications/cancelled: no response is sent)
+                self._inflight.ended(request.id)
+        if scope.cancelled_caught:  # notifications/cancelled: no answer; the shutdown rule's: -32000
+            message = self._inflight.last_words(request.id)
+        if message is not None:
             with contained(f"answer to {request.method}"):
                 await self.send_message(message, request.id)
                 return
@@ -454,9 +457,9 @@ class Session(SessionPeer):
         body = self.streams.whole_body(stream.id, first, item)
         await send_whole(exchange, self.session_id, 200, [*SSE_HEADERS, content_length(body)], body)
 
-    def busy_requests(self) -> bool:
-        """Whether a request of the session still runs or owes its answer."""
-        return bool(self._inflight or self.streams.requests)
+    async def settle(self, grace: float) -> None:
+        """The shutdown rule for the requests in flight and those owed an answer (:class:`InFlight`)."""
+        await self._inflight.settle(grace, lambda: bool(self._inflight or self.streams.requests))
 
     def end_connections(self, last: Outgoing) -> list[Stream]:
         """End every live SSE connection of the session with ``last`` (a ``retry`` hint, say)."""

@@ -70,11 +70,26 @@ class WebSocketConnection(MessageConnection):
         self._reading = trio.CancelScope()
         self._heard = False
         self._last_heard = trio.current_time()
+        self.ended = trio.Event()
+        """Set once the connection has ended (its close frame sent, if the client was there)."""
 
     def stop(self, code: int = GOING_AWAY, reason: str = "server shutting down") -> None:
-        """End the connection (the server's shutdown): reading stops, what is queued is flushed within
-        ``shutdown_grace``, then the close frame goes out."""
+        """End the connection gracefully (the server's shutdown, or a connection that carries nothing):
+        a new request is answered -32000 ``Server shutting down`` at once; the requests in flight get
+        ``shutdown_grace`` to finish (the client's notifications and answers are still read), then
+        those still running are cancelled and each is answered -32000; then reading stops, what is
+        queued is flushed within ``shutdown_grace``, and the close frame goes out."""
         self._close(code, reason)
+        if self.stopping:
+            return
+        self.stopping = True
+        if self._nursery is None or self.closing:  # not serving yet, or ending already
+            self._reading.cancel()
+        else:
+            self._nursery.start_soon(self._wind_down, name="mcp websocket shutdown")
+
+    async def _wind_down(self) -> None:
+        await self.settle(self.config.shutdown_grace)
         self._reading.cancel()
 
     async def _watch_quiet(self) -> None:
@@ -157,6 +172,7 @@ class WebSocketConnection(MessageConnection):
                         await self._send(close)
                     except Exception as exc:  # the server has dropped the connection already
                         logger.debug("WebSocket close not sent: %r", exc)
+            self.ended.set()
 
 
 def http_response_send(scope: dict[str, Any], send: Send) -> Send | None:

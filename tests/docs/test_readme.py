@@ -7,6 +7,7 @@ start's shell lines run against a demo server that ``mcp-trio demo`` started, on
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import signal
@@ -85,3 +86,60 @@ def test_quick_start_command_works(line: str, demo_url: str) -> None:
 def test_readme_names_the_test_command_that_ci_runs() -> None:
     assert _sh_lines(_section("The test suite")) == ["bash scripts/test.sh"]
     assert "exec bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+def _python_block(title: str) -> str:
+    (code,) = re.findall(r"```python\n(.*?)```", _section(title), re.S)
+    return str(code)
+
+
+def test_your_own_server_prints_its_url_and_drains_on_sigterm(tmp_path: Path) -> None:
+    """The "Your own server" program as a user runs it (on a free port instead of 8000): it prints where
+    it listens; SIGTERM while a call is in flight drains it: a new call is refused, the one in flight
+    (shorter than the grace) gets its answer, and the program exits by itself with status 0."""
+    import httpx
+
+    script = tmp_path / "weather.py"
+    script.write_text(_python_block("Your own server").replace('"127.0.0.1", 8000', '"127.0.0.1", 0'))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        match = re.fullmatch(r"serving on (http://127\.0\.0\.1:\d+)(/mcp)?\n", proc.stdout.readline())
+        assert match, "the program did not print its URL"
+        url = match.group(1) + "/mcp"
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        info = {"name": "t", "version": "1"}
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": info}
+
+        def forecast(request_id: int, days: int) -> dict[str, object]:
+            params = {"name": "forecast", "arguments": {"city": "Paris", "days": days}}
+            return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+        with httpx.Client(timeout=20) as http:
+            opened = http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+                               headers=headers)  # fmt: skip
+            assert opened.status_code == 200, opened.text
+            headers = {**headers, "mcp-session-id": opened.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}  # fmt: skip
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert http.post(url, json=initialized, headers=headers).status_code == 202
+            with http.stream("POST", url, json=forecast(2, 10), headers=headers) as call:  # a 1 s call
+                lines = call.iter_lines()
+                assert next(lines).startswith(("id:", "data:"))  # its SSE stream has started: in flight
+                proc.send_signal(signal.SIGTERM)
+                for request_id in range(3, 300):  # refused once the server stops admitting
+                    refused = http.post(url, json=forecast(request_id, 0), headers=headers)
+                    if refused.status_code == 503:
+                        break
+                assert refused.headers["retry-after"] == "1"
+                assert refused.json()["error"] == {"code": -32000, "message": "Server shutting down"}
+                assert "Paris: sunny for 10 days" in "\n".join(lines)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr

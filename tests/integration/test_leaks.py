@@ -152,7 +152,8 @@ async def test_sessions_never_initialized_time_out(demo_server: DemoServer, base
 
 async def test_shutdown_ends_every_open_stream_cleanly(demo_server: DemoServer) -> None:
     """python-sdk #2150: on SIGINT every open GET and POST stream ends with a clean end of its HTTP
-    response (no cut connection), and the process exits 0 within the shutdown grace + margin."""
+    response (no cut connection), each call still in flight once the grace has run out answered
+    -32000 on its own stream first, and the process exits 0 within the shutdown grace + margin."""
     grace = demo_server.shutdown_grace
     ended: list[float] = []
     with trio.fail_after(20):
@@ -175,19 +176,22 @@ async def test_shutdown_ends_every_open_stream_cleanly(demo_server: DemoServer) 
 
                 start = trio.current_time()
 
-                async def read_to_end(stream: SSEResponse) -> None:
-                    assert await end_cleanly(stream, within=grace + 1) == []
+                async def read_to_end(stream: SSEResponse, last_words: list[str]) -> None:
+                    assert await end_cleanly(stream, within=grace + 2) == last_words
                     ended.append(trio.current_time() - start)
 
+                shutting_down = (
+                    '{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"Server shutting down"}}'
+                )
                 async with trio.open_nursery() as nursery:
-                    for stream in streams:
-                        nursery.start_soon(read_to_end, stream)
+                    for n, stream in enumerate(streams):  # GET, POST, GET, POST...
+                        nursery.start_soon(read_to_end, stream, [shutting_down] if n % 2 else [])
                     exit_time = await demo_server.stop(signal.SIGINT)
             finally:
                 for stream in streams:
                     await stream.aclose()
     assert len(ended) == 2 * SESSIONS
-    assert max(ended) < grace, f"streams ended {max(ended):.2f} s after SIGINT"
+    assert max(ended) < grace + 1, f"streams ended {max(ended):.2f} s after SIGINT"
     assert exit_time < grace + 1.5, f"the server took {exit_time:.2f} s to exit"
     print(f"\nshutdown: {len(ended)} streams ended within {max(ended):.3f} s, exit after {exit_time:.3f} s")
 

@@ -808,6 +808,68 @@ async def test_a_handed_over_session_keeps_its_subscriptions(redis: RedisServer)
         assert bus_b.statistics()["adopted"] == 1
 
 
+async def test_a_session_handed_over_follows_the_shutdown_rule(redis: RedisServer) -> None:
+    """Worker a drains (``app.aclose()``) with two calls of a session in flight: the one shorter than
+    the grace is answered as usual, the one longer is answered -32000 "Server shutting down" on its own
+    stream once the grace has run out, a new request meanwhile gets 503 (the session is being handed
+    over); then worker b adopts the session and serves it."""
+    apps = {}
+    for name in ("a", "b"):
+        server, _ = worker(redis.url)
+        apps[name] = MCPApp(server, ServerConfig(worker_id=name, drain_delay=0, shutdown_grace=0.5))
+    bus_a, bus_b = bus_of(apps["a"].server), bus_of(apps["b"].server)
+    answers: dict[str, list[dict[str, Any]]] = {}
+
+    def call(request_id: int, seconds: float) -> bytes:
+        params = {"name": "sleep", "arguments": {"seconds": seconds}}
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        return json.dumps(message).encode()
+
+    async with open_asgi_client(apps["b"]) as on_b:
+        async with open_asgi_client(apps["a"]) as on_a:
+            await eventually(lambda: bus_a.state == bus_b.state == "connected", STARTUP, "connected")
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
+            }
+            response = await on_a.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
+            assert response.status == 200, await response.read()
+            await response.read()
+            headers = legacy_headers(response.headers["mcp-session-id"])
+            initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+            assert (await on_a.request("POST", headers=headers, body=initialized)).status == 202
+
+            async def read_all(name: str, request_id: int, seconds: float) -> None:
+                stream = await on_a.request("POST", headers=headers, body=call(request_id, seconds))
+                assert stream.status == 200
+                answers[name] = []
+                while (message := await stream.next_message()) is not None:
+                    answers[name].append(message)
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read_all, "long", 2, 60)
+                    nursery.start_soon(read_all, "short", 3, 0.2)
+                    await eventually(lambda: apps["a"].statistics()["inflight"] == 2, 5, "in flight")
+                    nursery.start_soon(apps["a"].aclose)  # drains: hands the session over
+                    await eventually(lambda: apps["a"]._manager.refusing, 5, "draining")
+                    refused = await on_a.request("POST", headers=headers, body=call(4, 0))
+                    assert refused.status == 503 and refused.headers["retry-after"] == "1"
+                    await refused.read()
+            assert bus_a.statistics()["released"] == 1
+        assert answers["short"][-1]["result"]["content"][0]["text"] == "slept 0.2s", answers
+        error = {"code": -32000, "message": "Server shutting down"}
+        assert answers["long"] == [{"jsonrpc": "2.0", "id": 2, "error": error}], answers
+        with trio.fail_after(10):
+            answer = await on_b.request("POST", headers=headers, body=call(5, 0))
+            assert answer.status == 200
+            message = await answer.next_message()
+        assert message is not None and "result" in message, message
+        assert bus_b.statistics()["adopted"] == 1
+
+
 async def test_a_client_cannot_ask_for_its_session_to_be_handed_over(redis: RedisServer) -> None:
     """The bytes a session's home puts in an owner's inbox to have the session handed back, POSTed by a
     client: another worker does not forward them (404), the owner ignores them as an unknown

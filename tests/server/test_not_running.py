@@ -1,7 +1,7 @@
 """An app that was never started (mounted under a router that does not forward the ASGI lifespan) says
 so: ``initialize`` and WebSocket upgrades get 503 with a message naming ``app.running()`` and the
-lifespan, logged once at ERROR; an app shutting down still answers "too many sessions"-style 503s as
-before, and a started app serves."""
+lifespan, logged once at ERROR; an app that stopped answers its own 503 (-32000 "Server shutting
+down"), and a started app serves."""
 
 from __future__ import annotations
 
@@ -94,4 +94,5 @@ async def test_a_started_app_serves_and_one_that_stopped_is_busy_not_unstarted()
         assert sent[0]["status"] == 200
     sent = await call(app, http_scope(POST_HEADERS), {"type": "http.request", "body": init_body()})
     assert sent[0]["status"] == 503
-    assert NOT_RUNNING not in json.loads(b"".join(m.get("body", b"") for m in sent[1:]))["error"]["message"]
+    error = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))["error"]
+    assert error == {"code": -32000, "message": "Server shutting down"}  # not NOT_RUNNING's message

@@ -8,6 +8,7 @@ import pytest
 import trio
 
 from mcp_trio import MCPApp, ServerConfig
+from mcp_trio.demo import build_demo_server
 
 from .conftest import POST_HEADERS, Client, call_body, init_body, settle
 
@@ -277,9 +278,11 @@ async def test_sessions_are_isolated(client: Client, app: MCPApp) -> None:
     assert (await client.request(2, "ping"))["result"] == {}
 
 
-async def test_shutdown_ends_open_streams_cleanly(app: MCPApp) -> None:
+async def test_shutdown_ends_open_streams_cleanly() -> None:
+    """A call longer than the grace is answered -32000 on its own stream, then every stream ends."""
     from mcp_trio.testing import open_asgi_client
 
+    app = MCPApp(build_demo_server(), ServerConfig(shutdown_grace=0.2))
     async with open_asgi_client(app) as asgi:
         client = Client(asgi, app)
         await client.initialize()
@@ -289,6 +292,12 @@ async def test_shutdown_ends_open_streams_cleanly(app: MCPApp) -> None:
         await post.next_event()
         await app.aclose()
         assert await get.next_event() is None and get.complete
+        answer = await post.next_event()
+        assert answer is not None and json.loads(answer.data) == {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "error": {"code": -32000, "message": "Server shutting down"},
+        }
         assert await post.next_event() is None and post.complete
         await settle()
         assert app.statistics()["sessions"] == 0

@@ -357,6 +357,7 @@ async def test_malformed_lines_get_errors_and_the_loop_goes_on() -> None:
 
 
 async def test_eof_ends_the_server_and_cancels_handlers() -> None:
+    """End of input: requests in flight get the grace, then are cancelled and answered -32000."""
     started = trio.Event()
     cancelled: list[bool] = []
     server = MCPServer("eof-test")
@@ -394,7 +395,13 @@ async def test_eof_ends_the_server_and_cancels_handlers() -> None:
             "initialized": True, "inflight": 0, "modern_inflight": 0, "tasks": 0, "outgoing": 0,
         }  # fmt: skip
         assert not server.notifications.subscribers
-        assert await client.read_to_eof() == b""  # no answer for the cancelled requests
+        # cancelled once the grace ran out: each is answered -32000 (the client may still read stdout)
+        answers = [json.loads(line) for line in (await client.read_to_eof()).splitlines()]
+        error = {"code": -32000, "message": "Server shutting down"}
+        assert sorted(answers, key=lambda a: a["id"]) == [
+            {"jsonrpc": "2.0", "id": 1, "error": error},
+            {"jsonrpc": "2.0", "id": 2, "error": error},
+        ]
 
 
 async def test_last_line_without_newline_and_queued_output_is_flushed() -> None:

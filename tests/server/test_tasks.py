@@ -928,9 +928,9 @@ async def test_shutdown_gives_tasks_the_grace_then_records_them_failed(
         assert record.status_message == "The server shut down before this task ended", record
         assert record.error == {"code": mt.INTERNAL_ERROR, "message": record.status_message}
         assert record.input_requests == {}
-    # no new task starts once shut down
+    # no new task starts once shut down: the request is refused (503, -32000)
     status, body = await tc.call("tools/call", {"name": "hold", "arguments": {}})
-    assert status == 200 and body["error"]["code"] == mt.INTERNAL_ERROR, body
+    assert status == 503 and body["error"]["code"] == mt.CONNECTION_CLOSED, body
     assert "shutting down" in body["error"]["message"] and probe.runs == 1
 
 

@@ -801,6 +801,43 @@ async def test_shutdown_closes_1001(kind: str) -> None:
                     assert session._transport.close_code == 1001  # type: ignore[union-attr]
 
 
+async def test_shutdown_refuses_new_requests_and_answers_the_calls_it_cuts(kind: str) -> None:
+    """The shutdown rule on a WebSocket: once the server stops, a new request is answered -32000 at
+    once (a new connection gets 503 and -32000); a call shorter than the grace is answered as usual;
+    one still running when the grace (1 s) runs out is cancelled and answered -32000; then the
+    connection closes with 1001."""
+    probe = Probe()
+    shutting_down = {"code": -32000, "message": "Server shutting down"}
+    async with serving(kind, build_app(probe)) as served:
+        with trio.fail_after(DEADLINE):
+            async with RawClient.connect(served.port) as raw:
+                await raw.initialize()
+                await raw.request(1, "tools/call", call_params("block", key="cut"))
+                await raw.request(2, "tools/call", call_params("count", steps=30))  # 0.3 s
+                await probe.wait_started("cut")
+                served.stop.set()
+                got: dict[int, dict[str, Any]] = {}
+                for request_id in range(100, 1000):  # until the connection stops admitting
+                    await raw.request(request_id, "ping")
+                    while request_id not in got:
+                        answer = await raw.receive()
+                        got[answer["id"]] = answer
+                    if "error" in got[request_id]:
+                        break
+                assert got[request_id] == {"jsonrpc": "2.0", "id": request_id, "error": shutting_down}
+                rejection = await refused(served.port)  # and a new connection is refused
+                assert rejection.status == 503 and rejection.header(b"retry-after") == b"1"
+                assert error_body(rejection)["error"] == shutting_down
+                assert not probe.was_cancelled("cut")  # the call runs on meanwhile
+                while 1 not in got or 2 not in got:
+                    answer = await raw.receive()
+                    got[answer["id"]] = answer
+                assert got[2]["result"]["content"][0]["text"] == "counted to 30"
+                assert got[1] == {"jsonrpc": "2.0", "id": 1, "error": shutting_down}
+                assert probe.was_cancelled("cut")
+                assert await raw.close_code() == 1001
+
+
 # -- 6. a client that does not read --------------------------------------------------------------------
 
 
