@@ -296,6 +296,9 @@ AppFn = Callable[
 class OddApp:
     """An ASGI app that misbehaves in the ways an HTTP server must survive."""
 
+    startup_failure = None
+    """What serve() asks an app before reporting its URLs (an MCPApp's failed lifespan)."""
+
     def __init__(self) -> None:
         self.config = ServerConfig()
 
