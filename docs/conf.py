@@ -188,6 +188,7 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._app.context.LifespanT_co"),  # Context[T]: the type of its lifespan_context
     ("py:class", "mcp_trio._app.lifespan.LifespanT"),  # MCPServer[T]: the type of its lifespan's value
     ("py:class", "mcp_trio._app.lifespan.Lifespan"),  # MCPServer.lifespan: its function, phase and value
+    ("py:class", "mcp_trio._app.failures.Failures"),  # MCPServer.failures: the error policy's log and details
     ("py:class", "mcp_trio._transport.session.Session"),
     ("py:class", "mcp_trio._transport.config.Authenticate"),  # Callable[[HTTPRequestInfo], Awaitable[object]]
     ("py:class", "mcp_trio._protocol.versions.Revision"),
