@@ -32,9 +32,10 @@ bytecode table) from a hypercorn 0.18.0 install.
 
 from __future__ import annotations
 
+import abc
 import ast
 import bisect
-import dataclasses
+import builtins
 import dis
 import functools
 import hashlib
@@ -320,67 +321,242 @@ def _differences() -> Iterator[str]:
         yield from _compare(module, found, table[kind].get(module, {}))
 
 
-_GENERATED = frozenset(
-    {
-        "__init__",
-        "__repr__",
-        "__eq__",
-        "__hash__",
-        "__setattr__",
-        "__delattr__",
-        "__lt__",
-        "__le__",
-        "__gt__",
-        "__ge__",
-    }
-)
-"""The methods ``dataclasses`` writes (their code comes from no file of the module)."""
+_SET_BY_IMPORT = frozenset({"__builtins__", "__cached__", "__file__", "__loader__", "__path__", "__spec__"})
+"""A module's attributes set by the import system, not by its code: not compared (``__builtins__`` is
+checked on its own)."""
+
+_MACHINERY = frozenset({"dataclasses", "enum"})
+"""Modules whose objects a guarded module's class statements make afresh each time (a dataclass's fields
+and parameters, an enum's descriptors): compared by content, as what the guarded modules define."""
+
+_SCALARS = frozenset({type(None), bool, int, str, bytes, type(...), type(NotImplemented)})
+_ABC_DATA = type(vars(abc.ABC)["_abc_impl"])
+"""An ABC's registry and caches (a C object without readable content): compared by type only."""
 
 
-def _functions(module: types.ModuleType) -> Iterator[tuple[str, Any]]:
-    """(qualified name, function) for the functions and methods defined in ``module``, as they are now
-    (a dataclass's generated methods left out)."""
-    for name, value in vars(module).items():
-        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
-            yield name, value
-        elif isinstance(value, type) and value.__module__ == module.__name__:
-            generated = _GENERATED if dataclasses.is_dataclass(value) else frozenset()
-            for attribute, member in vars(value).items():
-                if attribute in generated:
-                    continue
-                if isinstance(member, (staticmethod, classmethod)):
-                    member = member.__func__
-                parts = [member.fget, member.fset] if isinstance(member, property) else [member]
-                for part in parts:
-                    # enum and dataclasses put functions of their own in the classes they make
-                    # (_generate_next_value_, __new__; __replace__ since Python 3.13).
-                    if isinstance(part, types.FunctionType) and part.__module__ not in {
-                        "enum",
-                        "dataclasses",
-                    }:
-                        yield f"{name}.{attribute}", part
+def _cache(name: str, value: Any) -> bool:
+    """Whether a module's or class's attribute is one Python adds when asked (not a change): an empty
+    ``__annotations__`` (made by reading it), ``__slotnames__`` (copyreg's, made by copying an
+    instance)."""
+    return name == "__slotnames__" or (name == "__annotations__" and value == {})
+
+
+class _World:
+    """The guarded modules as one world sees them: in memory (``sys.modules``), or as their own code
+    defines them (:func:`_reference`).  :meth:`items` describes a module's names so that two worlds'
+    descriptions are equal exactly where they hold the very same object (what a module imports, and
+    what its code takes from elsewhere) or an object made by the same code (what it defines: a
+    function with an equal code object, the same globals, defaults and closure; a class with the same
+    name, metaclass, bases and attributes, each compared alike; a constant of the same type and value).
+
+    An object defined by a guarded module is known by its home, its ``__module__`` and
+    ``__qualname__``: where it is found at its home, other items refer to it by that name (it is
+    compared as the item of its home); anywhere else it is compared whole."""
+
+    def __init__(self, namespaces: dict[str, dict[str, Any]], keep: list[Any] | None = None) -> None:
+        self.namespaces = namespaces
+        self.globals = {id(namespace): name for name, namespace in namespaces.items()}
+        self.keep = keep  # the reference world keeps what it refers to by id alive
+
+    def _id(self, value: Any) -> tuple[str, int]:
+        if self.keep is not None:
+            self.keep.append(value)
+        return ("id", id(value))
+
+    def _home(self, value: Any) -> tuple[str, str] | None:
+        """(module, qualified name) where ``value`` is defined, if it is found there in this world."""
+        module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+        if module not in self.namespaces or not isinstance(qualname, str):
+            return None
+        first, *rest = qualname.split(".")
+        found = self.namespaces[module].get(first)
+        for part in rest:
+            if not isinstance(found, type):
+                return None
+            found = vars(found).get(part)
+        return (module, qualname) if found is value else None
+
+    def _ours(self, value: Any) -> bool:
+        """Whether ``value`` (a function or class) was made by a guarded module's code."""
+        if getattr(value, "__module__", None) in self.namespaces:
+            return True
+        return isinstance(value, types.FunctionType) and id(value.__globals__) in self.globals
+
+    def describe(self, root: Any, item: tuple[str, str], header: bool = False) -> Any:
+        """``root``, the value of ``item``, as a comparable value (with ``header``, a class's attributes
+        are left out: they are items of their own)."""
+        seen: dict[int, int] = {}
+
+        def walk(value: Any) -> Any:
+            kind = type(value)
+            if kind in _SCALARS:
+                return (kind.__name__, value)
+            if kind is float or kind is complex:
+                return (kind.__name__, repr(value))
+            if kind in (tuple, list):
+                return (kind.__name__, tuple(walk(part) for part in value))
+            if kind is dict:
+                return ("dict", tuple((walk(key), walk(part)) for key, part in value.items()))
+            if kind in (set, frozenset):
+                return (kind.__name__, tuple(sorted(repr(walk(part)) for part in value)))
+            if id(value) in seen:
+                return ("seen", seen[id(value)])
+            if isinstance(value, (types.FunctionType, type)):
+                home = self._home(value)
+                if home is not None and home != item:
+                    return ("at", *home)
+                if home is None and not self._ours(value):
+                    return self._id(value)
+                seen[id(value)] = len(seen)
+                if isinstance(value, type):
+                    return cls(value, header and value is root)
+                return function(value)
+            seen[id(value)] = len(seen)
+            if kind is types.CellType:
+                try:
+                    return ("cell", walk(value.cell_contents))
+                except ValueError:
+                    return ("cell",)
+            if kind is property:
+                return ("property", walk(value.fget), walk(value.fset), walk(value.fdel), walk(value.__doc__))
+            if kind is staticmethod or kind is classmethod:
+                return (kind.__name__, walk(value.__func__), walk(vars(value)))
+            if kind is types.GetSetDescriptorType or kind is types.MemberDescriptorType:
+                return ("descriptor", kind.__name__, value.__name__, walk(value.__objclass__))
+            if kind is _ABC_DATA:
+                return ("abc",)
+            if kind.__module__ in self.namespaces or kind.__module__ in _MACHINERY:
+                return ("object", walk(kind), walk(attributes(value)))
+            return self._id(value)
+
+        def function(value: types.FunctionType) -> Any:
+            home = self.globals.get(id(value.__globals__))
+            return (
+                "function",
+                value.__name__,
+                value.__qualname__,
+                value.__module__,
+                value.__code__,  # compared with ==: the bytecode, constants, names, nested code
+                ("globals", home) if home is not None else self._id(value.__globals__),
+                walk(value.__defaults__),
+                walk(value.__kwdefaults__),
+                walk(value.__closure__),
+                walk(value.__annotations__),
+                walk(value.__doc__),
+                walk(getattr(value, "__type_params__", ())),
+                walk(vars(value)),
+            )
+
+        def cls(value: type, header: bool) -> Any:
+            bases = tuple(walk(base) for base in value.__bases__)
+            body = None if header else walk(dict(sorted(vars(value).items())))
+            return ("class", value.__name__, value.__qualname__, walk(type(value)), bases, body)
+
+        def attributes(value: Any) -> dict[str, Any]:
+            found = dict(getattr(value, "__dict__", {}))
+            for kind in type(value).__mro__:
+                slots = vars(kind).get("__slots__", ())
+                for slot in (slots,) if isinstance(slots, str) else slots:
+                    if slot in ("__dict__", "__weakref__"):
+                        continue
+                    try:
+                        found[slot] = getattr(value, slot)
+                    except AttributeError:
+                        found[f"<{slot} unset>"] = None
+            return found
+
+        return walk(root)
+
+    def items(self, module: str) -> dict[str, Any]:
+        """The items of ``module``: each name of its namespace, and each attribute of a class it
+        defines (``Class.attribute``), described."""
+        out: dict[str, Any] = {}
+        for name, value in self.namespaces[module].items():
+            if name in _SET_BY_IMPORT or sys.modules.get(f"{module}.{name}") is value or _cache(name, value):
+                continue  # set by the import system (a package's submodules too), or by Python
+            if isinstance(value, type) and self._home(value) == (module, name):
+                out[name] = self.describe(value, (module, name), header=True)
+                for attribute, member in vars(value).items():
+                    if not _cache(attribute, member):
+                        path = f"{name}.{attribute}"
+                        out[path] = self.describe(member, (module, path))
+            else:
+                out[name] = self.describe(value, (module, name))
+        return out
+
+
+def _execute(modules: list[str]) -> dict[str, dict[str, Any]]:
+    """The namespaces of ``modules`` as their code defines them: each module's code (from its installed
+    file, as the import system loads it) executed again in a namespace of its own, where importing
+    a guarded module gives its namespace here, and anything else what the import system gives."""
+    namespaces: dict[str, dict[str, Any]] = {}
+
+    def load(name: str) -> types.ModuleType:
+        reference = types.ModuleType(name)
+        if name in namespaces:
+            reference.__dict__.update(namespaces[name])
+            return reference
+        spec = _spec(name)
+        code = spec.loader.get_code(name)
+        if code is None:
+            raise ImportError(f"no code for {name}")
+        namespace = reference.__dict__
+        namespace.update(__spec__=spec, __package__=spec.parent, __builtins__=builtin_names)
+        exec(code, namespace)  # the installed module's own code, as importing it runs it
+        namespaces[name] = namespace
+        return reference
+
+    def importer(
+        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
+        target = importlib.util.resolve_name("." * level + name, globals["__package__"]) if level else name
+        if fromlist and target in GUARDED_MODULES:
+            return load(target)
+        return builtins.__import__(name, globals, locals, fromlist, level)
+
+    builtin_names = {**vars(builtins), "__import__": importer}
+    for name in modules:
+        load(name)
+    return namespaces
 
 
 @functools.cache
-def _home(module: str) -> str | None:
-    """The file name the code of ``module`` carries (``co_filename``)."""
-    code = _spec(module).loader.get_code(module)
-    return None if code is None else str(code.co_filename)
+def _reference() -> tuple[dict[str, dict[str, Any]], tuple[str, ...], list[Any]]:
+    """What the guarded modules' own code defines, described (:class:`_World`: each module's items), what
+    could not be compared, and the objects the descriptions refer to by id (kept alive, so that no
+    other object takes their id); made once per process."""
+    try:
+        for module in GUARDED_MODULES:
+            importlib.import_module(module)
+        namespaces = _execute(list(GUARDED_MODULES))
+    except Exception as exc:  # any failure of hypercorn's code is a refusal
+        return {}, (f"hypercorn: cannot be compared in memory ({type(exc).__name__}: {exc})",), []
+    world = _World(namespaces, keep=[])
+    # the functions dataclasses writes for a class take the module in memory as their globals
+    world.globals.update({id(vars(sys.modules[name])): name for name in namespaces})
+    described = {module: world.items(module) for module in GUARDED_MODULES}
+    return described, (), world.keep or []
 
 
 def _replaced_in_memory() -> Iterator[str]:
-    """What code has replaced in the guarded modules since they were imported: a function or method
-    whose code does not come from the module's own file (another library's monkeypatch)."""
-    for name in GUARDED_MODULES:
-        module = sys.modules.get(name)
-        home = _home(name) if module is not None else None
-        if module is None or home is None:
-            continue  # not imported yet: nothing can have replaced anything in it
-        replaced = [
-            qualname for qualname, function in _functions(module) if function.__code__.co_filename != home
-        ]
-        if replaced:
-            yield f"{name}: replaced in memory {', '.join(replaced)}"
+    """What differs between the guarded modules in memory and what their code defines: a name bound to
+    another object (a monkeypatch, whatever its ``__module__`` says), a function whose code, defaults
+    or closure changed, a class attribute replaced, added or removed, a constant changed."""
+    expected_items, failures, _ = _reference()
+    yield from failures
+    live = {name: vars(sys.modules[name]) for name in expected_items}
+    world = _World(live)
+    for module, namespace in live.items():
+        if namespace.get("__builtins__") not in (builtins, vars(builtins)):
+            yield f"{module}: replaced in memory __builtins__"
+        found, expected_here = world.items(module), expected_items[module]
+        changed = [name for name in expected_here if name in found and found[name] != expected_here[name]]
+        parents = {name for name in changed if "." not in name}
+        missing = [name for name in expected_here if name not in found and name.split(".")[0] not in parents]
+        new = [name for name in found if name not in expected_here and name.split(".")[0] not in parents]
+        for label, names in (("replaced", changed), ("added", new), ("removed", missing)):
+            if names:
+                yield f"{module}: {label} in memory {', '.join(names)}"
 
 
 @functools.cache
