@@ -19,9 +19,16 @@ formatting, an install that ships only ``.pyc`` files) does not count:
   table per interpreter (``sys.implementation.cache_tag``: CPython 3.11, 3.12 and 3.13 here); on
   another one a bytecode-only install cannot be checked and is refused.
 
-At every check, the functions and methods of the guarded modules that are in memory must also be the
-ones their files define (:func:`_replaced_in_memory`: another library's monkeypatch brings code from
-another file).
+At every check, the guarded modules in memory must also be what their code defines
+(:func:`_replaced_in_memory`), name by name, whatever an object's ``__module__`` says: once per process
+the modules' code (from their installed files) is executed again, each in a namespace of its own, and
+every name of each module in memory (functions, classes and each of their attributes, constants,
+imported names) is compared with it: the very same object where the code takes it from elsewhere (an
+import, a builtin), an object made by the same code where the module defines it (a function: an equal
+code object, the module's globals, equal defaults, closure and attributes; a class: the same name,
+metaclass and bases, and each attribute compared alike; a constant: the same type and value).  A name
+added (a builtin shadowed, a method added to a class) or removed is a difference too.  Not compared:
+hypercorn's dependencies, and the content of an ABC's registry.
 
 Each module is compared item by item (``<module>`` for its top-level statements, each class body, each
 function or method; nested functions, lambdas and comprehensions count as part of the item they are in),
@@ -565,9 +572,10 @@ def _installed() -> tuple[str, ...]:
 
 
 def check() -> str | None:
-    """None when the installed hypercorn is the 0.18.0 code the fixes were written for, and nothing has
-    replaced its functions in memory; otherwise what differs, one line per module (each line names the
-    items that differ).  The installed code is read once per process; what is in memory, each time."""
+    """None when the installed hypercorn is the 0.18.0 code the fixes were written for, and the guarded
+    modules in memory are what that code defines; otherwise what differs, one line per module and kind
+    (each line names the items that differ).  The installed code is read (and executed again to
+    compare) once per process; what is in memory is compared at each call (a few milliseconds)."""
     lines = [*_installed(), *_replaced_in_memory()]
     return "\n".join(lines) if lines else None
 
