@@ -341,6 +341,16 @@ _ABC_DATA = type(vars(abc.ABC)["_abc_impl"])
 """An ABC's registry and caches (a C object without readable content): compared by type only."""
 
 
+@functools.cache
+def _slots(kind: type) -> tuple[str, ...]:
+    """The slots of ``kind``'s instances (a dataclass's ``Field``)."""
+    names = []
+    for base in kind.__mro__:
+        slots = vars(base).get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    return tuple(name for name in names if name not in ("__dict__", "__weakref__"))
+
+
 def _cache(name: str, value: Any) -> bool:
     """Whether a module's or class's attribute is one Python adds when asked (not a change): an empty
     ``__annotations__`` (made by reading it), ``__slotnames__`` (copyreg's, made by copying an
@@ -461,15 +471,11 @@ class _World:
 
         def attributes(value: Any) -> dict[str, Any]:
             found = dict(getattr(value, "__dict__", {}))
-            for kind in type(value).__mro__:
-                slots = vars(kind).get("__slots__", ())
-                for slot in (slots,) if isinstance(slots, str) else slots:
-                    if slot in ("__dict__", "__weakref__"):
-                        continue
-                    try:
-                        found[slot] = getattr(value, slot)
-                    except AttributeError:
-                        found[f"<{slot} unset>"] = None
+            for slot in _slots(type(value)):
+                try:
+                    found[slot] = getattr(value, slot)
+                except AttributeError:
+                    found[f"<{slot} unset>"] = None
             return found
 
         return walk(root)
@@ -557,10 +563,14 @@ def _replaced_in_memory() -> Iterator[str]:
         if namespace.get("__builtins__") not in (builtins, vars(builtins)):
             yield f"{module}: replaced in memory __builtins__"
         found, expected_here = world.items(module), expected_items[module]
-        changed = [name for name in expected_here if name in found and found[name] != expected_here[name]]
-        parents = {name for name in changed if "." not in name}
-        missing = [name for name in expected_here if name not in found and name.split(".")[0] not in parents]
-        new = [name for name in found if name not in expected_here and name.split(".")[0] not in parents]
+        differ = {name for name in expected_here if name in found and found[name] != expected_here[name]}
+
+        def named(names: Iterator[str]) -> list[str]:  # a replaced object, not its attributes
+            return [name for name in names if "." not in name or name.split(".")[0] not in differ]
+
+        changed = named(name for name in expected_here if name in differ)
+        missing = named(name for name in expected_here if name not in found)
+        new = named(name for name in found if name not in expected_here)
         for label, names in (("replaced", changed), ("added", new), ("removed", missing)):
             if names:
                 yield f"{module}: {label} in memory {', '.join(names)}"
