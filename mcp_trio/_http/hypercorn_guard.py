@@ -551,6 +551,11 @@ def _reference() -> tuple[dict[str, dict[str, Any]], tuple[str, ...], list[Any]]
     return described, (), world.keep or []
 
 
+def _named(differ: set[str], names: Iterator[str]) -> list[str]:
+    """``names`` but the attributes of a class that ``differ`` has replaced whole (it is named alone)."""
+    return [name for name in names if "." not in name or name.split(".")[0] not in differ]
+
+
 def _replaced_in_memory() -> Iterator[str]:
     """What differs between the guarded modules in memory and what their code defines: a name bound to
     another object (a monkeypatch, whatever its ``__module__`` says), a function whose code, defaults
@@ -564,13 +569,9 @@ def _replaced_in_memory() -> Iterator[str]:
             yield f"{module}: replaced in memory __builtins__"
         found, expected_here = world.items(module), expected_items[module]
         differ = {name for name in expected_here if name in found and found[name] != expected_here[name]}
-
-        def named(names: Iterator[str]) -> list[str]:  # a replaced object, not its attributes
-            return [name for name in names if "." not in name or name.split(".")[0] not in differ]
-
-        changed = named(name for name in expected_here if name in differ)
-        missing = named(name for name in expected_here if name not in found)
-        new = named(name for name in found if name not in expected_here)
+        changed = _named(differ, (name for name in expected_here if name in differ))
+        missing = _named(differ, (name for name in expected_here if name not in found))
+        new = _named(differ, (name for name in found if name not in expected_here))
         for label, names in (("replaced", changed), ("added", new), ("removed", missing)):
             if names:
                 yield f"{module}: {label} in memory {', '.join(names)}"
