@@ -471,7 +471,8 @@ class _World:
 
         def attributes(value: Any) -> dict[str, Any]:
             found = dict(getattr(value, "__dict__", {}))
-            for slot in _slots(type(value)):
+            kind: type = type(value)
+            for slot in _slots(kind):
                 try:
                     found[slot] = getattr(value, slot)
                 except AttributeError:
