@@ -503,21 +503,19 @@ def _execute(modules: list[str]) -> dict[str, dict[str, Any]]:
     """The namespaces of ``modules`` as their code defines them: each module's code (from its installed
     file, as the import system loads it) executed again in a namespace of its own, where importing
     a guarded module gives its namespace here, and anything else what the import system gives."""
-    namespaces: dict[str, dict[str, Any]] = {}
+    loaded: dict[str, types.ModuleType] = {}
 
     def load(name: str) -> types.ModuleType:
-        reference = types.ModuleType(name)
-        if name in namespaces:
-            reference.__dict__.update(namespaces[name])
-            return reference
+        if name in loaded:  # (a cycle would find the module partly run, as the import system does)
+            return loaded[name]
         spec = _spec(name)
         code = spec.loader.get_code(name)
         if code is None:
             raise ImportError(f"no code for {name}")
-        namespace = reference.__dict__
+        loaded[name] = reference = types.ModuleType(name)
+        namespace = vars(reference)
         namespace.update(__spec__=spec, __package__=spec.parent, __builtins__=builtin_names)
         exec(code, namespace)  # the installed module's own code, as importing it runs it
-        namespaces[name] = namespace
         return reference
 
     def importer(
@@ -529,9 +527,7 @@ def _execute(modules: list[str]) -> dict[str, dict[str, Any]]:
         return builtins.__import__(name, globals, locals, fromlist, level)
 
     builtin_names = {**vars(builtins), "__import__": importer}
-    for name in modules:
-        load(name)
-    return namespaces
+    return {name: vars(load(name)) for name in modules}
 
 
 @functools.cache
@@ -566,7 +562,7 @@ def _replaced_in_memory() -> Iterator[str]:
     live = {name: vars(sys.modules[name]) for name in expected_items}
     world = _World(live)
     for module, namespace in live.items():
-        if namespace.get("__builtins__") not in (builtins, vars(builtins)):
+        if not any(namespace.get("__builtins__") is real for real in (builtins, vars(builtins))):
             yield f"{module}: replaced in memory __builtins__"
         found, expected_here = world.items(module), expected_items[module]
         differ = {name for name in expected_here if name in found and found[name] != expected_here[name]}

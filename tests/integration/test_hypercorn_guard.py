@@ -335,6 +335,10 @@ BYPASSES = {
         "import hypercorn.trio.tcp_server as m\nm.min = max",
         "hypercorn.trio.tcp_server: added in memory min",
     ),
+    "a module's builtins": (
+        "import builtins, hypercorn.utils as m\nm.__builtins__ = {**vars(builtins), 'len': lambda value: 0}",
+        "hypercorn.utils: replaced in memory __builtins__",
+    ),
     "a name removed": (
         "import hypercorn.protocol.h2 as m\ndel m.BUFFER_LOW_WATER",
         "hypercorn.protocol.h2: removed in memory BUFFER_LOW_WATER",
