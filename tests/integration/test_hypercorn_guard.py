@@ -322,6 +322,10 @@ BYPASSES = {
         "import hypercorn.utils as m\nm.valid_server_name.__code__ = (lambda config, request: True).__code__",
         "hypercorn.utils: replaced in memory valid_server_name",
     ),
+    "a function's defaults": (
+        "import hypercorn.protocol as m\nm.ProtocolWrapper.__init__.__defaults__ = ('h2',)",
+        "hypercorn.protocol: replaced in memory ProtocolWrapper.__init__",
+    ),
     "a dataclass's field default": (
         "import dataclasses, hypercorn.events as m\n"
         "m.RawData.__dataclass_fields__['address'].default = ('10.0.0.1', 1)",
