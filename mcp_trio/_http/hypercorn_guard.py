@@ -19,9 +19,16 @@ formatting, an install that ships only ``.pyc`` files) does not count:
   table per interpreter (``sys.implementation.cache_tag``: CPython 3.11, 3.12 and 3.13 here); on
   another one a bytecode-only install cannot be checked and is refused.
 
-At every check, the functions and methods of the guarded modules that are in memory must also be the
-ones their files define (:func:`_replaced_in_memory`: another library's monkeypatch brings code from
-another file).
+At every check, the guarded modules in memory must also be what their code defines
+(:func:`_replaced_in_memory`), name by name, whatever an object's ``__module__`` says: once per process
+the modules' code (from their installed files) is executed again, each in a namespace of its own, and
+every name of each module in memory (functions, classes and each of their attributes, constants,
+imported names) is compared with it: the very same object where the code takes it from elsewhere (an
+import, a builtin), an object made by the same code where the module defines it (a function: an equal
+code object, the module's globals, equal defaults, closure and attributes; a class: the same name,
+metaclass and bases, and each attribute compared alike; a constant: the same type and value).  A name
+added (a builtin shadowed, a method added to a class) or removed is a difference too.  Not compared:
+hypercorn's dependencies, and the content of an ABC's registry.
 
 Each module is compared item by item (``<module>`` for its top-level statements, each class body, each
 function or method; nested functions, lambdas and comprehensions count as part of the item they are in),
@@ -32,9 +39,10 @@ bytecode table) from a hypercorn 0.18.0 install.
 
 from __future__ import annotations
 
+import abc
 import ast
 import bisect
-import dataclasses
+import builtins
 import dis
 import functools
 import hashlib
@@ -320,67 +328,250 @@ def _differences() -> Iterator[str]:
         yield from _compare(module, found, table[kind].get(module, {}))
 
 
-_GENERATED = frozenset(
-    {
-        "__init__",
-        "__repr__",
-        "__eq__",
-        "__hash__",
-        "__setattr__",
-        "__delattr__",
-        "__lt__",
-        "__le__",
-        "__gt__",
-        "__ge__",
-    }
-)
-"""The methods ``dataclasses`` writes (their code comes from no file of the module)."""
+_SET_BY_IMPORT = frozenset({"__builtins__", "__cached__", "__file__", "__loader__", "__path__", "__spec__"})
+"""A module's attributes set by the import system, not by its code: not compared (``__builtins__`` is
+checked on its own)."""
 
+_MACHINERY = frozenset({"dataclasses", "enum"})
+"""Modules whose objects a guarded module's class statements make afresh each time (a dataclass's fields
+and parameters, an enum's descriptors): compared by content, as what the guarded modules define."""
 
-def _functions(module: types.ModuleType) -> Iterator[tuple[str, Any]]:
-    """(qualified name, function) for the functions and methods defined in ``module``, as they are now
-    (a dataclass's generated methods left out)."""
-    for name, value in vars(module).items():
-        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
-            yield name, value
-        elif isinstance(value, type) and value.__module__ == module.__name__:
-            generated = _GENERATED if dataclasses.is_dataclass(value) else frozenset()
-            for attribute, member in vars(value).items():
-                if attribute in generated:
-                    continue
-                if isinstance(member, (staticmethod, classmethod)):
-                    member = member.__func__
-                parts = [member.fget, member.fset] if isinstance(member, property) else [member]
-                for part in parts:
-                    # enum and dataclasses put functions of their own in the classes they make
-                    # (_generate_next_value_, __new__; __replace__ since Python 3.13).
-                    if isinstance(part, types.FunctionType) and part.__module__ not in {
-                        "enum",
-                        "dataclasses",
-                    }:
-                        yield f"{name}.{attribute}", part
+_SCALARS = frozenset({type(None), bool, int, str, bytes, type(...), type(NotImplemented)})
+_ABC_DATA = type(vars(abc.ABC)["_abc_impl"])
+"""An ABC's registry and caches (a C object without readable content): compared by type only."""
 
 
 @functools.cache
-def _home(module: str) -> str | None:
-    """The file name the code of ``module`` carries (``co_filename``)."""
-    code = _spec(module).loader.get_code(module)
-    return None if code is None else str(code.co_filename)
+def _slots(kind: type) -> tuple[str, ...]:
+    """The slots of ``kind``'s instances (a dataclass's ``Field``)."""
+    names = []
+    for base in kind.__mro__:
+        slots = vars(base).get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    return tuple(name for name in names if name not in ("__dict__", "__weakref__"))
+
+
+def _cache(name: str, value: Any) -> bool:
+    """Whether a module's or class's attribute is one Python adds when asked (not a change): an empty
+    ``__annotations__`` (made by reading it), ``__slotnames__`` (copyreg's, made by copying an
+    instance)."""
+    return name == "__slotnames__" or (name == "__annotations__" and value == {})
+
+
+class _World:
+    """The guarded modules as one world sees them: in memory (``sys.modules``), or as their own code
+    defines them (:func:`_reference`).  :meth:`items` describes a module's names so that two worlds'
+    descriptions are equal exactly where they hold the very same object (what a module imports, and
+    what its code takes from elsewhere) or an object made by the same code (what it defines: a
+    function with an equal code object, the same globals, defaults and closure; a class with the same
+    name, metaclass, bases and attributes, each compared alike; a constant of the same type and value).
+
+    An object defined by a guarded module is known by its home, its ``__module__`` and
+    ``__qualname__``: where it is found at its home, other items refer to it by that name (it is
+    compared as the item of its home); anywhere else it is compared whole."""
+
+    def __init__(self, namespaces: dict[str, dict[str, Any]], keep: list[Any] | None = None) -> None:
+        self.namespaces = namespaces
+        self.globals = {id(namespace): name for name, namespace in namespaces.items()}
+        self.keep = keep  # the reference world keeps what it refers to by id alive
+
+    def _id(self, value: Any) -> tuple[str, int]:
+        if self.keep is not None:
+            self.keep.append(value)
+        return ("id", id(value))
+
+    def _home(self, value: Any) -> tuple[str, str] | None:
+        """(module, qualified name) where ``value`` is defined, if it is found there in this world."""
+        module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+        if module not in self.namespaces or not isinstance(qualname, str):
+            return None
+        first, *rest = qualname.split(".")
+        found = self.namespaces[module].get(first)
+        for part in rest:
+            if not isinstance(found, type):
+                return None
+            found = vars(found).get(part)
+        return (module, qualname) if found is value else None
+
+    def _ours(self, value: Any) -> bool:
+        """Whether ``value`` (a function or class) was made by a guarded module's code."""
+        if getattr(value, "__module__", None) in self.namespaces:
+            return True
+        return isinstance(value, types.FunctionType) and id(value.__globals__) in self.globals
+
+    def describe(self, root: Any, item: tuple[str, str], header: bool = False) -> Any:
+        """``root``, the value of ``item``, as a comparable value (with ``header``, a class's attributes
+        are left out: they are items of their own)."""
+        seen: dict[int, int] = {}
+
+        def walk(value: Any) -> Any:
+            kind = type(value)
+            if kind in _SCALARS:
+                return (kind.__name__, value)
+            if kind is float or kind is complex:
+                return (kind.__name__, repr(value))
+            if kind in (tuple, list):
+                return (kind.__name__, tuple(walk(part) for part in value))
+            if kind is dict:
+                return ("dict", tuple((walk(key), walk(part)) for key, part in value.items()))
+            if kind in (set, frozenset):
+                return (kind.__name__, tuple(sorted(repr(walk(part)) for part in value)))
+            if id(value) in seen:
+                return ("seen", seen[id(value)])
+            if isinstance(value, (types.FunctionType, type)):
+                home = self._home(value)
+                if home is not None and home != item:
+                    return ("at", *home)
+                if home is None and not self._ours(value):
+                    return self._id(value)
+                seen[id(value)] = len(seen)
+                if isinstance(value, type):
+                    return cls(value, header and value is root)
+                return function(value)
+            seen[id(value)] = len(seen)
+            if kind is types.CellType:
+                try:
+                    return ("cell", walk(value.cell_contents))
+                except ValueError:
+                    return ("cell",)
+            if kind is property:
+                return ("property", walk(value.fget), walk(value.fset), walk(value.fdel), walk(value.__doc__))
+            if kind is staticmethod or kind is classmethod:
+                return (kind.__name__, walk(value.__func__), walk(vars(value)))
+            if kind is types.GetSetDescriptorType or kind is types.MemberDescriptorType:
+                return ("descriptor", kind.__name__, value.__name__, walk(value.__objclass__))
+            if kind is _ABC_DATA:
+                return ("abc",)
+            if kind.__module__ in self.namespaces or kind.__module__ in _MACHINERY:
+                return ("object", walk(kind), walk(attributes(value)))
+            return self._id(value)
+
+        def function(value: types.FunctionType) -> Any:
+            home = self.globals.get(id(value.__globals__))
+            return (
+                "function",
+                value.__name__,
+                value.__qualname__,
+                value.__module__,
+                value.__code__,  # compared with ==: the bytecode, constants, names, nested code
+                ("globals", home) if home is not None else self._id(value.__globals__),
+                walk(value.__defaults__),
+                walk(value.__kwdefaults__),
+                walk(value.__closure__),
+                walk(value.__annotations__),
+                walk(value.__doc__),
+                walk(getattr(value, "__type_params__", ())),
+                walk(vars(value)),
+            )
+
+        def cls(value: type, header: bool) -> Any:
+            bases = tuple(walk(base) for base in value.__bases__)
+            body = None if header else walk(dict(sorted(vars(value).items())))
+            return ("class", value.__name__, value.__qualname__, walk(type(value)), bases, body)
+
+        def attributes(value: Any) -> dict[str, Any]:
+            found = dict(getattr(value, "__dict__", {}))
+            kind: type = type(value)
+            for slot in _slots(kind):
+                try:
+                    found[slot] = getattr(value, slot)
+                except AttributeError:
+                    found[f"<{slot} unset>"] = None
+            return found
+
+        return walk(root)
+
+    def items(self, module: str) -> dict[str, Any]:
+        """The items of ``module``: each name of its namespace, and each attribute of a class it
+        defines (``Class.attribute``), described."""
+        out: dict[str, Any] = {}
+        for name, value in self.namespaces[module].items():
+            if name in _SET_BY_IMPORT or sys.modules.get(f"{module}.{name}") is value or _cache(name, value):
+                continue  # set by the import system (a package's submodules too), or by Python
+            if isinstance(value, type) and self._home(value) == (module, name):
+                out[name] = self.describe(value, (module, name), header=True)
+                for attribute, member in vars(value).items():
+                    if not _cache(attribute, member):
+                        path = f"{name}.{attribute}"
+                        out[path] = self.describe(member, (module, path))
+            else:
+                out[name] = self.describe(value, (module, name))
+        return out
+
+
+def _execute(modules: list[str]) -> dict[str, dict[str, Any]]:
+    """The namespaces of ``modules`` as their code defines them: each module's code (from its installed
+    file, as the import system loads it) executed again in a namespace of its own, where importing
+    a guarded module gives its namespace here, and anything else what the import system gives."""
+    loaded: dict[str, types.ModuleType] = {}
+
+    def load(name: str) -> types.ModuleType:
+        if name in loaded:  # (a cycle would find the module partly run, as the import system does)
+            return loaded[name]
+        spec = _spec(name)
+        code = spec.loader.get_code(name)
+        if code is None:
+            raise ImportError(f"no code for {name}")
+        loaded[name] = reference = types.ModuleType(name)
+        namespace = vars(reference)
+        namespace.update(__spec__=spec, __package__=spec.parent, __builtins__=builtin_names)
+        exec(code, namespace)  # the installed module's own code, as importing it runs it
+        return reference
+
+    def importer(
+        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
+        target = importlib.util.resolve_name("." * level + name, globals["__package__"]) if level else name
+        if fromlist and target in GUARDED_MODULES:
+            return load(target)
+        return builtins.__import__(name, globals, locals, fromlist, level)
+
+    builtin_names = {**vars(builtins), "__import__": importer}
+    return {name: vars(load(name)) for name in modules}
+
+
+@functools.cache
+def _reference() -> tuple[dict[str, dict[str, Any]], tuple[str, ...], list[Any]]:
+    """What the guarded modules' own code defines, described (:class:`_World`: each module's items), what
+    could not be compared, and the objects the descriptions refer to by id (kept alive, so that no
+    other object takes their id); made once per process."""
+    try:
+        for module in GUARDED_MODULES:
+            importlib.import_module(module)
+        namespaces = _execute(list(GUARDED_MODULES))
+    except Exception as exc:  # any failure of hypercorn's code is a refusal
+        return {}, (f"hypercorn: cannot be compared in memory ({type(exc).__name__}: {exc})",), []
+    world = _World(namespaces, keep=[])
+    # the functions dataclasses writes for a class take the module in memory as their globals
+    world.globals.update({id(vars(sys.modules[name])): name for name in namespaces})
+    described = {module: world.items(module) for module in GUARDED_MODULES}
+    return described, (), world.keep or []
+
+
+def _named(differ: set[str], names: Iterator[str]) -> list[str]:
+    """``names`` but the attributes of a class that ``differ`` has replaced whole (it is named alone)."""
+    return [name for name in names if "." not in name or name.split(".")[0] not in differ]
 
 
 def _replaced_in_memory() -> Iterator[str]:
-    """What code has replaced in the guarded modules since they were imported: a function or method
-    whose code does not come from the module's own file (another library's monkeypatch)."""
-    for name in GUARDED_MODULES:
-        module = sys.modules.get(name)
-        home = _home(name) if module is not None else None
-        if module is None or home is None:
-            continue  # not imported yet: nothing can have replaced anything in it
-        replaced = [
-            qualname for qualname, function in _functions(module) if function.__code__.co_filename != home
-        ]
-        if replaced:
-            yield f"{name}: replaced in memory {', '.join(replaced)}"
+    """What differs between the guarded modules in memory and what their code defines: a name bound to
+    another object (a monkeypatch, whatever its ``__module__`` says), a function whose code, defaults
+    or closure changed, a class attribute replaced, added or removed, a constant changed."""
+    expected_items, failures, _ = _reference()
+    yield from failures
+    live = {name: vars(sys.modules[name]) for name in expected_items}
+    world = _World(live)
+    for module, namespace in live.items():
+        if not any(namespace.get("__builtins__") is real for real in (builtins, vars(builtins))):
+            yield f"{module}: replaced in memory __builtins__"
+        found, expected_here = world.items(module), expected_items[module]
+        differ = {name for name in expected_here if name in found and found[name] != expected_here[name]}
+        changed = _named(differ, (name for name in expected_here if name in differ))
+        missing = _named(differ, (name for name in expected_here if name not in found))
+        new = _named(differ, (name for name in found if name not in expected_here))
+        for label, names in (("replaced", changed), ("added", new), ("removed", missing)):
+            if names:
+                yield f"{module}: {label} in memory {', '.join(names)}"
 
 
 @functools.cache
@@ -389,9 +580,10 @@ def _installed() -> tuple[str, ...]:
 
 
 def check() -> str | None:
-    """None when the installed hypercorn is the 0.18.0 code the fixes were written for, and nothing has
-    replaced its functions in memory; otherwise what differs, one line per module (each line names the
-    items that differ).  The installed code is read once per process; what is in memory, each time."""
+    """None when the installed hypercorn is the 0.18.0 code the fixes were written for, and the guarded
+    modules in memory are what that code defines; otherwise what differs, one line per module and kind
+    (each line names the items that differ).  The installed code is read (and executed again to
+    compare) once per process; what is in memory is compared at each call (about 10 ms)."""
     lines = [*_installed(), *_replaced_in_memory()]
     return "\n".join(lines) if lines else None
 

@@ -38,7 +38,8 @@ hypercorn app in the same process is served exactly as shipped.  What the subcla
   both).  Other failures of a connection keep their traceback, rate-limited too (:data:`failure_log`).
 
 Every hypercorn module whose code these connections run or whose names the subclasses use is checked
-to be, in its code (comments, docstrings and formatting aside), hypercorn 0.18.0 (:mod:`.hypercorn_guard`).
+to be, in its code (comments, docstrings and formatting aside), hypercorn 0.18.0, and, in memory, what that
+code defines (no monkeypatch) (:mod:`.hypercorn_guard`).
 Where one differs, :func:`serve_hypercorn` refuses to start and says what differs, unless told to serve
 with hypercorn as shipped (``allow_stock=True``, ``serve(..., allow_stock_hypercorn=True)``).
 """

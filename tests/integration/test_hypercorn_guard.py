@@ -17,7 +17,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import hypercorn
@@ -267,19 +266,191 @@ async def test_serve_refuses_before_binding_anything(monkeypatch: pytest.MonkeyP
     assert hypercorn_guard.check() is None
 
 
-async def test_a_function_replaced_in_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Another library's monkeypatch of hypercorn (the installed files unchanged) is a difference too,
-    # checked at every start.
-    from hypercorn.protocol.h2 import H2Protocol
+# -- what is in memory ------------------------------------------------------------------------------
 
-    async def patched_handle_events(self: Any, events: Any) -> None:
-        pass
+TCP_SERVER_REPLACED = (  # run imported the class tcp_server has no longer
+    "hypercorn.trio.run: replaced in memory TCPServer\n"
+    "hypercorn.trio.tcp_server: replaced in memory TCPServer"
+)
+BYPASSES = {
+    "a method": (
+        "from hypercorn.protocol.h2 import H2Protocol\n"
+        "async def _handle_events(self, events): pass\n"
+        "H2Protocol._handle_events = _handle_events",
+        "hypercorn.protocol.h2: replaced in memory H2Protocol._handle_events",
+    ),
+    "a module-level function": (
+        "import hypercorn.trio.task_group as m\nasync def _handle(*args): pass\nm._handle = _handle",
+        "hypercorn.trio.task_group: replaced in memory _handle",
+    ),
+    "a function re-exported under the original __module__": (
+        "import hypercorn.protocol.http_stream as m\n"
+        "def build_and_validate_headers(headers): return []\n"
+        "build_and_validate_headers.__module__ = 'hypercorn.utils'\n"
+        "m.build_and_validate_headers = build_and_validate_headers",
+        "hypercorn.protocol.http_stream: replaced in memory build_and_validate_headers",
+    ),
+    "a function replaced at its home under its own names": (
+        "import hypercorn.utils as m\n"
+        "def build_and_validate_headers(headers): return []\n"
+        "build_and_validate_headers.__module__ = 'hypercorn.utils'\n"
+        "m.build_and_validate_headers = build_and_validate_headers",
+        # the modules that imported the original now hold another function than utils has
+        "hypercorn.protocol.http_stream: replaced in memory build_and_validate_headers\n"
+        "hypercorn.protocol.ws_stream: replaced in memory build_and_validate_headers\n"
+        "hypercorn.utils: replaced in memory build_and_validate_headers",
+    ),
+    "a whole class": (
+        "import hypercorn.trio.tcp_server as m\nclass TCPServer(m.TCPServer): pass\nm.TCPServer = TCPServer",
+        TCP_SERVER_REPLACED,
+    ),
+    "a whole class under the original names": (
+        "import hypercorn.trio.tcp_server as m\n"
+        "class TCPServer(m.TCPServer): __module__ = m.__name__\n"
+        "m.TCPServer = TCPServer",
+        TCP_SERVER_REPLACED,
+    ),
+    "a constant": (
+        "import hypercorn.trio.tcp_server as m\nm.MAX_RECV = 2 ** 10",
+        "hypercorn.trio.tcp_server: replaced in memory MAX_RECV",
+    ),
+    "a constant changed in place": (
+        "import hypercorn.protocol.http_stream as m\nm.TRAILERS_VERSIONS.add('1.1')",
+        "hypercorn.protocol.http_stream: replaced in memory TRAILERS_VERSIONS",
+    ),
+    "a function's __code__": (
+        "import hypercorn.utils as m\nm.valid_server_name.__code__ = (lambda config, request: True).__code__",
+        "hypercorn.utils: replaced in memory valid_server_name",
+    ),
+    "a function's defaults": (
+        "import hypercorn.protocol as m\nm.ProtocolWrapper.__init__.__defaults__ = ('h2',)",
+        "hypercorn.protocol: replaced in memory ProtocolWrapper.__init__",
+    ),
+    "a dataclass's field default": (
+        "import dataclasses, hypercorn.events as m\n"
+        "m.RawData.__dataclass_fields__['address'].default = ('10.0.0.1', 1)",
+        "hypercorn.events: replaced in memory RawData.__dataclass_fields__",
+    ),
+    "a class attribute added": (
+        "import hypercorn.protocol.h11 as m\nm.H11Protocol.__getattr__ = lambda self, name: None",
+        "hypercorn.protocol.h11: added in memory H11Protocol.__getattr__",
+    ),
+    "a builtin shadowed": (
+        "import hypercorn.trio.tcp_server as m\nm.min = max",
+        "hypercorn.trio.tcp_server: added in memory min",
+    ),
+    "a module's builtins": (
+        "import builtins, hypercorn.utils as m\nm.__builtins__ = {**vars(builtins), 'len': lambda value: 0}",
+        "hypercorn.utils: replaced in memory __builtins__",
+    ),
+    "a name removed": (
+        "import hypercorn.protocol.h2 as m\ndel m.BUFFER_LOW_WATER",
+        "hypercorn.protocol.h2: removed in memory BUFFER_LOW_WATER",
+    ),
+}
+"""Monkeypatches of the guarded modules (code run in a fresh interpreter) and what the guard says."""
 
-    monkeypatch.setattr(H2Protocol, "_handle_events", patched_handle_events)
-    assert hypercorn_guard.check() == "hypercorn.protocol.h2: replaced in memory H2Protocol._handle_events"
-    with pytest.raises(HypercornGuardError, match=r"replaced in memory H2Protocol\._handle_events"):
-        await serve(MCPApp(MCPServer("refused")), "127.0.0.1", 0)
-    monkeypatch.undo()
+IN_MEMORY = """
+import json, os, sys
+from mcp_trio._http.hypercorn_server import hypercorn_fixes_available
+
+if sys.argv[1] == "later":  # the guard has seen the modules as imported, before the patch
+    assert hypercorn_fixes_available() is None
+verdicts = {}
+for name, patch in json.loads(sys.argv[2]).items():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # each patch in a process of its own
+        try:
+            exec(patch, {})
+            os.write(write, json.dumps(hypercorn_fixes_available()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        verdicts[name] = json.loads(pipe.read() or '"the patch failed"')
+    os.waitpid(pid, 0)
+verdicts["untouched"] = hypercorn_fixes_available()
+print(json.dumps(verdicts))
+"""
+
+
+@pytest.mark.parametrize("when", ["first", "later"], ids=["patched-before-the-first-check", "patched-later"])
+def test_each_monkeypatch_of_the_guarded_modules_is_named(when: str) -> None:
+    # A library that patches hypercorn when it is imported (before mcp_trio's first check), or code
+    # that patches it while the process runs: either way the guard names what differs.
+    patches = {name: patch for name, (patch, _) in BYPASSES.items()}
+    done = subprocess.run(
+        [sys.executable, "-c", IN_MEMORY, when, json.dumps(patches)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    verdicts = json.loads(done.stdout)
+    assert verdicts == {**{name: said for name, (_, said) in BYPASSES.items()}, "untouched": None}
+
+
+async def test_serve_refuses_a_patched_hypercorn_before_binding() -> None:
+    # The port is held by a listening socket of ours: a server that tried to bind it would fail with
+    # BindError; the guard's refusal comes first.
+    from hypercorn.trio import tcp_server
+
+    held = trio.socket.socket()
+    async with trio.open_nursery():
+        await held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        try:
+            tcp_server.MAX_RECV = 2**10
+            with pytest.raises(HypercornGuardError, match=r"tcp_server: replaced in memory MAX_RECV\n"):
+                await serve(MCPApp(MCPServer("refused")), "127.0.0.1", port)
+        finally:
+            tcp_server.MAX_RECV = 2**16
+            held.close()
+    assert hypercorn_guard.check() is None
+
+
+async def test_a_patched_hypercorn_is_served_as_shipped_when_allowed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from hypercorn.trio import tcp_server
+
+    tcp_server.MAX_RECV = 2**15  # read by the read loop as shipped
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                app = MCPApp(MCPServer("allowed"))
+                urls = await nursery.start(
+                    lambda task_status: serve(
+                        app, "127.0.0.1", 0, task_status=task_status, allow_stock_hypercorn=True
+                    )
+                )
+                async with httpx.AsyncClient(timeout=10) as client:
+                    response = await client.post(urls[0], json=INIT, headers=POST)
+                assert response.status_code == 200, response.text
+                nursery.cancel_scope.cancel()
+    finally:
+        tcp_server.MAX_RECV = 2**16
+    warnings = [r.getMessage() for r in caplog.records if "WITHOUT MCP_TRIO'S FIXES" in r.getMessage()]
+    assert len(warnings) == 1 and "tcp_server: replaced in memory MAX_RECV" in warnings[0], warnings
+    assert hypercorn_guard.check() is None
+
+
+async def test_hypercorn_as_served_is_still_its_own_code() -> None:
+    # What runs is compared with the code (not the file's text): after requests ran hypercorn's
+    # functions (and the interpreter specialised their bytecode), nothing differs.
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            app = MCPApp(MCPServer("served"))
+            urls = await nursery.start(
+                lambda task_status: serve(app, "127.0.0.1", 0, task_status=task_status)
+            )
+            async with httpx.AsyncClient(timeout=10) as client:
+                for _ in range(20):
+                    response = await client.post(urls[0], json=INIT, headers=POST)
+                    assert response.status_code == 200, response.text
+            nursery.cancel_scope.cancel()
     assert hypercorn_guard.check() is None
 
 
@@ -309,7 +480,7 @@ NOT_GUARDED = {
 
 
 def module_tree(module: object) -> ast.Module:
-    return ast.parse(Path(module.__file__).read_text())  # type: ignore[attr-defined]
+    return ast.parse(Path(module.__file__).read_text())
 
 
 def test_every_hypercorn_name_used_comes_from_a_guarded_module() -> None:
