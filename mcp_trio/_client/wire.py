@@ -13,7 +13,7 @@ from typing import Any
 import mcp_types as mt
 
 from .._protocol import safejson
-from .._runtime.peerlog import printable
+from .._runtime.peerlog import line
 from ..errors import RPCError, TransportError
 
 __all__ = [
@@ -58,7 +58,7 @@ class _RateLimitedLog:
         skipped = self._skipped.pop(key, 0)
         if skipped:
             message += f" ({skipped} more like it not logged)"
-        logger.log(level, "%s", printable(message % args if args else message))  # one line, escaped
+        logger.log(level, "%s", line(message, args))  # one line, escaped
 
 
 peer_log = _RateLimitedLog()

@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Callable
 
-__all__ = ["MAX_LOGGED_VALUE", "PEER_LOG_BURST", "RateLimitedLog", "printable"]
+__all__ = ["MAX_LOGGED_VALUE", "PEER_LOG_BURST", "RateLimitedLog", "line", "printable"]
 
 MAX_LOGGED_VALUE = 256
 """Longest value from a peer (a method, tool, prompt or resource name) a log record carries, in
@@ -45,6 +45,18 @@ def printable(value: object, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "\u2026"
     return _CONTROLS.sub(_escape, text) if _CONTROLS.search(text) is not None else text
+
+
+def line(message: str, args: tuple[object, ...]) -> str:
+    """``message % args`` (``message`` alone without ``args``), escaped (:func:`printable`): one log
+    line whatever ``args`` hold.  Arguments that do not fit the format are appended instead of raising
+    (as logging reports them rather than failing the caller)."""
+    if not args:
+        return printable(message)
+    try:
+        return printable(message % args)
+    except (TypeError, ValueError):
+        return printable(f"{message} {args!r}")
 
 
 PEER_LOG_BURST = 10
@@ -88,5 +100,5 @@ class RateLimitedLog:
             message += " (and %d more lines like it left out before this one)"
             args = (*args, self._suppressed)
             self._suppressed = 0
-        self._logger.log(level, "%s", printable(message % args if args else message), exc_info=exc_info)
+        self._logger.log(level, "%s", line(message, args), exc_info=exc_info)
         return True

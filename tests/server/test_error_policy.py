@@ -424,7 +424,9 @@ def test_a_peer_log_line_is_one_line_whatever_its_arguments_hold(caplog: pytest.
 
     log.log(logging.INFO, "dropped %s: %s (%d)", "x\x00y\x7f", Odd(), 3)
     log.log(logging.INFO, "100% literal\n")  # no arguments: not %-formatted
+    log.log(logging.INFO, "%d of them", "x\ny")  # arguments that do not fit: appended, not raised
     assert [record.getMessage() for record in caplog.records] == [
         "dropped x\\x00y\\x7f: a\\nb\\u2028c (3)",
         "100% literal\\n",
+        "%d of them ('x\\ny',)",
     ]
