@@ -165,6 +165,7 @@ def test_the_operations_listeners_host_rule() -> None:
     policy = http.OriginPolicy.protecting(["scrape.example"])
     assert http.local_host(("10.0.0.5", 9464)) == "10.0.0.5:9464"
     assert http.local_host(("FE80::1", 9464)) == "[fe80::1]:9464"
+    assert http.local_host(("::ffff:10.0.0.5", 9464)) == "10.0.0.5:9464"
     assert http.local_host(None) is None and http.local_host(("/run/admin.sock", None)) is None
 
     def check(*hosts: bytes, local: str | None = "10.0.0.5:9464") -> bool:

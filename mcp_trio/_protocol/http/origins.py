@@ -178,10 +178,13 @@ def check_origin(facts: RequestFacts, policy: OriginPolicy) -> None:
 
 def local_host(server: tuple[str, int | None] | None) -> str | None:
     """The ``Host`` that names a connection's own address (ASGI ``scope["server"]``): ``host:port``
-    (``[v6]:port`` for IPv6), lower case; None when unknown (a Unix socket)."""
+    (``[v6]:port`` for IPv6; an IPv4-mapped address as the IPv4 one a client connected to), lower
+    case; None when unknown (a Unix socket)."""
     if server is None or server[1] is None:
         return None
     host = server[0].lower()
+    if host.startswith("::ffff:") and "." in host:  # a dual-stack socket's IPv4 client
+        host = host[7:]
     return f"[{host}]:{server[1]}" if ":" in host else f"{host}:{server[1]}"
 
 
