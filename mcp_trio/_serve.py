@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import trio
@@ -58,6 +58,8 @@ async def serve(
     allow_stock_hypercorn: bool = False,
     admin_bind: str | None = None,
     admin_started: Callable[[list[str]], object] | None = None,
+    admin_allowed_hosts: Iterable[str] = (),
+    admin_public: bool = False,
 ) -> None:
     """Serve ``app`` on ``host:port`` (127.0.0.1:8000 by default) until ``shutdown_trigger`` returns
     (or the task is cancelled).
@@ -105,13 +107,18 @@ async def serve(
     logged (INFO, logger ``mcp_trio.serve``) and given to ``admin_started``, if set (its base URLs,
     ``http://127.0.0.1:9464``: the paths are ``/metrics`` and the others); ``task_status`` still
     reports the public endpoint.  An ``admin_bind`` it cannot listen on raises ``ListenError`` too
-    (``listener="operations listener"``), before the public listener starts.
+    (``listener="operations listener"``), before the public listener starts.  The listener answers
+    only requests whose ``Host`` is its own address, a loopback name, or one of
+    ``admin_allowed_hosts`` (``host`` or ``host:port``: the name Prometheus or a probe scrapes it by),
+    421 otherwise (DNS-rebinding protection).  An address beyond loopback (``0.0.0.0``, ``::``, a
+    host name, another interface's address) exposes the server's metrics, statistics and health to
+    whoever reaches it: it needs ``admin_public=True`` (then a WARNING in the log says so), else
+    ``serve`` raises ``ValueError`` before binding anything.
     """
     if admin_bind is not None:
         await _serve_with_admin(
             app,
-            admin_bind,
-            admin_started,
+            _AdminOptions(admin_bind, admin_started, tuple(_hosts(admin_allowed_hosts)), admin_public),
             functools.partial(
                 serve,
                 app,
@@ -291,21 +298,49 @@ def _raise_lifespan_failure(app: MCPApp, exc: BaseException) -> None:
         raise failure from failure.__cause__
 
 
+@dataclasses.dataclass(frozen=True)
+class _AdminOptions:
+    """What :func:`serve` was told of the operations listener."""
+
+    bind: str
+    started: Callable[[list[str]], object] | None
+    allowed_hosts: tuple[str, ...]
+    public: bool
+
+
+def _hosts(value: Iterable[str]) -> Iterable[str]:
+    if isinstance(value, (str, bytes)):  # its characters would be taken for hosts
+        raise TypeError(f"admin_allowed_hosts must be a collection of strings, such as ({value!r},)")
+    return value
+
+
+EXPOSED = "its metrics (/metrics), statistics (/stats) and health (/healthz, /readyz), without authentication"
+"""What an operations listener beyond loopback shows whoever reaches it."""
+
+
 async def _serve_with_admin(
     app: MCPApp,
-    bind: str,
-    admin_started: Callable[[list[str]], object] | None,
+    options: _AdminOptions,
     serve_public: Callable[..., Awaitable[None]],
     task_status: trio.TaskStatus[list[str]],
     http_server: str | None = None,
 ) -> None:
-    """The operations listener on ``bind`` around ``serve_public`` (the app's own listener, served by
-    ``http_server``)."""
+    """The operations listener on ``options.bind`` around ``serve_public`` (the app's own listener,
+    served by ``http_server``)."""
     from ._http.h11_server import H11Config, serve_h11
+    from ._protocol.http import is_loopback
     from ._transport.admin import AdminApp
 
+    bind = options.bind
     host, port = split_bind(bind)
-    admin = AdminApp(app, http_server=http_server)
+    beyond_loopback = not is_loopback(host)
+    if beyond_loopback and not options.public:
+        raise ValueError(
+            f"admin_bind {bind!r} is not a loopback address: the operations listener would show {EXPOSED} "
+            "to whoever reaches it; bind it to 127.0.0.1 or [::1], or say admin_public=True "
+            "(--admin-bind-public) to expose it on purpose"
+        )
+    admin = AdminApp(app, http_server=http_server, allowed_hosts=options.allowed_hosts)
     stop = trio.Event()
     try:
         async with trio.open_nursery() as nursery:
@@ -325,8 +360,15 @@ async def _serve_with_admin(
             except BindError as exc:  # the address as given, and which listener it was for
                 raise ListenError.from_os_error(exc, bind, "operations listener") from exc
             logger.info("operations listener on %s", ", ".join(urls))
-            if admin_started is not None:
-                admin_started(urls)
+            if beyond_loopback:
+                logger.warning(
+                    "the operations listener on %s is not on loopback (admin_public): it shows %s to "
+                    "whoever can connect to it; keep it on a private network",
+                    ", ".join(urls),
+                    EXPOSED,
+                )
+            if options.started is not None:
+                options.started(urls)
             try:
                 await serve_public(task_status=task_status)
             finally:

@@ -18,7 +18,7 @@ from typing import Any
 
 import mcp_types as mt
 
-from .._runtime.peerlog import RateLimitedLog
+from .._runtime.peerlog import MAX_LOGGED_VALUE, RateLimitedLog, printable
 from ..errors import RPCError, ToolError
 
 __all__ = ["FAILURE_LOG_BURST", "Failures", "leaf", "tool_error"]
@@ -64,9 +64,11 @@ class Failures:
         self.log = log if log is not None else RateLimitedLog(logger, burst=FAILURE_LOG_BURST)
 
     def report(self, what: str, exc: BaseException) -> tuple[str, str]:
-        """Log ``exc`` (``"{what} failed (reference R)"`` at ERROR, with its traceback); ``(R, the
-        message for the client)``."""
+        """Log ``exc`` (``"{what} failed (reference R)"`` at ERROR, with its traceback; ``what``, which
+        may hold a name the client sent, escaped and cut at :data:`MAX_LOGGED_VALUE` characters);
+        ``(R, the message for the client)``."""
         reference = secrets.token_hex(4)
+        what = printable(what, MAX_LOGGED_VALUE)
         self.log.log(logging.ERROR, "%s failed (reference %s)", what, reference, exc_info=exc)
         message = f"Internal error (reference {reference})"
         if self.details:

@@ -123,11 +123,14 @@ async def run_server(
     tls: tuple[str, str] | None = None,
     allow_stock_hypercorn: bool = False,
     admin_bind: str | None = None,
+    admin_allowed_hosts: tuple[str, ...] = (),
+    admin_public: bool = False,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening.  ``tls``:
     (certfile, keyfile) to serve HTTPS, and HTTP/2 to clients that offer it (hypercorn only);
-    ``allow_stock_hypercorn``, ``admin_bind``: as :func:`mcp_trio.serve` (the operations listener's
-    URL is printed first: ``mcp-trio: operations listener on URL``)."""
+    ``allow_stock_hypercorn``, ``admin_bind``, ``admin_allowed_hosts``, ``admin_public``: as
+    :func:`mcp_trio.serve` (the operations listener's URL is printed first: ``mcp-trio: operations
+    listener on URL``)."""
     # The signal handler is in place before the servers start, so a SIGINT right after the
     # "serving on" line is a clean stop (a trigger opened by the server's own task could come too late).
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -144,7 +147,13 @@ async def run_server(
             hypercorn_fast_path,
             tls,
             allow_stock_hypercorn,
-            admin_bind,
+            None
+            if admin_bind is None
+            else {
+                "admin_bind": admin_bind,
+                "admin_allowed_hosts": admin_allowed_hosts,
+                "admin_public": admin_public,
+            },
         )
 
 
@@ -156,8 +165,9 @@ async def _run_server(
     hypercorn_fast_path: bool,
     tls: tuple[str, str] | None,
     allow_stock_hypercorn: bool,
-    admin_bind: str | None = None,
+    admin: dict[str, Any] | None = None,
 ) -> None:
+    """``admin``: the operations listener's options of :func:`mcp_trio.serve` (None: no listener)."""
     from .._serve import serve
 
     run: Callable[..., Awaitable[None]]
@@ -196,8 +206,8 @@ async def _run_server(
             hypercorn_fast_path=hypercorn_fast_path,
             allow_stock_hypercorn=allow_stock_hypercorn,
         )
-    if admin_bind is not None:
-        run = functools.partial(run, admin_bind=admin_bind, admin_started=_print_admin_urls)
+    if admin is not None:
+        run = functools.partial(run, **admin, admin_started=_print_admin_urls)
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(run)  # an address it cannot listen on: ListenError, for main()
         for url in urls:
@@ -312,12 +322,9 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.admin_bind is not None:
         if args.stdio:
             parser.error("--admin-bind is for HTTP; over stdio the client starts and watches the server")
-        from .._serve import split_bind
-
-        try:
-            split_bind(args.admin_bind)
-        except ValueError as exc:
-            parser.error(f"--admin-bind: {exc}")
+        _check_admin_options(parser, args)
+    elif args.admin_bind_public or args.admin_allowed_host:
+        parser.error("--admin-bind-public and --admin-allowed-host are options of --admin-bind")
     if args.redis is not None:
         if args.stdio:
             parser.error("--redis is for HTTP workers; a stdio server serves one client")
@@ -349,6 +356,25 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return 0
 
 
+def _check_admin_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors (exit 2) for an ``--admin-bind`` that is not HOST:PORT, or beyond loopback without
+    ``--admin-bind-public``, and for an ``--admin-allowed-host`` that is not a host."""
+    from .._protocol.http import is_loopback, normalize_host
+    from .._serve import EXPOSED, split_bind
+
+    try:
+        host, _ = split_bind(args.admin_bind)
+        for entry in args.admin_allowed_host or ():
+            normalize_host(entry)
+    except ValueError as exc:
+        parser.error(f"--admin-bind: {exc}")
+    if not is_loopback(host) and not args.admin_bind_public:
+        parser.error(
+            f"--admin-bind {args.admin_bind}: not a loopback address; the operations listener would show "
+            f"{EXPOSED} to whoever reaches it (bind it to 127.0.0.1, or add --admin-bind-public)"
+        )
+
+
 def _run(
     app: MCPApp,
     config: ServerConfig,
@@ -373,6 +399,8 @@ def _run(
             tls=tls,
             allow_stock_hypercorn=args.allow_stock_hypercorn,
             admin_bind=args.admin_bind,
+            admin_allowed_hosts=tuple(args.admin_allowed_host or ()),
+            admin_public=args.admin_bind_public,
         )
     )
 

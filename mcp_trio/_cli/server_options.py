@@ -121,7 +121,22 @@ def add_server_options(cmd: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="serve the operations listener there (port 0 picks a free port): /metrics (Prometheus), "
         "/healthz, /readyz (503 while starting, draining or when Redis is unreachable) and /stats; "
-        "keep it off the public network",
+        "a loopback address unless --admin-bind-public",
+    )
+    cmd.add_argument(
+        "--admin-bind-public",
+        action="store_true",
+        help="let --admin-bind be an address beyond loopback (0.0.0.0, ::, a host name, another "
+        "interface's address): whoever reaches it reads the metrics, statistics and health, without "
+        "authentication (a WARNING says so at startup); keep it on a private network",
+    )
+    cmd.add_argument(
+        "--admin-allowed-host",
+        action="append",
+        default=None,
+        metavar="HOST[:PORT]",
+        help="a Host the operations listener answers besides its own address and the loopback names "
+        "(the name Prometheus or a probe scrapes it by); repeatable; any other Host is refused with 421",
     )
     add_log_level(cmd)
     cmd.add_argument(

@@ -13,6 +13,7 @@ from typing import Any
 import mcp_types as mt
 
 from .._protocol import safejson
+from .._runtime.peerlog import line
 from ..errors import RPCError, TransportError
 
 __all__ = [
@@ -57,7 +58,7 @@ class _RateLimitedLog:
         skipped = self._skipped.pop(key, 0)
         if skipped:
             message += f" ({skipped} more like it not logged)"
-        logger.log(level, message, *args)
+        logger.log(level, "%s", line(message, args))  # one line, escaped
 
 
 peer_log = _RateLimitedLog()

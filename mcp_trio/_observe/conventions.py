@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from .._runtime.peerlog import MAX_LOGGED_VALUE
+
 __all__ = [
     "DURATION_BUCKETS",
     "HISTOGRAMS",
@@ -126,19 +128,24 @@ _ERROR_NAMES = frozenset(
 """The ``error.type`` values that are no error code: a tool's error result, a cancellation, a timeout,
 and the exceptions a client's transport raises (mcp_trio's own classes: a bounded set)."""
 
-_MAX_VALUE = 256
-"""Longest attribute value taken from a message (a tool name, a resource URI), in characters."""
+_MAX_VALUE = MAX_LOGGED_VALUE
+"""Longest attribute value taken from a message (a tool name, a resource URI), in characters (the
+request log's bound too): a longer one is cut, its last character ``…``."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 1] + "\u2026"
 
 
 def _text(value: object) -> str | None:
-    return value[:_MAX_VALUE] if isinstance(value, str) else None
+    return _clip(value) if isinstance(value, str) else None
 
 
 def describe(method: str, params: Mapping[str, Any] | None, request_id: object = None) -> dict[str, Any]:
     """The span attributes one request or notification carries on its own: ``mcp.method.name``,
     ``jsonrpc.request.id`` (not for a notification), and by method ``gen_ai.tool.name`` with
     ``gen_ai.operation.name`` (``execute_tool``), ``gen_ai.prompt.name`` or ``mcp.resource.uri``."""
-    attributes: dict[str, Any] = {"mcp.method.name": method[:_MAX_VALUE]}
+    attributes: dict[str, Any] = {"mcp.method.name": _clip(method)}
     if request_id is not None:
         attributes["jsonrpc.request.id"] = str(request_id)[:_MAX_VALUE]
     if params:

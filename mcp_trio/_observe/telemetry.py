@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from .._runtime.peerlog import printable
 from .conventions import (
     Histogram,
     bounded_error,
@@ -358,10 +359,10 @@ class Operation:
             record["principal"] = identity_hash(identify(self.principal))
         if ids is not None:
             record["trace_id"], record["span_id"] = ids
-        request_logger.info(
+        request_logger.info(  # the names as text lines can carry them; the JSON fields keep them as sent
             "%s %s %s %.1f ms",
-            record["method"],
-            target or "-",
+            printable(record["method"]),
+            printable(target) if target else "-",
             record["status"],
             duration * 1000,
             extra={"mcp": record},

@@ -12,7 +12,10 @@
   not connected; the body says why, in JSON;
 - ``GET /stats``: :meth:`MCPApp.statistics` as JSON.
 
-Anything else is 404, another method 405.  Nothing here checks ``Host``/``Origin`` or authenticates:
+Anything else is 404, another method 405.  A request whose ``Host`` is neither the address it
+arrived on (``host:port``), nor a loopback name (``localhost``, ``127.0.0.1``, ``[::1]``), nor one the
+listener was told to accept (``allowed_hosts``) is 421 before any of that: a web page in a browser on
+the same machine cannot read ``/stats`` or ``/metrics`` by DNS rebinding.  Nothing here authenticates:
 the listener is for the operator's network (bind it to loopback or a private address).
 """
 
@@ -22,14 +25,16 @@ import importlib.metadata
 import json
 import logging
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .._observe.process import process_samples, python_info
 from .._observe.prometheus import Sample
+from .._protocol import http
 from .._protocol.versions import supported_versions
+from ..errors import RemoteProtocolError
 from .streams import TRANSPORT_ERRORS
 from .wire import Receive, Scope, Send
 
@@ -241,10 +246,18 @@ class AdminApp:
     (:meth:`~mcp_trio.server.Telemetry.enable_metrics`).  It answers the ASGI lifespan
     protocol (there is nothing to start: the :class:`MCPApp` runs on its own), so any ASGI server
     serves it; :func:`mcp_trio.serve` does with ``admin_bind="HOST:PORT"``.  ``http_server``: the
-    HTTP server serving ``app`` (``"hypercorn"`` or ``"h11"``), for ``mcp_trio_build_info``."""
+    HTTP server serving ``app`` (``"hypercorn"`` or ``"h11"``), for ``mcp_trio_build_info``.
 
-    def __init__(self, app: MCPApp, *, http_server: str | None = None) -> None:
+    ``allowed_hosts``: the ``Host`` values it answers besides the address a request arrived on and the
+    loopback names (``host`` for any port, or ``host:port``; the name a Prometheus server or a probe
+    scrapes it by, when that is not its address); any other is 421.  ValueError for an entry that is
+    not a host."""
+
+    def __init__(
+        self, app: MCPApp, *, http_server: str | None = None, allowed_hosts: Iterable[str] = ()
+    ) -> None:
         self.app = app
+        self.hosts = http.OriginPolicy.protecting(allowed_hosts)
         self.registry = app.server.telemetry.enable_metrics()
         self.build_info = build_info(http_server)
 
@@ -274,6 +287,12 @@ class AdminApp:
     async def _http(self, scope: Scope, send: Send) -> None:
         path = scope.get("path")
         method = scope.get("method")
+        facts = http.RequestFacts.from_headers(str(method), scope.get("headers", ()))
+        try:
+            http.check_listener_host(facts, self.hosts, http.local_host(scope.get("server")))
+        except RemoteProtocolError as exc:
+            await _respond(send, exc.http_status, exc.message.encode() + b"\n")
+            return
         if path not in ("/metrics", "/healthz", "/readyz", "/stats"):
             await _respond(send, 404, b"not found\n")
         elif method != "GET":

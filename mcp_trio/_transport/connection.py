@@ -35,7 +35,7 @@ from .._protocol import jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._protocol.admission import SHUTTING_DOWN, SHUTTING_DOWN_CODE, shutdown_answer
 from .._runtime.containment import contained
-from .._runtime.peerlog import RateLimitedLog
+from .._runtime.peerlog import MAX_LOGGED_VALUE, RateLimitedLog, printable
 from ..errors import RemoteProtocolError, RPCError
 from .config import LAST_WORDS, ServerConfig
 from .modern import ModernEndpoint
@@ -237,7 +237,8 @@ class MessageConnection(SessionPeer):
                 if isinstance(message, mt.JSONRPCRequest):
                     await self._error(message.id, exc.code, exc.message, exc.data)
                 else:
-                    peer_log.log(logging.INFO, "dropped %s: %s", message.method, exc.message)
+                    method = printable(message.method, MAX_LOGGED_VALUE)
+                    peer_log.log(logging.INFO, "dropped %s: %s", method, exc.message)
                 return
         if isinstance(message, mt.JSONRPCRequest):
             await self._receive_request(message)

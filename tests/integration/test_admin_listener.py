@@ -319,3 +319,36 @@ async def _exits_by_itself(server: DemoServer, within: float) -> None:
         while chunk := await server.process.stdout.receive_some(65536):
             server.stdout_tail += chunk
     assert b"mcp-trio: stopped" in server.stdout_tail, server.stdout_tail
+
+
+async def test_the_listener_answers_the_hosts_it_is_told_to_and_refuses_any_other() -> None:
+    """``--admin-allowed-host`` (repeatable): the names it is scraped by; any other Host is 421, so a
+    web page on this machine cannot read the listener by DNS rebinding."""
+    flags = ("--admin-allowed-host", "scrape.example", "--admin-allowed-host", "probe.example:1")
+    async with serve_demo("--admin-bind", "127.0.0.1:0", *flags) as server, http_client() as http:
+        admin = _admin(server)
+        port = admin.rsplit(":", 1)[1]
+        with trio.fail_after(10):
+            for host, status in (
+                (f"127.0.0.1:{port}", 200), (f"localhost:{port}", 200), (f"scrape.example:{port}", 200),
+                ("probe.example:1", 200), (f"probe.example:{port}", 421), (f"rebind.example:{port}", 421),
+            ):  # fmt: skip
+                for path in ("/metrics", "/stats"):
+                    response = await http.get(admin + path, headers={"host": host})
+                    assert response.status_code == status, (host, path, response.text)
+                    if status == 421:  # a short body, nothing of the server's
+                        assert "mcp_trio" not in response.text and "sessions" not in response.text
+        await server.stop(signal.SIGTERM)
+        assert "WARNING" not in server.log()  # a loopback listener exposes nothing
+
+
+async def test_a_listener_beyond_loopback_needs_admin_bind_public_and_warns_what_it_exposes() -> None:
+    """Bound to 0.0.0.0 and stopped at once (nothing is sent to it)."""
+    async with serve_demo("--admin-bind", "0.0.0.0:0", "--admin-bind-public") as server:
+        assert server.admin_url is not None and server.admin_url.startswith("http://0.0.0.0:"), server
+        await server.stop(signal.SIGTERM)
+        log = server.log()
+    (warning,) = [line for line in log.splitlines() if line.startswith("WARNING ")]
+    assert warning.startswith(f"WARNING mcp_trio.serve: the operations listener on {server.admin_url} is not")
+    for shown in ("metrics (/metrics)", "statistics (/stats)", "health (/healthz, /readyz)"):
+        assert shown in warning, warning

@@ -161,6 +161,27 @@ def test_is_loopback(host: str | None, loopback: bool) -> None:
     assert http.is_loopback(host) is loopback
 
 
+def test_the_operations_listeners_host_rule() -> None:
+    policy = http.OriginPolicy.protecting(["scrape.example"])
+    assert http.local_host(("10.0.0.5", 9464)) == "10.0.0.5:9464"
+    assert http.local_host(("FE80::1", 9464)) == "[fe80::1]:9464"
+    assert http.local_host(("::ffff:10.0.0.5", 9464)) == "10.0.0.5:9464"
+    assert http.local_host(None) is None and http.local_host(("/run/admin.sock", None)) is None
+
+    def check(*hosts: bytes, local: str | None = "10.0.0.5:9464") -> bool:
+        facts = http.RequestFacts.from_headers("GET", [(b"host", h) for h in hosts])
+        try:
+            http.check_listener_host(facts, policy, local)
+        except RemoteProtocolError as exc:
+            assert exc.http_status == 421 and "host" in exc.message
+            return False
+        return True
+
+    assert check(b"10.0.0.5:9464") and check(b"localhost:1") and check(b"scrape.example:80") and check()
+    assert not check(b"10.0.0.5:9465") and not check(b"10.0.0.5:9464", local=None)
+    assert not check(b"rebind.example:9464") and not check(b"10.0.0.5:9464", b"rebind.example")
+
+
 def test_protocol_version_header() -> None:
     assert http.check_protocol_version(facts()) is versions.REVISIONS["2025-03-26"]
     assert http.check_protocol_version(facts(protocol_version="2025-06-18")).name == "2025-06-18"

@@ -91,9 +91,16 @@ def samples_named(series: Series, name: str, **labels: str) -> list[float]:
 
 
 async def call(
-    app: Any, method: str, path: str, scope_type: str = "http"
+    app: Any,
+    method: str,
+    path: str,
+    scope_type: str = "http",
+    *,
+    hosts: tuple[bytes, ...] = (b"127.0.0.1:9000",),
+    server: tuple[str, int] = ("127.0.0.1", 9000),
 ) -> tuple[int, dict[str, str], bytes]:
-    """One request to the ASGI ``app``: (status, headers, body)."""
+    """One request to the ASGI ``app``, arriving on ``server`` with these ``Host`` headers: (status,
+    headers, body)."""
     sent: list[dict[str, Any]] = []
     scope = {
         "type": scope_type,
@@ -104,9 +111,9 @@ async def call(
         "path": path,
         "raw_path": path.encode(),
         "query_string": b"",
-        "headers": [(b"host", b"127.0.0.1:9000")],
+        "headers": [(b"host", host) for host in hosts],
         "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 9000),
+        "server": server,
     }
 
     async def receive() -> dict[str, Any]:
@@ -347,6 +354,19 @@ async def test_unknown_paths_are_404_other_methods_405_and_nothing_else_is_serve
 
     await admin({"type": "websocket", "path": "/metrics", "headers": []}, receive, send)
     assert [m["type"] for m in closed] == ["websocket.close"]
+
+
+async def test_under_any_asgi_server_it_answers_its_own_address_loopback_and_allowed_hosts_only() -> None:
+    admin = AdminApp(MCPApp(build_demo_server()), allowed_hosts=["prometheus.svc"])
+    pod = ("10.0.0.5", 9464)  # the address the connection arrived on (scope["server"])
+    for hosts, status in (
+        ((b"10.0.0.5:9464",), 200), ((b"localhost:9464",), 200), ((b"prometheus.svc:9464",), 200), ((), 200),
+        ((b"10.0.0.5:9465",), 421), ((b"rebind.example:9464",), 421),
+        ((b"10.0.0.5:9464", b"rebind.example:9464"), 421),  # a server that lets two through
+    ):  # fmt: skip
+        found, _, body = await call(admin, "GET", "/stats", hosts=hosts, server=pod)
+        assert found == status, (hosts, body)
+        assert status == 200 or body.startswith(b"Misdirected Request: ")
 
 
 async def test_it_answers_the_lifespan_protocol() -> None:

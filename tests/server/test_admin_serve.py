@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import logging
+import re
 import socket
 from typing import Any
 
@@ -154,3 +156,100 @@ async def test_cancelling_serve_closes_both_listeners_at_once(kind: str) -> None
         for url in (urls[0] + "/healthz", public):
             with pytest.raises(httpx.ConnectError):
                 await http.get(url)
+
+
+async def _raw(port: int, head: bytes) -> bytes:
+    """Send one request head to 127.0.0.1:``port``; the whole answer (the listener closes after it, or
+    the answer's ``Content-Length`` says where it ends)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(head)
+        answer = b""
+        while chunk := await stream.receive_some(65536):
+            answer += chunk
+            head_end = answer.find(b"\r\n\r\n")
+            if head_end >= 0:
+                length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", answer[:head_end])
+                if length is not None and len(answer) >= head_end + 4 + int(length.group(1)):
+                    break
+        return answer
+
+
+async def test_the_listener_answers_only_its_own_address_loopback_names_and_the_hosts_it_accepts() -> None:
+    """DNS-rebinding protection: a page in a browser on this machine whose name resolves to 127.0.0.1
+    sends its own name as Host, and gets 421 with a short body that says nothing of the server."""
+    app = MCPApp(build_demo_server())
+    stop = trio.Event()
+    urls: list[str] = []
+    async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=5) as http:
+        with trio.fail_after(20):
+            await nursery.start(
+                functools.partial(
+                    serve, app, "127.0.0.1", 0, http="h11", shutdown_trigger=stop.wait,
+                    admin_bind="127.0.0.1:0", admin_started=urls.extend,
+                    admin_allowed_hosts=["Metrics.Internal", "scraper.example:9999"],
+                )
+            )  # fmt: skip
+            (base,) = urls
+            port = int(base.rsplit(":", 1)[1])
+            served = [
+                f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}", "127.0.0.1",
+                f"LOCALHOST:{port}", f"metrics.internal:{port}", "metrics.internal", "scraper.example:9999",
+            ]  # fmt: skip
+            refused = [
+                f"rebind.example:{port}", "rebind.example", f"127.0.0.1.rebind.example:{port}",
+                "scraper.example:1234", f"localhost.:{port}", f"127.0.0.2:{port}", "",
+            ]  # fmt: skip
+            for path in ("/stats", "/metrics", "/healthz", "/readyz", "/nowhere"):
+                for host in served:
+                    response = await http.get(base + path, headers={"host": host})
+                    assert response.status_code == (404 if path == "/nowhere" else 200), (path, host)
+                for host in refused:
+                    response = await http.get(base + path, headers={"host": host})
+                    assert response.status_code == 421, (path, host, response.text)
+                    assert response.text == (
+                        "Misdirected Request: this listener does not serve that host (see "
+                        "admin_allowed_hosts, --admin-allowed-host)\n"
+                    )
+                    assert response.headers["content-type"] == "text/plain; charset=utf-8"
+            # two Host headers: refused (by h11 itself: 400); none (HTTP/1.0; no browser sends that): served
+            twice = f"GET /stats HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nHost: rebind.example\r\n\r\n"
+            assert (await _raw(port, twice.encode())).startswith(b"HTTP/1.1 400 ")
+            answer = await _raw(port, b"GET /healthz HTTP/1.0\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nok\n"), answer
+            stop.set()
+
+
+async def test_an_admin_bind_beyond_loopback_needs_admin_public_and_then_a_warning_says_what_it_shows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = MCPApp(build_demo_server())
+    for bind in ("0.0.0.0:0", "[::]:0", "192.0.2.1:9464", "metrics.example:9464"):
+        with pytest.raises(ValueError, match="is not a loopback address") as refused:
+            await serve(app, "127.0.0.1", 0, http="h11", admin_bind=bind)
+        assert "admin_public=True" in str(refused.value) and "metrics (/metrics)" in str(refused.value)
+    with pytest.raises(TypeError, match="collection of strings"):
+        await serve(app, "127.0.0.1", 0, http="h11", admin_bind="127.0.0.1:0", admin_allowed_hosts="a.b")
+    with pytest.raises(ValueError, match="not a host"):
+        await serve(app, "127.0.0.1", 0, http="h11", admin_bind="127.0.0.1:0", admin_allowed_hosts=["a/b"])
+    caplog.set_level(logging.INFO, logger="mcp_trio.serve")
+    for bind, public in (("127.0.0.1:0", True), ("0.0.0.0:0", True)):
+        caplog.clear()
+        urls: list[str] = []
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:  # stopped at once: no traffic to 0.0.0.0
+                await nursery.start(
+                    functools.partial(
+                        serve, app, "127.0.0.1", 0, http="h11", admin_bind=bind, admin_public=public,
+                        admin_started=urls.extend,
+                    )
+                )  # fmt: skip
+                nursery.cancel_scope.cancel()
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        if bind.startswith("127."):
+            assert warnings == [] and urls[0].startswith("http://127.0.0.1:")  # loopback: nothing exposed
+        else:
+            (warning,) = warnings
+            assert warning.startswith(f"the operations listener on {urls[0]} is not on loopback"), warning
+            for shown in ("metrics (/metrics)", "statistics (/stats)", "health (/healthz, /readyz)"):
+                assert shown in warning

@@ -22,6 +22,7 @@ import trio
 import trio.testing
 
 from mcp_trio import Context, MCPApp, MCPServer, RPCError, ServerConfig, ToolError
+from mcp_trio._app.failures import Failures
 from mcp_trio._app.failures import logger as failure_logger
 from mcp_trio._runtime.peerlog import RateLimitedLog
 from mcp_trio.testing import open_asgi_client
@@ -399,3 +400,33 @@ def test_exception_groups_and_long_texts() -> None:
     result = failures.tool_result("t", ValueError("x" * 5000))
     text = result["content"][0]["text"]
     assert text.endswith("\u2026") and len(text) < MAX_DETAIL + 40
+
+
+def test_the_failure_line_escapes_and_bounds_the_name(caplog: pytest.LogCaptureFixture) -> None:
+    """``tool NAME failed (reference R)`` stays one line whatever the name holds, cut at 256 characters."""
+    caplog.set_level(logging.ERROR, logger="test.failures")
+    failures = Failures(log=RateLimitedLog(logging.getLogger("test.failures")))
+    failures.tool_result("t\r\nERROR mcp_trio.handlers: tool x failed\x1b[2J\x85", ValueError("boom"))
+    failures.tool_result("n" * 5000, ValueError("boom"))
+    first, second = (record.getMessage() for record in caplog.records)
+    name = r"t\\r\\nERROR mcp_trio\.handlers: tool x failed\\x1b\[2J\\u0085"
+    assert re.fullmatch(rf"tool {name} failed \(reference [0-9a-f]{{8}}\)", first), first
+    assert re.fullmatch(r"tool n{250}\u2026 failed \(reference [0-9a-f]{8}\)", second), second  # 256 in all
+
+
+def test_a_peer_log_line_is_one_line_whatever_its_arguments_hold(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="test.peers")
+    log = RateLimitedLog(logging.getLogger("test.peers"))
+
+    class Odd:
+        def __str__(self) -> str:
+            return "a\nb\u2028c"
+
+    log.log(logging.INFO, "dropped %s: %s (%d)", "x\x00y\x7f", Odd(), 3)
+    log.log(logging.INFO, "100% literal\n")  # no arguments: not %-formatted
+    log.log(logging.INFO, "%d of them", "x\ny")  # arguments that do not fit: appended, not raised
+    assert [record.getMessage() for record in caplog.records] == [
+        "dropped x\\x00y\\x7f: a\\nb\\u2028c (3)",
+        "100% literal\\n",
+        "%d of them ('x\\ny',)",
+    ]

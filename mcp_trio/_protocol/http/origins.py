@@ -25,10 +25,12 @@ __all__ = [
     "LOOPBACK_HOSTS",
     "CORSPolicy",
     "OriginPolicy",
+    "check_listener_host",
     "check_origin",
     "cors_preflight",
     "is_loopback",
     "is_preflight",
+    "local_host",
     "normalize_host",
     "normalize_origin",
     "protection_applies",
@@ -171,6 +173,34 @@ def check_origin(facts: RequestFacts, policy: OriginPolicy) -> None:
         raise RemoteProtocolError(
             f"Forbidden: origin {facts.origin!r} is not allowed (see allowed_origins, --allowed-origins)",
             http_status=403,
+        )
+
+
+def local_host(server: tuple[str, int | None] | None) -> str | None:
+    """The ``Host`` that names a connection's own address (ASGI ``scope["server"]``): ``host:port``
+    (``[v6]:port`` for IPv6; an IPv4-mapped address as the IPv4 one a client connected to), lower
+    case; None when unknown (a Unix socket)."""
+    if server is None or server[1] is None:
+        return None
+    host = server[0].lower()
+    if host.startswith("::ffff:") and "." in host:  # a dual-stack socket's IPv4 client
+        host = host[7:]
+    return f"[{host}]:{server[1]}" if ":" in host else f"{host}:{server[1]}"
+
+
+def check_listener_host(facts: RequestFacts, policy: OriginPolicy, local: str | None) -> None:
+    """The operations listener's DNS-rebinding protection: 421 unless ``Host`` is the address the
+    request arrived on (``local``, :func:`local_host`), a loopback name, or a host ``policy`` allows
+    (:meth:`OriginPolicy.protecting`); conflicting copies of ``Host`` are refused too.  A request
+    without ``Host`` (HTTP/1.0; no browser sends one) passes, as at the MCP endpoint.  The message
+    names no host: the answer says nothing of what the listener serves."""
+    if "host" in facts.conflicts or (
+        facts.host is not None and facts.host.lower() != local and not policy.host_allowed(facts.host)
+    ):
+        raise RemoteProtocolError(
+            "Misdirected Request: this listener does not serve that host (see admin_allowed_hosts, "
+            "--admin-allowed-host)",
+            http_status=421,
         )
 
 
