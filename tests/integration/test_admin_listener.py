@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import test_redis
 import trio
-from mcp_http import POST_HEADERS, DemoServer, MCPClient, http_client, serve_demo
+from mcp_http import HTTP_SERVER, POST_HEADERS, DemoServer, MCPClient, http_client, serve_demo
 from test_redis import RedisServer, free_port
 from tests.required import missing
 
@@ -225,7 +225,7 @@ async def test_a_tools_progress_leaves_the_request_rate_flat(tmp_path: Path) -> 
             assert python["metric"]["version"] == platform.python_version()
             (build,) = await query(http, prometheus, "mcp_trio_build_info")
             assert build["metric"]["version"] == mcp_trio.__version__
-            assert build["metric"]["http_server"] == "hypercorn" and build["metric"]["http_server_version"]
+            assert build["metric"]["http_server"] == HTTP_SERVER and build["metric"]["http_server_version"]
             (target,) = (await http.get(prometheus + "/api/v1/targets")).json()["data"]["activeTargets"]
             assert (target["health"], target["lastError"]) == ("up", ""), target
 
