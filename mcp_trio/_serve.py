@@ -161,6 +161,9 @@ async def serve(
             raise ValueError(f"http must be 'hypercorn' or 'h11', not {http!r}")
     except BindError as exc:  # raised bare by either server, before it reported its URLs
         raise ListenError.from_os_error(exc, str(exc.filename)) from exc
+    except BaseException as exc:  # the lifespan's failure as itself, from either server
+        _raise_lifespan_failure(app, exc)
+        raise
 
 
 class _Endpoints:
@@ -223,19 +226,15 @@ async def _serve_hypercorn(
             await shutdown_trigger()
         await app.aclose()
 
-    try:
-        await serve_hypercorn(
-            app,
-            config,
-            shutdown_trigger=trigger,
-            task_status=task_status,
-            fast_path=fast_path,
-            write_timeout=app.config.write_timeout,
-            allow_stock=allow_stock,
-        )
-    except BaseException as exc:
-        _raise_lifespan_failure(app, exc)
-        raise
+    await serve_hypercorn(
+        app,
+        config,
+        shutdown_trigger=trigger,
+        task_status=task_status,
+        fast_path=fast_path,
+        write_timeout=app.config.write_timeout,
+        allow_stock=allow_stock,
+    )
 
 
 async def _serve_h11(
@@ -274,20 +273,16 @@ async def _serve_h11(
             await shutdown_trigger()
         await app.aclose()
 
-    try:
-        await serve_h11(
-            app,
-            host or "127.0.0.1",
-            8000 if port is None else port,
-            config=config,
-            shutdown_trigger=trigger,
-            task_status=task_status,
-            lifetime=app.run,
-            on_shutdown=app.aclose,
-        )
-    except BaseException as exc:
-        _raise_lifespan_failure(app, exc)
-        raise
+    await serve_h11(
+        app,
+        host or "127.0.0.1",
+        8000 if port is None else port,
+        config=config,
+        shutdown_trigger=trigger,
+        task_status=task_status,
+        lifetime=app.run,
+        on_shutdown=app.aclose,
+    )
 
 
 def _raise_lifespan_failure(app: MCPApp, exc: BaseException) -> None:
