@@ -50,6 +50,9 @@ class Initialized:
     client_info: dict[str, Any]
     client_capabilities: dict[str, Any]
     result: dict[str, Any]
+    state: Any = None
+    """What the server keeps for the session it opens (a hosted python-sdk server's session kernel;
+    nothing for an :class:`MCPServer`): the session holds it as its ``hosted`` attribute."""
 
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -346,6 +349,17 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
         if self.instructions is not None:
             result["instructions"] = self.instructions
         return Initialized(revision, client_info, capabilities, result)
+
+    async def initialize_session(self, params: dict[str, Any] | None) -> Initialized:
+        """:meth:`initialize`, as the transport calls it (a hosted server answers asynchronously)."""
+        return self.initialize(params)
+
+    def session_initialized(self, peer: object) -> None:
+        """``notifications/initialized`` arrived for a session (nothing to do here)."""
+
+    own_request_state = True
+    """Whether the transport seals and opens a 2026 request's ``requestState`` for this server (its
+    input rounds, :meth:`Context.ask`); a hosted python-sdk server keeps its own."""
 
     async def handle_request(
         self, ctx: Context, method: str, params: dict[str, Any] | None

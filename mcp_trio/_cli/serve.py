@@ -68,7 +68,8 @@ def add_server_commands(sub: Any) -> None:
     serve_cmd.add_argument(
         "target",
         metavar="MODULE:ATTR",
-        help="package.module:name of an MCPServer, an MCPApp, or a function returning one "
+        help="package.module:name of an MCPServer, an MCPApp, a python-sdk server (MCPServer or low-level "
+        "Server), or a function returning one "
         "(the current directory is on the import path)",
     )
     demo_cmd = add_command(
@@ -100,13 +101,31 @@ def load_app(target: str, config: ServerConfig) -> MCPApp:
             obj = getattr(obj, part)
         except AttributeError:
             raise SystemExit(f"mcp-trio: {target}: {module_name} has no attribute {attr!r}") from None
-    if callable(obj) and not isinstance(obj, (MCPApp, MCPServer)):
+    if callable(obj) and not isinstance(obj, (MCPApp, MCPServer)) and not _from_sdk(obj):
         obj = obj()
     if isinstance(obj, MCPServer):
         return MCPApp(obj, config)
     if isinstance(obj, MCPApp):
         return obj
-    raise SystemExit(f"mcp-trio: {target} is neither an MCPServer nor an MCPApp")
+    if _from_sdk(obj):  # a python-sdk server: hosted (the sdk extra)
+        try:
+            from ..sdk import hosted_app
+        except RuntimeError as exc:  # UntestedSDK: an mcp release hosting was not tested with
+            raise SystemExit(f"mcp-trio: {exc}") from None
+        return hosted_app(obj, config)  # type: ignore[arg-type]
+    raise SystemExit(
+        f"mcp-trio: {target} is neither an MCPServer, an MCPApp nor a python-sdk server "
+        "(mcp.server.mcpserver.MCPServer, mcp.server.lowlevel.Server)"
+    )
+
+
+def _from_sdk(obj: object) -> bool:
+    """Whether ``obj`` is a server of the python-sdk (without importing it when it is not loaded)."""
+    if not type(obj).__module__.startswith("mcp."):
+        return False
+    from ..sdk import is_sdk_server
+
+    return is_sdk_server(obj)
 
 
 def _drop_hypercorn_banner(record: logging.LogRecord) -> bool:

@@ -17,7 +17,6 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-from .._app.server import MCPServer
 from .._protocol import admission, http, jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, DisconnectHook
@@ -27,6 +26,7 @@ from ..errors import RemoteProtocolError
 from . import lifetime
 from .bodies import BodyDeadlines, ClientGone, read_body
 from .config import HTTPRequestInfo, ServerConfig
+from .core import ServerCore
 from .forwarding import Forwarding, WorkerLink
 from .legacy import LegacyEndpoint
 from .manager import SessionManager
@@ -56,7 +56,7 @@ class MCPApp:
     ``await nursery.start(app.run)`` or ``async with app.running():``.
     """
 
-    def __init__(self, server: MCPServer, config: ServerConfig | None = None) -> None:
+    def __init__(self, server: ServerCore, config: ServerConfig | None = None) -> None:
         self.server = server
         self.config = config or ServerConfig()
         self._manager = SessionManager(server, self.config)

@@ -30,7 +30,6 @@ from typing import Any
 import mcp_types as mt
 import trio
 
-from .._app.server import MCPServer
 from .._protocol import jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._protocol.admission import SHUTTING_DOWN, SHUTTING_DOWN_CODE, shutdown_answer
@@ -38,6 +37,7 @@ from .._runtime.containment import contained
 from .._runtime.peerlog import MAX_LOGGED_VALUE, RateLimitedLog, printable
 from ..errors import RemoteProtocolError, RPCError
 from .config import LAST_WORDS, ServerConfig
+from .core import ServerCore
 from .modern import ModernEndpoint
 from .peer import SessionPeer
 from .responder import Responder
@@ -113,7 +113,7 @@ class MessageConnection(SessionPeer):
     client that sends without reading cannot make the server hold unbounded work for it)."""
 
     def __init__(
-        self, server: MCPServer, config: ServerConfig | None = None, endpoint: ModernEndpoint | None = None
+        self, server: ServerCore, config: ServerConfig | None = None, endpoint: ModernEndpoint | None = None
     ) -> None:
         self.server = server
         self.config = config = config or ServerConfig()
@@ -285,7 +285,7 @@ class MessageConnection(SessionPeer):
         try:
             if self.revision is not None:
                 raise RPCError(mt.INVALID_REQUEST, "Invalid Request: the session is already initialized")
-            accepted = self.server.initialize(request.params)
+            accepted = await self.server.initialize_session(request.params)
         except RPCError as exc:
             if operation is not None:
                 operation.finish(jsonrpc.error_envelope(request.id, exc.code, exc.message))

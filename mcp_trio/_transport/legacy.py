@@ -16,7 +16,6 @@ import mcp_types as mt
 import trio
 
 from .._app.principal import PrincipalKeys, principal_identity
-from .._app.server import MCPServer
 from .._observe.telemetry import HTTP
 from .._protocol import http, jsonrpc
 from .._protocol.admission import over_quota, refuse_modern, shutting_down
@@ -26,6 +25,7 @@ from ..auth.server._resource import BearerGuard
 from ..auth.server._token import AccessToken
 from ..errors import RemoteProtocolError, RPCError, SessionError
 from .config import ServerConfig
+from .core import ServerCore
 from .forwarding import Forwarding
 from .manager import SessionManager
 from .ownership import Ownership
@@ -43,7 +43,7 @@ class LegacyEndpoint:
 
     def __init__(
         self,
-        server: MCPServer,
+        server: ServerCore,
         config: ServerConfig,
         manager: SessionManager,
         principals: PrincipalKeys,
@@ -144,7 +144,7 @@ class LegacyEndpoint:
     ) -> tuple[Session, dict[str, Any]]:
         """The session an accepted ``initialize`` makes, and its answer's result."""
         try:
-            accepted = self.server.initialize(request.params)
+            accepted = await self.server.initialize_session(request.params)
         except RPCError as exc:
             raise RemoteProtocolError(exc.message, code=exc.code, request_id=request.id) from exc
         owner = self.principals.key(principal)

@@ -11,12 +11,12 @@ from typing import Any
 
 import trio
 
-from .._app.server import MCPServer
 from .._protocol.session import END, Outgoing
 from .._protocol.versions import Revision
 from .._runtime.containment import contained
 from ..errors import SessionError
 from .config import LAST_WORDS, ServerConfig
+from .core import ServerCore
 from .eventstore import InMemoryEventStore
 from .peer import SessionPeer
 from .queues import KeepAliveClock
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 class SessionManager:
     """Owns the sessions of one app: each runs as a task of the manager's nursery (see :meth:`run`)."""
 
-    def __init__(self, server: MCPServer, config: ServerConfig) -> None:
+    def __init__(self, server: ServerCore, config: ServerConfig) -> None:
         self.server = server
         self.config = config
         factory = config.event_store_factory

@@ -26,7 +26,6 @@ import trio
 from .._app.context import LOG_LEVELS, NO_SUBSCRIPTIONS, Context
 from .._app.inputs import InputRequired
 from .._app.principal import PrincipalKeys
-from .._app.server import MCPServer
 from .._app.tasks import MemoryTaskStore, TaskManager
 from .._observe.telemetry import HTTP, Carrier
 from .._protocol import jsonrpc, versions
@@ -37,6 +36,7 @@ from .._runtime.containment import contained
 from .._runtime.contract import DisconnectHook
 from ..errors import RPCError
 from .config import ServerConfig
+from .core import ServerCore
 from .inflight import InFlight
 from .responder import KeepAlive, Responder, disconnected, watch_disconnect
 from .streams import GuardedSend
@@ -155,7 +155,7 @@ def _only(exc: BaseException | None, kind: type[BaseException]) -> bool:
 class ModernEndpoint:
     """Serves modern requests for one app."""
 
-    def __init__(self, server: MCPServer, config: ServerConfig) -> None:
+    def __init__(self, server: ServerCore, config: ServerConfig) -> None:
         self.server = server
         self.config = config
         ring = secret_ring(config)
@@ -348,7 +348,8 @@ class ModernEndpoint:
         )
         with contained(f"handler of {request.method}"):
             try:
-                peer.known = self._answers_brought(request.method, params)
+                if self.server.own_request_state:
+                    peer.known = self._answers_brought(request.method, params)
                 result = await self.server.handle_request(ctx, request.method, params)
             except RPCError as exc:
                 error = jsonrpc.error_envelope(request.id, exc.code, exc.message, exc.data)

@@ -23,7 +23,8 @@ from .._runtime.containment import contained
 from ..errors import RPCError
 
 if TYPE_CHECKING:
-    from .._app.server import Initialized, MCPServer
+    from .._app.server import Initialized
+    from .core import ServerCore
 
 __all__ = ["RECORDED_METHODS", "SessionPeer"]
 
@@ -45,13 +46,14 @@ class SessionPeer:
         "_outgoing",
         "client_capabilities",
         "client_info",
+        "hosted",
         "log_level",
         "on_change",
         "protocol_version",
         "subscriptions",
     )
 
-    server: MCPServer
+    server: ServerCore
     session_id: str | None
     closing: bool
     principal: object
@@ -65,6 +67,10 @@ class SessionPeer:
         self.client_capabilities: dict[str, Any] = {}
         self.subscriptions: set[str] | frozenset[str] = NO_SUBSCRIPTIONS  # a set once it subscribes
         self._outgoing = PendingRequests()
+        self.hosted: object = None
+        """What the server keeps for this session (:attr:`Initialized.state`): a hosted python-sdk
+        server's session kernel, None otherwise (and in a session adopted from another worker, until
+        the server rebuilds it)."""
         self.on_change: Callable[[SessionPeer], None] | None = None
         """Called when what the session's record holds changed (``notifications/initialized``, the
         log level, its subscriptions): a worker that keeps its sessions in Redis writes it again."""
@@ -74,6 +80,7 @@ class SessionPeer:
         self.protocol_version = accepted.revision.name
         self.client_info = accepted.client_info
         self.client_capabilities = accepted.client_capabilities
+        self.hosted = accepted.state
         return accepted.result
 
     # -- incoming -------------------------------------------------------------------------------
@@ -104,6 +111,7 @@ class SessionPeer:
     def _notification(self, message: mt.JSONRPCNotification) -> None:
         if message.method == "notifications/initialized":
             self._initialized()
+            self.server.session_initialized(self)
             if self.on_change is not None:
                 self.on_change(self)
         elif message.method == "notifications/cancelled":

@@ -30,9 +30,9 @@ import os
 
 import trio
 
-from .._app.server import MCPServer
 from .config import ServerConfig
 from .connection import MessageConnection
+from .core import ServerCore
 
 __all__ = ["StdioConnection", "serve_stdio"]
 
@@ -46,7 +46,7 @@ class StdioConnection(MessageConnection):
 
     def __init__(
         self,
-        server: MCPServer,
+        server: ServerCore,
         stdin: trio.abc.ReceiveStream,
         stdout: trio.abc.SendStream,
         config: ServerConfig | None = None,
@@ -96,7 +96,7 @@ class StdioConnection(MessageConnection):
 
 
 async def serve_stdio(
-    server: MCPServer,
+    server: ServerCore,
     *,
     stdin: trio.abc.ReceiveStream | None = None,
     stdout: trio.abc.SendStream | None = None,

@@ -17,12 +17,12 @@ import mcp_types as mt
 import trio
 
 from .._app.principal import PrincipalKeys
-from .._app.server import MCPServer
 from .._app.tasks import TaskManager, declares_tasks, missing_extension
 from .._protocol import jsonrpc, sse, versions
 from .._runtime.peerlog import RateLimitedLog
 from ..errors import RemoteProtocolError, RPCError
 from .config import ServerConfig
+from .core import ServerCore
 from .wire import SSE_HEADERS, Send
 
 __all__ = ["SUBSCRIPTION_ID_KEY", "Listener", "Subscriptions"]
@@ -119,7 +119,7 @@ class Subscriptions:
     """The open ``subscriptions/listen`` streams of one app (or of one stdio connection)."""
 
     def __init__(
-        self, server: MCPServer, config: ServerConfig, tasks: TaskManager, principals: PrincipalKeys
+        self, server: ServerCore, config: ServerConfig, tasks: TaskManager, principals: PrincipalKeys
     ) -> None:
         self.server = server
         self.config = config

@@ -23,11 +23,11 @@ from typing import Any
 
 import trio
 
-from .._app.server import MCPServer
 from .._observe.telemetry import WEBSOCKET
 from .._runtime.peerlog import RateLimitedLog
 from .config import ServerConfig
 from .connection import MessageConnection
+from .core import ServerCore
 from .modern import ModernEndpoint
 from .wire import Receive, Send
 
@@ -53,7 +53,7 @@ class WebSocketConnection(MessageConnection):
 
     def __init__(
         self,
-        server: MCPServer,
+        server: ServerCore,
         config: ServerConfig,
         endpoint: ModernEndpoint | None,
         receive: Receive,
