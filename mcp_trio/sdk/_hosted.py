@@ -36,6 +36,7 @@ from .._app.principal import principal_identity
 from .._app.server import MAX_URI_LENGTH, Initialized
 from .._observe.telemetry import Telemetry
 from .._protocol import versions
+from .._protocol.modern import header_parameters
 from ..errors import RPCError
 from ._asyncio import on_trio
 from ._bridge import EventBridge
@@ -183,7 +184,12 @@ class HostedServer:
                 connection=connection,
                 lifespan_state=self.lifespan.value,
             )
-            return await self._call(call, ctx.principal)
+            result = await self._call(call, ctx.principal)
+            if method == "server/discover" and "supportedVersions" in result:
+                # the endpoint serves both eras: the versions are the transport's to say (the SDK's
+                # default lists the 2026 ones only, and the -32022 error must agree with discover)
+                result["supportedVersions"] = versions.supported_versions()
+            return result
         kernel = peer.hosted
         if not isinstance(kernel, _Kernel):
             kernel = peer.hosted = await self._restore(peer)
@@ -235,7 +241,13 @@ class HostedServer:
         return kernel
 
     def tool_header_params(self, name: object) -> dict[str, tuple[str, ...]] | None:
-        return None
+        """The ``x-mcp-header`` parameters of a tool, from the input schema the SDK server gives
+        (``get_tool_input_schema``: ``MCPServer`` has it; a low-level ``Server`` may set it)."""
+        lookup = self.lowlevel.get_tool_input_schema
+        if lookup is None or not isinstance(name, str):
+            return None
+        schema = lookup(name)
+        return None if schema is None else header_parameters(schema)
 
     def result_meta(self) -> dict[str, Any]:
         return {mt.SERVER_INFO_META_KEY: self.lowlevel.server_info_stamp}
