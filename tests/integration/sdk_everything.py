@@ -46,8 +46,8 @@ from mcp.types import (
 )
 from pydantic import BaseModel, Field
 
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
-WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
+from mcp_trio._demo_data import JSON_SCHEMA_2020_12, PNG, WAV  # the suite's fixture data
+
 STATE_KEY = b"mcp-trio-hosted-conformance-fixture-key!"
 
 server = MCPServer(
@@ -416,31 +416,6 @@ async def test_input_required_result_capabilities(ctx: Context) -> InputRequired
     if caps is None or caps.elicitation is not None:
         requests["ask"] = _ask_name()
     return InputRequiredResult(input_requests=requests, request_state="capability-gated")
-
-
-JSON_SCHEMA_2020_12: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "$defs": {
-        "address": {
-            "$anchor": "addressDef",
-            "type": "object",
-            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
-        }
-    },
-    "properties": {
-        "name": {"type": "string"},
-        "address": {"$ref": "#/$defs/address"},
-        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
-        "phone": {"type": "string"},
-        "email": {"type": "string"},
-    },
-    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
-    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
-    "then": {"required": ["phone"]},
-    "else": {"required": ["email"]},
-    "additionalProperties": False,
-}
 
 
 @server.tool(name="json_schema_2020_12_tool")

@@ -56,27 +56,45 @@ def suite_installed() -> bool:
     return installed and shutil.which("npm") is not None
 
 
+async def run_clean(url: str, extra: list[str], expected: dict[str, int]) -> str:
+    """Run the suite (``scripts/conformance.sh server URL *extra``): every version in ``expected`` ran
+    its number of scenarios, each clean (every check passed, no warning).  Returns the output."""
+    result = await trio.run_process(
+        ["bash", str(SCRIPT), "server", url, *extra],
+        capture_stdout=True,
+        stderr=subprocess.STDOUT,
+        check=False,
+    )
+    output = result.stdout.decode(errors="replace")
+    summaries = {m["version"]: m for m in SUMMARY.finditer(output)}
+    tail = output[-4000:]
+    assert set(summaries) == set(expected), tail
+    for version, found in summaries.items():
+        assert int(found["total"]) == expected[version], (version, tail)
+        assert found["clean"] == found["total"], (version, tail)
+        assert found["failed"] == "0" and found["warnings"] == "0", (version, tail)
+        assert int(found["ok"]) > 0
+    assert result.returncode == 0, tail
+    return output
+
+
+async def assert_idle(server: DemoServer) -> None:
+    """No stream left open, no handler left running."""
+    with trio.fail_after(5):
+        while True:
+            stats = await fetch_stats(server)
+            if stats["connections"] == 0 and stats["inflight"] == 0:
+                break
+            await trio.sleep(0.05)
+
+
 @pytest.mark.deadline(300)
 async def test_conformance_suite_both_eras_one_server(demo_server: DemoServer) -> None:
     if not suite_installed():
         missing("the conformance suite is not installed: run scripts/conformance.sh install")
     for extra, expected in RUNS:
-        result = await trio.run_process(
-            ["bash", str(SCRIPT), "server", demo_server.url, *extra],
-            capture_stdout=True,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-        output = result.stdout.decode(errors="replace")
-        summaries = {m["version"]: m for m in SUMMARY.finditer(output)}
+        output = await run_clean(demo_server.url, extra, expected)
         tail = output[-4000:]
-        assert set(summaries) == set(expected), tail
-        for version, found in summaries.items():
-            assert int(found["total"]) == expected[version], (version, tail)
-            assert found["clean"] == found["total"], (version, tail)
-            assert found["failed"] == "0" and found["warnings"] == "0", (version, tail)
-            assert int(found["ok"]) > 0
-        assert result.returncode == 0, tail
         if "--every-spec-version" in extra:
             lines = {m["name"]: m for m in SCENARIO_LINE.finditer(output)}
             for name in TASK_SCENARIOS:
@@ -86,10 +104,4 @@ async def test_conformance_suite_both_eras_one_server(demo_server: DemoServer) -
                     assert found["ok"] == "0" and found["skipped"] == "1", (name, tail)
                 else:
                     assert int(found["ok"]) > 0 and found["skipped"] is None, (name, tail)
-    # the server is healthy afterwards: no stream left open, no handler left running
-    with trio.fail_after(5):
-        while True:
-            stats = await fetch_stats(demo_server)
-            if stats["connections"] == 0 and stats["inflight"] == 0:
-                break
-            await trio.sleep(0.05)
+    await assert_idle(demo_server)  # the server is healthy afterwards
