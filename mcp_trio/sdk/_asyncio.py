@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Generator
 from typing import Any, NoReturn, TypeVar, cast
 
 __all__ = ["AsyncioOnTrio", "on_trio"]
@@ -50,11 +50,11 @@ _set_loop = asyncio.events._set_running_loop
 class _OnTrio:
     __slots__ = ("_coro",)
 
-    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
-        self._coro = coro
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self._coro = awaitable
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro = self._coro
+        coro = self._coro.__await__()
         value: Any = None
         error: BaseException | None = None
         while True:
@@ -76,6 +76,6 @@ class _OnTrio:
                 error = exc
 
 
-def on_trio(coro: Coroutine[Any, Any, T]) -> Any:
-    """``await on_trio(coro)``: await ``coro`` with asyncio guarded (see the module's text)."""
-    return _OnTrio(coro)
+def on_trio(awaitable: Awaitable[T]) -> Awaitable[T]:
+    """``await on_trio(call)``: await ``call`` (a coroutine) with asyncio guarded (see the module's text)."""
+    return _OnTrio(awaitable)

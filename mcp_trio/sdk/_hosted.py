@@ -12,21 +12,25 @@ worker gets its kernel again on its first request, brought to the state its reco
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import anyio
 import mcp_types as mt
 import mcp_types.methods as mtm
 import pydantic
 import trio
+import trio.lowlevel
 from mcp.server.connection import Connection
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer as SDKMCPServer
-from mcp.server.runner import ServerRunner, serve_one
-from mcp.shared.exceptions import MCPError
+from mcp.server.runner import ServerRunner, aclose_shielded, serve_one
+from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+from mcp.shared.transport_context import TransportContext
 
 from .._app.bus import LocalNotificationBus, NotificationBus, Subscriber
 from .._app.context import Context
@@ -60,6 +64,13 @@ class _Kernel:
         self.outbound = SessionChannel()
         self.connection = Connection.for_loop(self.outbound)
         self.runner: ServerRunner[Any] = ServerRunner(server, self.connection, lifespan_state)
+
+    def bind(self, peer: Any) -> None:
+        """The session is known (it is made after ``initialize`` is answered): its standalone channel
+        and its id (the SDK's ``ctx.session_id``)."""
+        if self.outbound.peer is not peer:
+            self.outbound.peer = peer
+            self.connection.session_id = peer.session_id
 
 
 class HostedServer:
@@ -103,6 +114,7 @@ class HostedServer:
         )
         self.lifespan: Lifespan[Any] = Lifespan(f"python-sdk server {self.name!r}", _sdk_lifespan)
         self._listen = lowlevel.get_request_handler("subscriptions/listen") is not None
+        self._ended, _ = trio.open_memory_channel[Connection](0)  # the lifespan opens the one it drains
 
     def __repr__(self) -> str:
         return (
@@ -123,7 +135,18 @@ class HostedServer:
         self.notifications.subscribe(peer)
 
     def detach(self, peer: Subscriber) -> None:
+        """A peer leaves the bus; a 2025 session that ends here also ends its SDK connection: the
+        cleanup handlers and middleware pushed on ``connection.exit_stack`` run (in a task of the
+        server's lifespan, as the SDK's own drivers run them: shielded, bounded, failures logged)."""
         self.notifications.unsubscribe(peer)
+        kernel = getattr(peer, "hosted", None)
+        if isinstance(kernel, _Kernel):
+            try:
+                self._ended.send_nowait(kernel.connection)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):  # the lifespan has ended
+                logger.warning(
+                    "session %s ended after the server's lifespan", getattr(peer, "session_id", None)
+                )
 
     def open_lifespan(
         self, *, grace: float, graceful: Callable[[], bool] = lambda: False
@@ -139,7 +162,7 @@ class HostedServer:
     async def initialize_session(self, params: dict[str, Any] | None) -> Initialized:
         kernel = _Kernel(self.lowlevel, self.lifespan.value)
         channel = _InitChannel()
-        result = await self._call(kernel.runner.on_request(channel, "initialize", params))  # type: ignore[arg-type]
+        result = await self._call(kernel.runner.on_request(channel, "initialize", params))
         client = kernel.connection.client_params
         revision = versions.revision(str(result.get("protocolVersion")))
         if client is None or revision is None or revision.modern:  # pragma: no cover - the SDK negotiated
@@ -162,7 +185,7 @@ class HostedServer:
         kernel = peer.hosted
         if not isinstance(kernel, _Kernel):
             return None
-        kernel.outbound.peer = peer
+        kernel.bind(peer)
         if method == "notifications/initialized":
             kernel.connection.initialized.set()
         if self.lowlevel.get_notification_handler(method) is None:
@@ -170,7 +193,7 @@ class HostedServer:
 
         async def handle() -> None:
             with contained(f"the python-sdk server's handler of {method}"):
-                await on_trio(kernel.runner.on_notify(_InitChannel(), method, params))  # type: ignore[arg-type]
+                await on_trio(kernel.runner.on_notify(_InitChannel(), method, params))
 
         return handle
 
@@ -211,7 +234,7 @@ class HostedServer:
         kernel = peer.hosted
         if not isinstance(kernel, _Kernel):
             kernel = peer.hosted = await self._restore(peer)
-        kernel.outbound.peer = peer
+        kernel.bind(peer)
         channel = RequestChannel(ctx, kind=_kind(peer), can_send_request=True)
         result = await self._call(kernel.runner.on_request(channel, method, params), ctx.principal)
         _record(peer, method, params)
@@ -237,14 +260,14 @@ class HostedServer:
         """The kernel of a session adopted from another worker: ``initialize`` and
         ``notifications/initialized`` replayed from its record, then its log level and subscriptions."""
         kernel = _Kernel(self.lowlevel, self.lifespan.value)
-        kernel.outbound.peer = peer
+        kernel.bind(peer)
         params = {
             "protocolVersion": peer.protocol_version,
             "capabilities": peer.client_capabilities,
             "clientInfo": peer.client_info or {"name": "unknown", "version": ""},
         }
-        await self._call(kernel.runner.on_request(_InitChannel(), "initialize", params))  # type: ignore[arg-type]
-        await kernel.runner.on_notify(_InitChannel(), "notifications/initialized", None)  # type: ignore[arg-type]
+        await self._call(kernel.runner.on_request(_InitChannel(), "initialize", params))
+        await kernel.runner.on_notify(_InitChannel(), "notifications/initialized", None)
         replays: list[tuple[str, dict[str, Any]]] = []
         if peer.log_level is not None:
             replays.append(("logging/setLevel", {"level": peer.log_level}))
@@ -253,7 +276,7 @@ class HostedServer:
             if self.lowlevel.get_request_handler(method) is None:
                 continue
             try:
-                await self._call(kernel.runner.on_request(_InitChannel(), method, params))  # type: ignore[arg-type]
+                await self._call(kernel.runner.on_request(_InitChannel(), method, params))
             except RPCError as exc:
                 logger.warning("session %s: replaying %s failed: %s", peer.session_id, method, exc.message)
         return kernel
@@ -323,14 +346,10 @@ class _InitChannel:
     message_metadata = None
 
     def __init__(self) -> None:
-        from mcp.shared.transport_context import TransportContext
-
         self.transport = TransportContext(kind="streamable-http", can_send_request=False)
-        self.cancel_requested = trio.Event()
+        self.cancel_requested = anyio.Event()
 
     async def send_raw_request(self, method: str, params: Any, opts: Any = None) -> dict[str, Any]:
-        from mcp.shared.exceptions import NoBackChannelError
-
         raise NoBackChannelError(method)
 
     async def notify(self, method: str, params: Any, opts: Any = None) -> None:
@@ -340,13 +359,26 @@ class _InitChannel:
         pass
 
 
+async def _close_connections(ending: trio.MemoryReceiveChannel[Connection]) -> None:
+    """End the SDK connections of the sessions that ended, until the lifespan ends (then the rest)."""
+    async with ending:
+        async for connection in ending:
+            await aclose_shielded(connection)
+
+
 @asynccontextmanager
 async def _sdk_lifespan(hosted: HostedServer) -> AsyncIterator[Any]:
-    """The SDK server's own lifespan, and the bridge of its events to the transport's bus."""
-    async with trio.open_nursery() as nursery:
+    """The SDK server's own lifespan, the bridge of its events to the transport's bus, and the task
+    that ends the SDK connections of ended sessions (all of them before the SDK's lifespan is left)."""
+    hosted._ended, ending = trio.open_memory_channel[Connection](math.inf)
+    async with trio.open_nursery() as bridging:
         if hosted._events is not None:
             bridge = EventBridge(hosted._events, hosted.notifications)
-            await nursery.start(bridge.run)
-        async with hosted.lowlevel.lifespan(hosted.lowlevel) as state:
-            yield state
-        nursery.cancel_scope.cancel()
+            await bridging.start(bridge.run)
+        async with hosted.lowlevel.lifespan(hosted.lowlevel) as state, trio.open_nursery() as closing:
+            closing.start_soon(_close_connections, ending)
+            try:
+                yield state
+            finally:
+                hosted._ended.close()  # the sessions have ended: the closer ends once it drained
+        bridging.cancel_scope.cancel()

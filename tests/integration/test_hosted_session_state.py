@@ -1,7 +1,11 @@
-"""A hosted python-sdk server gets the client's notifications: a low-level ``Server``'s
-``on_roots_list_changed`` handler runs (in a task of the session) when the official Python SDK client
-sends ``notifications/roots/list_changed``, and may ask the client for its roots from there; a handler
-that fails is contained (the session goes on)."""
+"""What a hosted python-sdk server keeps per session, with the official Python SDK client.
+
+* The client's notifications: a low-level ``Server``'s ``on_roots_list_changed`` handler runs (in a task
+  of the session) when the client sends ``notifications/roots/list_changed``, and may ask the client for
+  its roots from there; a handler that fails is contained (the session goes on).
+* The SDK's connection: it has the session's id, and when the session ends (DELETE) the cleanups pushed
+  on its ``exit_stack`` run.
+"""
 
 from __future__ import annotations
 
@@ -68,4 +72,38 @@ async def test_the_sdk_servers_notification_handler_runs_and_may_ask_the_client(
                 await wait_until(lambda: seen == [["file:///work"]], what="the handler asked for the roots")
                 result = await session.call_tool("echo", {})
                 assert isinstance(result.content[0], TextContent) and result.content[0].text == "echo"
+            await wait_until(lambda: app.statistics()["sessions"] == 0, what="no session left")
+
+
+async def test_the_sdk_connection_has_the_session_id_and_ends_with_the_session() -> None:
+    seen: list[str | None] = []
+    cleaned = trio.Event()
+
+    async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        return ListToolsResult(tools=[Tool(name="who", input_schema={"type": "object"})])
+
+    async def call_tool(ctx: Any, params: Any) -> CallToolResult:
+        connection = ctx.session._connection  # the SDK's Connection (its public Context is not wired yet)
+        seen.append(connection.session_id)
+
+        async def cleanup() -> None:
+            cleaned.set()
+
+        connection.exit_stack.push_async_callback(cleanup)
+        return CallToolResult(content=[TextContent(type="text", text=str(connection.session_id))])
+
+    server: Server[Any] = Server("ended", on_list_tools=list_tools, on_call_tool=call_tool)
+    with trio.fail_after(20):
+        async with serving(hosted_app(server, ServerConfig(shutdown_grace=2))) as (app, url):
+            async with (
+                streamable_http_client(url) as (read_stream, write_stream),
+                ClientSession(read_stream, write_stream) as session,
+            ):
+                await session.initialize()
+                result = await session.call_tool("who", {})
+                assert not cleaned.is_set()
+                [session_id] = seen
+                assert session_id is not None and len(session_id) >= 16
+                assert isinstance(result.content[0], TextContent) and result.content[0].text == session_id
+            await cleaned.wait()  # DELETE ended the session, and with it the SDK's connection
             await wait_until(lambda: app.statistics()["sessions"] == 0, what="no session left")
