@@ -38,7 +38,7 @@ from .._app.failures import Failures
 from .._app.lifespan import Lifespan
 from .._app.principal import principal_identity
 from .._app.server import MAX_URI_LENGTH, Initialized
-from .._observe.telemetry import Telemetry
+from .._observe.telemetry import HTTP, PIPE, WEBSOCKET, Telemetry
 from .._protocol import versions
 from .._protocol.modern import header_parameters
 from .._runtime.containment import contained
@@ -316,10 +316,11 @@ class HostedServer:
 
 
 def _kind(peer: object) -> str:
-    carrier = getattr(peer, "carrier", None)
-    return {"http": "streamable-http", "ws": "websocket", "pipe": "stdio"}.get(
-        getattr(carrier, "name", ""), "streamable-http"
-    )
+    """The SDK's ``TransportContext.kind`` of a peer's transport."""
+    carrier = getattr(peer, "carrier", HTTP)
+    if carrier == PIPE:
+        return "stdio"
+    return "websocket" if carrier == WEBSOCKET else "streamable-http"
 
 
 def _record(peer: Any, method: str, params: dict[str, Any] | None) -> None:
