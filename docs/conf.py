@@ -169,7 +169,7 @@ def setup(app):
 # resolve and are ignored here, by package.
 nitpicky = True
 nitpick_ignore_regex = [
-    (r"py:.*", r"(trio|mcp_types|pydantic|hypercorn|httpx)(\..*)?"),
+    (r"py:.*", r"(trio|mcp_types|pydantic|hypercorn|httpx|mcp)(\..*)?"),
     (r"py:.*", r"collections\.abc\..*"),
     (r"py:.*", r"ssl\..*"),
     (r"py:.*", r"logging\..*"),
@@ -202,6 +202,8 @@ nitpick_ignore = [
     ("py:class", "mcp_trio._observe.telemetry.Operation"),
     ("py:class", "mcp_trio._observe.telemetry.SessionClock"),
     ("py:class", "mcp_trio._observe.prometheus.MetricsRegistry"),  # Telemetry.registry: render() is its use
+    ("py:class", "mcp_trio._transport.core.ServerCore"),  # MCPApp(server): an MCPServer or a HostedServer
+    ("py:class", "SDKServer"),  # hosted_app(server): the python-sdk's MCPServer or low-level Server
 ]
 
 # -- HTML ----------------------------------------------------------------------------------------

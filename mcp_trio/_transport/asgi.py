@@ -49,7 +49,8 @@ come, they are computed at most 20 times a second."""
 
 
 class MCPApp:
-    """An ASGI application serving one :class:`MCPServer` over Streamable HTTP.
+    """An ASGI application serving one :class:`MCPServer` over Streamable HTTP (or a python-sdk server
+    hosted by :func:`mcp_trio.sdk.hosted_app`).
 
     Sessions live in a nursery that the app owns while it runs: under an ASGI server that runs the
     lifespan protocol (hypercorn does) that happens by itself; otherwise start it with

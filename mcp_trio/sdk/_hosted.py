@@ -33,7 +33,7 @@ from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp.shared.transport_context import TransportContext
 
 from .._app.bus import LocalNotificationBus, NotificationBus, Subscriber
-from .._app.context import Context
+from .._app.context import LOG_LEVELS, Context
 from .._app.failures import Failures
 from .._app.lifespan import Lifespan
 from .._app.principal import principal_identity
@@ -327,7 +327,7 @@ def _record(peer: Any, method: str, params: dict[str, Any] | None) -> None:
     """Keep what the session's record holds (so an adopting worker restores it): the log level the
     client set, the resources it subscribed to (which also route resource-updated events to it)."""
     params = params or {}
-    if method == "logging/setLevel" and params.get("level") in mt.LoggingLevel.__args__:  # type: ignore[attr-defined]
+    if method == "logging/setLevel" and params.get("level") in LOG_LEVELS:
         peer.log_level = params["level"]
     elif method in ("resources/subscribe", "resources/unsubscribe") and isinstance(params.get("uri"), str):
         if method == "resources/subscribe":
