@@ -20,6 +20,7 @@ import mcp_types as mt
 import mcp_types.methods as mtm
 import pydantic
 import trio
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer as SDKMCPServer
@@ -90,6 +91,10 @@ class HostedServer:
         self.sdk_server = server
         """The hosted server, as given."""
         self.lowlevel = lowlevel
+        # mcp_trio's transport makes each operation's SERVER span (with the session, the network and the
+        # error policy's attributes); the SDK's default span middleware would make a second one for the
+        # same operation.  Dropping it is the SDK's documented opt-out (``Server.middleware``).
+        lowlevel.middleware = [m for m in lowlevel.middleware if not isinstance(m, OpenTelemetryMiddleware)]
         self.name = lowlevel.name
         self.version = lowlevel.version or ""
         self.max_subscriptions = max_subscriptions
