@@ -14,7 +14,7 @@ import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
@@ -59,7 +59,6 @@ class Hosted:
     app: MCPApp
     url: str
     stop: trio.Event
-    done: trio.Event = field(default_factory=trio.Event)
 
 
 @asynccontextmanager
@@ -69,17 +68,20 @@ async def hosting(
     *,
     http: Literal["hypercorn", "h11"] = "hypercorn",
     app: MCPApp | None = None,
+    **serve_options: Any,
 ) -> AsyncIterator[Hosted]:
-    """Serve the hosted ``sdk_server`` on 127.0.0.1:0 for the block; stop it (gracefully) after."""
+    """Serve the hosted ``sdk_server`` on 127.0.0.1:0 for the block; stop it (gracefully) after.
+    ``serve_options``: more of :func:`mcp_trio.serve`'s (``admin_bind``, ``admin_started``)."""
     app = app if app is not None else hosted_app(sdk_server, config or ServerConfig(shutdown_grace=1.0))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        run = functools.partial(serve, app, "127.0.0.1", 0, http=http, shutdown_trigger=stop.wait)
+        run = functools.partial(
+            serve, app, "127.0.0.1", 0, http=http, shutdown_trigger=stop.wait, **serve_options
+        )
         urls = await nursery.start(run)
         url = urls[0] if urls[0].endswith("/mcp") else urls[0] + "/mcp"
-        hosted = Hosted(app, url, stop)
         try:
-            yield hosted
+            yield Hosted(app, url, stop)
         finally:
             stop.set()
 
