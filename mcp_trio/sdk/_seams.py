@@ -50,11 +50,18 @@ def _seams() -> dict[str, Any]:
 
 
 def fingerprints() -> dict[str, str]:
-    """Each seam's fingerprint in the installed ``mcp``: sha256 of its source (16 hex digits)."""
-    return {
-        name: hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
-        for name, obj in sorted(_seams().items())
-    }
+    """Each seam's fingerprint in the installed ``mcp``: sha256 of its source (16 hex digits);
+    ``"no source"`` for one whose source cannot be read (an install without ``.py`` files, a seam
+    replaced in memory), which no tested release has."""
+    return {name: _fingerprint(obj) for name, obj in sorted(_seams().items())}
+
+
+def _fingerprint(obj: Any) -> str:
+    try:
+        source = inspect.getsource(obj)
+    except (OSError, TypeError):
+        return "no source"
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 TESTED: dict[str, dict[str, str]] = {
