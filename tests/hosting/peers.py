@@ -87,7 +87,9 @@ async def hosting(
 
 
 def sse_messages(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    return [
+        json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()
+    ]
 
 
 class Stream:
@@ -209,7 +211,9 @@ class Legacy(Peer):
 
     async def open(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         init = request(
-            0, "initialize", {"protocolVersion": V2025, "capabilities": capabilities or {}, "clientInfo": INFO}
+            0,
+            "initialize",
+            {"protocolVersion": V2025, "capabilities": capabilities or {}, "clientInfo": INFO},
         )
         headers = {**POST_HEADERS, **self.extra}
         response = await self.http.post(self.url, headers=headers, content=json.dumps(init).encode())
@@ -221,7 +225,12 @@ class Legacy(Peer):
         return result
 
     def headers(self, message: dict[str, Any] | None = None) -> dict[str, str]:
-        return {**POST_HEADERS, **self.extra, "mcp-protocol-version": V2025, "mcp-session-id": self.session_id}
+        return {
+            **POST_HEADERS,
+            **self.extra,
+            "mcp-protocol-version": V2025,
+            "mcp-session-id": self.session_id,
+        }
 
     @asynccontextmanager
     async def get_stream(self) -> AsyncIterator[Stream]:
@@ -258,7 +267,12 @@ class Modern(Peer):
     }
 
     def headers(self, message: dict[str, Any]) -> dict[str, str]:
-        headers = {**POST_HEADERS, **self.extra, "mcp-protocol-version": V2026, "mcp-method": message["method"]}
+        headers = {
+            **POST_HEADERS,
+            **self.extra,
+            "mcp-protocol-version": V2026,
+            "mcp-method": message["method"],
+        }
         name = (message.get("params") or {}).get("name")
         if name is not None:
             headers["mcp-name"] = name

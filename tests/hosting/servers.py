@@ -80,10 +80,18 @@ class Ticker:
             schema = {"type": "object", "properties": {}}
             return mt.ListToolsResult(tools=[mt.Tool(name="ticks", input_schema=schema)])
 
-        async def call_tool(ctx: ServerRequestContext[Any], params: mt.CallToolRequestParams) -> mt.CallToolResult:
+        async def call_tool(
+            ctx: ServerRequestContext[Any], params: mt.CallToolRequestParams
+        ) -> mt.CallToolResult:
             state = ctx.lifespan_context
             assert isinstance(state, AppState)
             text = f"{state.ticks} exited={state.exited}"
             return mt.CallToolResult(content=[mt.TextContent(type="text", text=text)])
 
-        return Server("ticker-lowlevel", version="2.0", lifespan=self.lifespan, on_list_tools=list_tools, on_call_tool=call_tool)
+        return Server(
+            "ticker-lowlevel",
+            version="2.0",
+            lifespan=self.lifespan,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+        )

@@ -100,7 +100,10 @@ async def test_the_sdk_handler_sees_the_principal_in_both_eras() -> None:
     tokens.issue("bob-1", "bob", "mcp", "mcp:admin")
     seen: list[object] = []
     with trio.fail_after(DEADLINE):
-        async with hosting(build(seen), config(tokens)) as hosted, httpx.AsyncClient(timeout=DEADLINE) as http:
+        async with (
+            hosting(build(seen), config(tokens)) as hosted,
+            httpx.AsyncClient(timeout=DEADLINE) as http,
+        ):
             alice = Legacy(http, hosted.url, bearer("alice-1"))
             await alice.open()
             bob = Modern(http, hosted.url, bearer("bob-1"))
@@ -121,7 +124,9 @@ async def test_the_sdk_handler_sees_the_principal_in_both_eras() -> None:
                     for n in range(3):
 
                         async def one(name: str = name, peer: Legacy | Modern = peer, n: int = n) -> None:
-                            answers[f"{name}{n}"] = json.loads(text(await peer.call_tool("whoami")))["subject"]
+                            answers[f"{name}{n}"] = json.loads(text(await peer.call_tool("whoami")))[
+                                "subject"
+                            ]
 
                         nursery.start_soon(one)
             assert answers == {f"{name}{n}": name for name in ("alice", "bob") for n in range(3)}
@@ -135,7 +140,10 @@ async def test_unauthenticated_and_unscoped_requests_are_refused_before_the_sdk(
     tokens.issue("mallory-1", "mallory", "mcp")
     seen: list[object] = []
     with trio.fail_after(DEADLINE):
-        async with hosting(build(seen), config(tokens)) as hosted, httpx.AsyncClient(timeout=DEADLINE) as http:
+        async with (
+            hosting(build(seen), config(tokens)) as hosted,
+            httpx.AsyncClient(timeout=DEADLINE) as http,
+        ):
             for peer in (Modern(http, hosted.url), Modern(http, hosted.url, bearer("forged"))):
                 message = tool_call(1, "whoami")
                 response = await http.post(hosted.url, headers=peer.headers(message), json=peer.body(message))
@@ -148,7 +156,11 @@ async def test_unauthenticated_and_unscoped_requests_are_refused_before_the_sdk(
                 "jsonrpc": "2.0",
                 "id": 0,
                 "method": "initialize",
-                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}},
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "x", "version": "1"},
+                },
             }
             response = await http.post(hosted.url, headers=legacy.headers(), json=init)
             assert response.status_code == 401 and "mcp-session-id" not in response.headers

@@ -25,8 +25,10 @@ import mcp_trio
 from .peers import Legacy, Modern
 
 STARTUP_DEADLINE = 20.0
+SRC = str(Path(mcp_trio.__file__).resolve().parents[1])
+"""Where this test run's mcp_trio is imported from (the child imports the same)."""
 
-MODULE = '''
+MODULE = """
 import logging
 
 import mcp_types as mt
@@ -62,7 +64,7 @@ def make():
         return text.upper() + "!"
 
     return made
-'''
+"""
 
 
 class Process:
@@ -98,9 +100,8 @@ class Process:
 async def mcp_trio_serve(tmp_path: Path, target: str, *flags: str) -> AsyncIterator[Process]:
     """``mcp-trio serve target --bind 127.0.0.1:0 *flags`` in ``tmp_path`` (where hosted_cli.py is); on
     exit SIGTERM, and it must stop by itself, with status 0."""
-    (tmp_path / "hosted_cli.py").write_text(MODULE)
-    src = str(Path(mcp_trio.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(tmp_path)])}
+    await trio.Path(tmp_path / "hosted_cli.py").write_text(MODULE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, str(tmp_path)])}
     command = [sys.executable, "-c", "from mcp_trio._cli import main; main()", "serve", target]
     command += ["--bind", "127.0.0.1:0", "--shutdown-grace", "1", *flags]
     process = await trio.lowlevel.open_process(
@@ -157,38 +158,50 @@ async def test_serve_an_sdk_server_a_lowlevel_server_and_a_factory(
 async def test_h11_admin_bind_json_logs_and_limits_take_effect(tmp_path: Path) -> None:
     flags = ["--http", "h11", "--admin-bind", "127.0.0.1:0", "--log-format", "json"]
     flags += ["--max-body-size", "2000", "--max-sessions", "1"]
-    async with mcp_trio_serve(tmp_path, "hosted_cli:server", *flags) as served:
-        async with httpx.AsyncClient(timeout=10) as http:
-            legacy = Legacy(http, served.url)
-            await legacy.open()
-            assert text(await legacy.call_tool("shout", {"text": "json"})) == "JSON"
-            # --max-sessions 1: a second session is refused
-            second = await http.post(
-                served.url,
-                headers=legacy.headers() | {"mcp-session-id": ""},
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}},
+    async with (
+        mcp_trio_serve(tmp_path, "hosted_cli:server", *flags) as served,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        legacy = Legacy(http, served.url)
+        await legacy.open()
+        assert text(await legacy.call_tool("shout", {"text": "json"})) == "JSON"
+        # --max-sessions 1: a second session is refused
+        second = await http.post(
+            served.url,
+            headers=legacy.headers() | {"mcp-session-id": ""},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "b", "version": "1"},
                 },
-            )
-            assert second.status_code == 503, second.text
-            # --max-body-size 2000: a bigger body is refused before the SDK sees it
-            modern = Modern(http, served.url)
-            big = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "shout", "arguments": {"text": "x" * 3000}}}
-            refused = await http.post(served.url, headers=modern.headers(big), json=modern.body(big))
-            assert refused.status_code == 413
-            # --admin-bind: the operations listener; the build info names h11, the tool's series is there
-            assert served.admin.startswith("http://127.0.0.1:")
-            metrics = (await http.get(served.admin + "/metrics")).text.splitlines()
-            (build,) = [line for line in metrics if line.startswith("mcp_trio_build_info{")]
-            assert 'http_server="h11"' in build
-            assert any(
-                line.startswith("mcp_server_operation_duration_seconds_count{") and 'gen_ai_tool_name="shout"' in line
-                for line in metrics
-            )
-            assert json.loads((await http.get(served.admin + "/stats")).content)["sessions"] == 1
+            },
+        )
+        assert second.status_code == 503, second.text
+        # --max-body-size 2000: a bigger body is refused before the SDK sees it
+        modern = Modern(http, served.url)
+        big = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "shout", "arguments": {"text": "x" * 3000}},
+        }
+        refused = await http.post(served.url, headers=modern.headers(big), json=modern.body(big))
+        assert refused.status_code == 413
+        # --admin-bind: the operations listener; the build info names h11, the tool's series is there
+        assert served.admin.startswith("http://127.0.0.1:")
+        metrics = (await http.get(served.admin + "/metrics")).text.splitlines()
+        (build,) = [line for line in metrics if line.startswith("mcp_trio_build_info{")]
+        assert 'http_server="h11"' in build
+        assert any(
+            line.startswith("mcp_server_operation_duration_seconds_count{")
+            and 'gen_ai_tool_name="shout"' in line
+            for line in metrics
+        )
+        assert json.loads((await http.get(served.admin + "/stats")).content)["sessions"] == 1
     # --log-format json: every stderr line is one JSON object; the tool's own record and the request log
     records = [json.loads(line) for line in served.stderr.decode().splitlines() if line.strip()]
     (shouted,) = [r for r in records if r.get("logger") == "hosted_cli"]
@@ -202,18 +215,25 @@ async def test_the_oauth_options_protect_a_hosted_server(tmp_path: Path) -> None
     resource = "http://127.0.0.1:8765/mcp"
     issuer = "http://127.0.0.1:9"
     flags = ["--oauth-issuer", issuer, "--resource", resource, "--required-scope", "mcp:tools"]
-    async with mcp_trio_serve(tmp_path, "hosted_cli:server", *flags) as served:
-        async with httpx.AsyncClient(timeout=10) as http:
-            modern = Modern(http, served.url)
-            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "shout", "arguments": {"text": "x"}}}
-            refused = await http.post(served.url, headers=modern.headers(call), json=modern.body(call))
-            assert refused.status_code == 401
-            challenge = refused.headers["www-authenticate"]
-            assert challenge.startswith("Bearer ") and "resource_metadata=" in challenge
-            assert 'scope="mcp:tools"' in challenge
-            metadata = await http.get(served.url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp"))
-            assert metadata.status_code == 200
-            body = metadata.json()
-            assert body["resource"] == resource and body["authorization_servers"] == [issuer]
-            assert body["scopes_supported"] == ["mcp:tools"]
+    async with (
+        mcp_trio_serve(tmp_path, "hosted_cli:server", *flags) as served,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        modern = Modern(http, served.url)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "shout", "arguments": {"text": "x"}},
+        }
+        refused = await http.post(served.url, headers=modern.headers(call), json=modern.body(call))
+        assert refused.status_code == 401
+        challenge = refused.headers["www-authenticate"]
+        assert challenge.startswith("Bearer ") and "resource_metadata=" in challenge
+        assert 'scope="mcp:tools"' in challenge
+        metadata = await http.get(served.url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp"))
+        assert metadata.status_code == 200
+        body = metadata.json()
+        assert body["resource"] == resource and body["authorization_servers"] == [issuer]
+        assert body["scopes_supported"] == ["mcp:tools"]
     assert b"shouting" not in served.stderr  # the tool never ran

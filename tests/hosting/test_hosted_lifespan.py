@@ -43,7 +43,9 @@ async def test_the_lifespan_is_entered_before_serving_and_handlers_see_its_value
     urls: list[str] = []
 
     async def run() -> None:
-        urls.extend(await nursery.start(functools.partial(serve, app, "127.0.0.1", 0, shutdown_trigger=stop.wait)))
+        urls.extend(
+            await nursery.start(functools.partial(serve, app, "127.0.0.1", 0, shutdown_trigger=stop.wait))
+        )
         reported.set()
 
     with trio.fail_after(DEADLINE):
@@ -69,18 +71,20 @@ async def test_the_lifespan_is_left_after_the_drain() -> None:
     """A call in flight at shutdown finishes with the value still there, then the lifespan is left."""
     ticker = Ticker()
     with trio.fail_after(DEADLINE):
-        async with httpx.AsyncClient(timeout=DEADLINE) as http:
-            async with hosting(ticker.mcpserver(), ServerConfig(shutdown_grace=5.0)) as hosted:
-                answers: list[str] = []
-                async with trio.open_nursery() as nursery:
+        async with (
+            httpx.AsyncClient(timeout=DEADLINE) as http,
+            hosting(ticker.mcpserver(), ServerConfig(shutdown_grace=5.0)) as hosted,
+        ):
+            answers: list[str] = []
+            async with trio.open_nursery() as nursery:
 
-                    async def call() -> None:
-                        answers.append(text(await Modern(http, hosted.url).call_tool("slow", {"seconds": 0.3})))
+                async def call() -> None:
+                    answers.append(text(await Modern(http, hosted.url).call_tool("slow", {"seconds": 0.3})))
 
-                    nursery.start_soon(call)
-                    while "slow call started" not in ticker.events:  # noqa: ASYNC110
-                        await trio.sleep(0.01)
-                    hosted.stop.set()
+                nursery.start_soon(call)
+                while "slow call started" not in ticker.events:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+                hosted.stop.set()
     assert ticker.events == ["enter", "slow call started", "slow call finished", "after yield", "cleaned up"]
     assert answers == ["exited=False"]
 
@@ -98,7 +102,9 @@ async def test_a_lifespan_that_fails_to_start_stops_serve_with_its_exception(
 
 
 @pytest.mark.parametrize("http", HTTP)
-async def test_a_lifespan_task_that_crashes_stops_serve_with_its_exception(http: Literal["hypercorn", "h11"]) -> None:
+async def test_a_lifespan_task_that_crashes_stops_serve_with_its_exception(
+    http: Literal["hypercorn", "h11"],
+) -> None:
     ticker = Ticker(crash_after=5)
     app: MCPApp = hosted_app(ticker.mcpserver())
     with trio.fail_after(DEADLINE), pytest.raises(KeyError, match="tick crashed"):

@@ -53,9 +53,7 @@ def build(probe: Probe) -> MCPServer:
     @server.tool()
     async def sample(ctx: Context) -> str:
         message = mt.SamplingMessage(role="user", content=mt.TextContent(type="text", text="hi"))
-        result = await ctx.session.create_message(
-            [message], max_tokens=5, related_request_id=ctx.request_id
-        )
+        result = await ctx.session.create_message([message], max_tokens=5, related_request_id=ctx.request_id)
         assert isinstance(result.content, mt.TextContent)
         return f"model {result.model} said {result.content.text}"
 
@@ -116,7 +114,9 @@ async def test_delete_cancels_a_running_sdk_handler() -> None:
                 assert await peer.delete() == 200
                 await probe.cancel("d").wait()  # the handler's finally ran, cancelled
                 await ended.wait()  # and its POST stream ended cleanly
-            response = await http.post(hosted.url, headers=peer.headers(), json=tool_call(8, "pause", {"seconds": 0}))
+            response = await http.post(
+                hosted.url, headers=peer.headers(), json=tool_call(8, "pause", {"seconds": 0})
+            )
             assert response.status_code == 404  # the session is gone
             assert hosted.app.statistics()["sessions"] == 0
 
@@ -135,7 +135,9 @@ async def test_idle_expiry_cancels_a_handler_whose_client_went_away() -> None:
                 await probe.start("idle").wait()
             assert not probe.cancel("idle").is_set()  # the client's going does not cancel it (2025)
             await probe.cancel("idle").wait()  # the expiry does
-            response = await http.post(hosted.url, headers=peer.headers(), json=tool_call(4, "pause", {"seconds": 0}))
+            response = await http.post(
+                hosted.url, headers=peer.headers(), json=tool_call(4, "pause", {"seconds": 0})
+            )
             assert response.status_code == 404
 
 
@@ -149,12 +151,16 @@ async def test_shutdown_gives_the_grace_then_answers_shutting_down(
     with trio.fail_after(DEADLINE):
         async with httpx.AsyncClient(timeout=DEADLINE) as http:
             async with hosting(build(probe), config, http=http_server) as hosted:
-                peer: Legacy | Modern = Legacy(http, hosted.url) if era == "2025" else Modern(http, hosted.url)
+                peer: Legacy | Modern = (
+                    Legacy(http, hosted.url) if era == "2025" else Modern(http, hosted.url)
+                )
                 if isinstance(peer, Legacy):
                     await peer.open()
                 async with trio.open_nursery() as nursery:
                     long = await open_call(peer, nursery, tool_call(11, "block", {"key": "long"}))
-                    short = await open_call(peer, nursery, tool_call(12, "pause", {"seconds": 0.2, "key": "short"}))
+                    short = await open_call(
+                        peer, nursery, tool_call(12, "pause", {"seconds": 0.2, "key": "short"})
+                    )
                     await probe.start("long").wait()
                     await probe.start("short").wait()
                     hosted.stop.set()
@@ -200,7 +206,9 @@ async def test_notifications_cancelled_cancels_the_sdk_handler_and_it_gets_no_an
                 await ended.wait()
             assert [m for m in ended.messages if m.get("id") == 21] == []
             # the session goes on
-            assert (await peer.call_tool("pause", {"seconds": 0}))["result"]["content"][0]["text"] == "slept 0.0"
+            assert (await peer.call_tool("pause", {"seconds": 0}))["result"]["content"][0][
+                "text"
+            ] == "slept 0.0"
 
 
 async def test_a_2026_client_disconnect_cancels_the_sdk_handler() -> None:
@@ -213,7 +221,9 @@ async def test_a_2026_client_disconnect_cancels_the_sdk_handler() -> None:
                 await probe.start("gone").wait()
                 nursery.cancel_scope.cancel()  # the client goes (its connection closes) before any answer
             await probe.cancel("gone").wait()  # its request's scope is cancelled
-            assert (await peer.call_tool("pause", {"seconds": 0}))["result"]["content"][0]["text"] == "slept 0.0"
+            assert (await peer.call_tool("pause", {"seconds": 0}))["result"]["content"][0][
+                "text"
+            ] == "slept 0.0"
 
 
 async def test_elicitation_and_progress_ride_the_request_stream() -> None:
@@ -221,7 +231,9 @@ async def test_elicitation_and_progress_ride_the_request_stream() -> None:
         async with hosting(build(Probe())) as hosted, httpx.AsyncClient(timeout=DEADLINE) as http:
             peer = Legacy(http, hosted.url)
             await peer.open({"elicitation": {"form": {}}})
-            call = request(41, "tools/call", {"name": "ask", "arguments": {}, "_meta": {"progressToken": "p"}})
+            call = request(
+                41, "tools/call", {"name": "ask", "arguments": {}, "_meta": {"progressToken": "p"}}
+            )
             async with peer.stream(call) as answer:
                 progress = await answer.next()
                 assert progress is not None and progress["method"] == "notifications/progress"
@@ -236,7 +248,9 @@ async def test_elicitation_and_progress_ride_the_request_stream() -> None:
                 assert await answer.next() is None
 
 
-@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # sampling, deprecated in 2026
+@pytest.mark.filterwarnings(
+    "ignore::mcp.shared.exceptions.MCPDeprecationWarning"
+)  # sampling, deprecated in 2026
 async def test_sampling_rides_the_request_stream() -> None:
     with trio.fail_after(DEADLINE):
         async with hosting(build(Probe())) as hosted, httpx.AsyncClient(timeout=DEADLINE) as http:
@@ -273,4 +287,7 @@ async def test_unrelated_messages_go_to_the_get_stream() -> None:
                 # the server's own event reaches every session's GET stream
                 assert (await peer.call_tool("changed"))["result"]["content"][0]["text"] == "changed"
                 assert await get.next() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
-                assert await other_get.next() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+                assert await other_get.next() == {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/tools/list_changed",
+                }

@@ -107,7 +107,9 @@ mcp.server.runner.aclose_shielded = aclose_shielded
 """
 
 
-def serve_refused(tmp_path: Path, *, prelude: str = "", path: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+def serve_refused(
+    tmp_path: Path, *, prelude: str = "", path: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "refused_server.py").write_text(SERVER)
     code = f"{prelude}from mcp_trio._cli import main; main()"
     env_path = ":".join([*(path or []), str(tmp_path), str(Path(mcp_trio.__file__).parents[1])])

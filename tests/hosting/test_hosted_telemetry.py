@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from mcp_trio._observe.conventions import DURATION_BUCKETS, OTHER
 
 from ..otel import MetricLog, Point, SpanLog
-from .peers import Legacy, Modern, hosting, request
+from .peers import Legacy, Modern, hosting
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -124,7 +124,8 @@ async def test_the_operations_listener_scrapes_a_hosted_server() -> None:
             series = [
                 line
                 for line in lines
-                if line.startswith("mcp_server_operation_duration_seconds_count{") and 'gen_ai_tool_name="echo"' in line
+                if line.startswith("mcp_server_operation_duration_seconds_count{")
+                and 'gen_ai_tool_name="echo"' in line
             ]
             assert {line.rsplit(" ", 1)[1] for line in series} == {"1"} and len(series) == 2  # an era each
             assert (await http.get(hosted.url.replace("/mcp", "/metrics"))).status_code == 404
