@@ -116,6 +116,8 @@ class HostedServer:
         """Only names the server has are span names' targets and metric attributes."""
         if kind == "tool" and isinstance(self.sdk_server, SDKMCPServer):
             return self.sdk_server._tool_manager.get_tool(name) is not None
+        if kind == "prompt" and isinstance(self.sdk_server, SDKMCPServer):
+            return self.sdk_server._prompt_manager.get_prompt(name) is not None
         if kind == "method":
             return self.lowlevel.get_request_handler(name) is not None
         return False
