@@ -48,6 +48,10 @@ def build(seen: Seen | None = None) -> MCPServer:
     async def fail() -> str:
         raise ToolError("it failed")
 
+    @server.prompt()
+    async def hello(name: str) -> str:
+        return f"hello {name}"
+
     return server
 
 
@@ -74,6 +78,10 @@ async def test_spans_and_histograms_of_both_eras(spans: SpanLog, metric_points: 
             assert (await legacy.call_tool("fail"))["result"]["isError"] is True
             assert (await legacy.call_tool("nope-1"))["result"]["isError"] is True
             assert (await legacy.call("custom/thing"))["error"]["code"] == -32601
+            prompt = await legacy.call("prompts/get", {"name": "hello", "arguments": {"name": "a"}})
+            assert prompt["result"]["messages"][0]["content"]["text"] == "hello a"
+            # the SDK raises ValueError for an unknown prompt: an unexpected failure (-32603, logged)
+            assert (await legacy.call("prompts/get", {"name": "nope-2"}))["error"]["code"] == -32603
             assert (await modern.call("tools/call", call))["result"]["content"][0]["text"] == "hi"
             assert await legacy.delete() == 200
     assert seen.methods.count("tools/call") == 4  # the user's middleware saw every call
@@ -90,6 +98,10 @@ async def test_spans_and_histograms_of_both_eras(spans: SpanLog, metric_points: 
     (failed,) = server_spans(spans, "tools/call fail")
     assert failed.attributes["error.type"] == "tool_error" and failed.status.status_code == StatusCode.ERROR
     assert not [span for span in spans if "nope" in span.name]  # unknown names make no span names
+    (prompt,) = server_spans(spans, "prompts/get hello")  # a registered prompt names its span
+    assert prompt.attributes["gen_ai.prompt.name"] == "hello"
+    (unknown_prompt,) = server_spans(spans, "prompts/get")
+    assert unknown_prompt.attributes["gen_ai.prompt.name"] == "nope-2"
     (other,) = server_spans(spans, OTHER)
     assert other.attributes["mcp.method.name"] == "custom/thing"
 
@@ -99,6 +111,8 @@ async def test_spans_and_histograms_of_both_eras(spans: SpanLog, metric_points: 
     assert all(p.count == 1 and p.bounds == DURATION_BUCKETS and p.unit == "s" for p in echo_points)
     (unknown,) = [p for p in operations(points, "tools/call") if p.attributes["gen_ai.tool.name"] == OTHER]
     assert unknown.count == 1  # a client-chosen name is no series of its own
+    prompts = {p.attributes["gen_ai.prompt.name"] for p in operations(points, "prompts/get")}
+    assert prompts == {"hello", OTHER}
     sessions = [p for p in points if p.name == "mcp.server.session.duration"]
     assert [p.count for p in sessions] == [1]
 
