@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import httpx
 import trio
 from mcp.server.mcpserver import MCPServer
@@ -17,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from mcp_trio._observe.conventions import DURATION_BUCKETS, OTHER
 
 from ..otel import MetricLog, Point, SpanLog
-from .peers import Legacy, Modern, hosting
+from .peers import Legacy, Modern, hosting, request
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -37,7 +38,7 @@ class Seen:
         return await call_next(ctx)
 
 
-def build(seen: Seen | None = None) -> MCPServer:
+def build(seen: Seen | None = None, started: trio.Event | None = None) -> MCPServer:
     server = MCPServer("observed", middleware=[seen or Seen()])
 
     @server.tool()
@@ -47,6 +48,13 @@ def build(seen: Seen | None = None) -> MCPServer:
     @server.tool()
     async def fail() -> str:
         raise ToolError("it failed")
+
+    @server.tool()
+    async def block() -> str:
+        if started is not None:
+            started.set()
+        await anyio.sleep_forever()
+        return "never"  # pragma: no cover
 
     @server.prompt()
     async def hello(name: str) -> str:
@@ -144,3 +152,18 @@ async def test_the_operations_listener_scrapes_a_hosted_server() -> None:
             assert {line.rsplit(" ", 1)[1] for line in series} == {"1"} and len(series) == 2  # an era each
             assert (await http.get(hosted.url.replace("/mcp", "/metrics"))).status_code == 404
             assert (await http.get(base + "/readyz")).json() == {"ready": True, "reasons": []}
+
+
+async def test_a_cancelled_hosted_request_ends_its_span(spans: SpanLog) -> None:
+    started = trio.Event()
+    with trio.fail_after(DEADLINE):
+        async with hosting(build(started=started)) as hosted, httpx.AsyncClient(timeout=DEADLINE) as http:
+            legacy = Legacy(http, hosted.url)
+            await legacy.open()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(legacy.post, request(9, "tools/call", {"name": "block", "arguments": {}}))
+                await started.wait()
+                assert await legacy.notify("notifications/cancelled", {"requestId": 9}) == 202
+            (span,) = server_spans(spans, "tools/call block")
+            assert span.attributes["error.type"] == "cancelled"
+            assert span.status.status_code == StatusCode.ERROR
