@@ -37,6 +37,8 @@ class Probe:
     def __init__(self) -> None:
         self.started: dict[str, trio.Event] = {}
         self.cancelled: dict[str, trio.Event] = {}
+        self.sessions: list[Any] = []
+        """What handlers kept of their requests (``ctx.session``)."""
 
     def start(self, key: str) -> trio.Event:
         return self.started.setdefault(key, trio.Event())

@@ -64,11 +64,20 @@ def build(probe: Probe) -> MCPServer:
         return "announced"
 
     @server.tool()
+    async def remember(ctx: Context) -> str:
+        probe.sessions.append(ctx.session)  # kept beyond the request
+        return "remembered"
+
+    @server.tool()
     async def changed(ctx: Context) -> str:
         await ctx.notify_tools_changed()  # the server's event: every session's GET stream
         return "changed"
 
     return server
+
+
+def text_of(answer: dict[str, Any]) -> str:
+    return str(answer["result"]["content"][0]["text"])
 
 
 class Call:
@@ -291,3 +300,28 @@ async def test_unrelated_messages_go_to_the_get_stream() -> None:
                     "jsonrpc": "2.0",
                     "method": "notifications/tools/list_changed",
                 }
+
+
+async def test_the_session_sends_on_the_get_stream_outside_any_request() -> None:
+    """A handler keeps ``ctx.session``; used after its request ended (from another task), it sends on
+    the session's GET stream; once the session is deleted, sending through it raises nothing and
+    reaches no one."""
+    probe = Probe()
+    with trio.fail_after(DEADLINE):
+        async with hosting(build(probe)) as hosted, httpx.AsyncClient(timeout=DEADLINE) as http:
+            peer = Legacy(http, hosted.url)
+            await peer.open()
+            assert text_of(await peer.call_tool("remember")) == "remembered"
+            (session,) = probe.sessions
+            async with peer.get_stream() as get:
+                await session.send_tool_list_changed()
+                await session.send_resource_updated("file:///a")
+                assert await get.next() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+                updated = await get.next()
+                assert updated == {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/resources/updated",
+                    "params": {"uri": "file:///a"},
+                }
+            assert await peer.delete() == 200
+            await session.send_tool_list_changed()  # the session is gone: nothing to send to
