@@ -69,7 +69,8 @@ exit status:
   3    cannot connect, an HTTP or protocol failure, or the authorization
        (--oauth) failed; serve, demo: cannot listen on the address, or
        the installed hypercorn is not the one mcp_trio's fixes were
-       written for (see --allow-stock-hypercorn)
+       written for (see --allow-stock-hypercorn), or serve: the installed
+       mcp is not a release hosting python-sdk servers was tested with
   4    the server answered with a JSON-RPC error (unknown tool,
        resource or prompt, invalid arguments, ...)
   130  interrupted (Ctrl-C) while talking to the server

@@ -25,6 +25,8 @@ from .server_options import add_server_options, config_from_args
 
 if TYPE_CHECKING:
     # The server side is imported where a server command needs it: `mcp-trio tools|call` start faster.
+    from types import ModuleType
+
     from .._transport.asgi import MCPApp
 
 __all__ = ["add_server_commands", "load_app", "run_server", "serve_command"]
@@ -108,11 +110,8 @@ def load_app(target: str, config: ServerConfig) -> MCPApp:
     if isinstance(obj, MCPApp):
         return obj
     if _from_sdk(obj):  # a python-sdk server: hosted (the sdk extra)
-        try:
-            from ..sdk import hosted_app
-        except RuntimeError as exc:  # UntestedSDK: an mcp release hosting was not tested with
-            raise SystemExit(f"mcp-trio: {exc}") from None
-        return hosted_app(obj, config)  # type: ignore[arg-type]
+        app: MCPApp = _sdk().hosted_app(obj, config)
+        return app
     raise SystemExit(
         f"mcp-trio: {target} is neither an MCPServer, an MCPApp nor a python-sdk server "
         "(mcp.server.mcpserver.MCPServer, mcp.server.lowlevel.Server)"
@@ -123,9 +122,23 @@ def _from_sdk(obj: object) -> bool:
     """Whether ``obj`` is a server of the python-sdk (without importing it when it is not loaded)."""
     if not type(obj).__module__.startswith("mcp."):
         return False
-    from ..sdk import is_sdk_server
+    found: bool = _sdk().is_sdk_server(obj)
+    return found
 
-    return is_sdk_server(obj)
+
+class UntestedSDKExit(SystemExit):
+    """``load_app``: the installed ``mcp`` is not a release hosting was tested with (exit status 3, as
+    for a hypercorn the guard refuses)."""
+
+
+def _sdk() -> ModuleType:
+    """:mod:`mcp_trio.sdk`, which checks the installed ``mcp`` when first imported: if hosting was not
+    tested with it (:class:`~mcp_trio.sdk.UntestedSDK`, a ``RuntimeError``), the command's one line."""
+    try:
+        from .. import sdk
+    except RuntimeError as exc:
+        raise UntestedSDKExit(f"mcp-trio: {exc}") from None
+    return sdk
 
 
 def _drop_hypercorn_banner(record: logging.LogRecord) -> bool:
@@ -332,7 +345,7 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         if not isinstance(exc.code, str):
             raise
         print(exc.code, file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_CONNECTION if isinstance(exc, UntestedSDKExit) else EXIT_USAGE
     if config.oauth is not None and app.config is not config:
         parser.error(
             "--oauth-issuer/--resource: MODULE:ATTR names an MCPApp, which brings its own ServerConfig "

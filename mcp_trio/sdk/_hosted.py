@@ -22,7 +22,7 @@ import mcp_types as mt
 import mcp_types.methods as mtm
 import pydantic
 import trio
-import trio.lowlevel
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer as SDKMCPServer
@@ -103,6 +103,10 @@ class HostedServer:
         self.sdk_server = server
         """The hosted server, as given."""
         self.lowlevel = lowlevel
+        # mcp_trio's transport makes each operation's SERVER span (with the session, the network and the
+        # error policy's attributes); the SDK's default span middleware would make a second one for the
+        # same operation.  Dropping it is the SDK's documented opt-out (``Server.middleware``).
+        lowlevel.middleware = [m for m in lowlevel.middleware if not isinstance(m, OpenTelemetryMiddleware)]
         self.name = lowlevel.name
         self.version = lowlevel.version or ""
         self.max_subscriptions = max_subscriptions
@@ -125,6 +129,8 @@ class HostedServer:
         """Only names the server has are span names' targets and metric attributes."""
         if kind == "tool" and isinstance(self.sdk_server, SDKMCPServer):
             return self.sdk_server._tool_manager.get_tool(name) is not None
+        if kind == "prompt" and isinstance(self.sdk_server, SDKMCPServer):
+            return self.sdk_server._prompt_manager.get_prompt(name) is not None
         if kind == "method":
             return self.lowlevel.get_request_handler(name) is not None
         return False

@@ -24,10 +24,12 @@ class UntestedSDK(RuntimeError):
 
 
 def _seams() -> dict[str, Any]:
-    from mcp.server import connection, runner
+    from mcp.server import _otel, connection, runner
     from mcp.server.auth.middleware import auth_context, bearer_auth
     from mcp.server.lowlevel import server as lowlevel
     from mcp.server.mcpserver import server as mcpserver
+    from mcp.server.mcpserver.prompts import manager as prompts
+    from mcp.server.mcpserver.tools import tool_manager as tools
     from mcp.shared import inbound, jsonrpc_dispatcher, message, subscriptions, transport_context
 
     return {
@@ -37,6 +39,10 @@ def _seams() -> dict[str, Any]:
         "Connection": connection.Connection,
         "Server.__init__": lowlevel.Server.__init__,
         "Server.get_request_handler": lowlevel.Server.get_request_handler,
+        "Server.get_notification_handler": lowlevel.Server.get_notification_handler,
+        "OpenTelemetryMiddleware": _otel.OpenTelemetryMiddleware,
+        "ToolManager.get_tool": tools.ToolManager.get_tool,
+        "PromptManager.get_prompt": prompts.PromptManager.get_prompt,
         "Server.server_info_stamp": inspect.getattr_static(lowlevel.Server, "server_info_stamp").fget,
         "MCPServer.__init__": mcpserver.MCPServer.__init__,
         "classify_inbound_request": inbound.classify_inbound_request,
@@ -50,11 +56,18 @@ def _seams() -> dict[str, Any]:
 
 
 def fingerprints() -> dict[str, str]:
-    """Each seam's fingerprint in the installed ``mcp``: sha256 of its source (16 hex digits)."""
-    return {
-        name: hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
-        for name, obj in sorted(_seams().items())
-    }
+    """Each seam's fingerprint in the installed ``mcp``: sha256 of its source (16 hex digits);
+    ``"no source"`` for one whose source cannot be read (an install without ``.py`` files, a seam
+    replaced in memory), which no tested release has."""
+    return {name: _fingerprint(obj) for name, obj in sorted(_seams().items())}
+
+
+def _fingerprint(obj: Any) -> str:
+    try:
+        source = inspect.getsource(obj)
+    except (OSError, TypeError):
+        return "no source"
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 TESTED: dict[str, dict[str, str]] = {
@@ -62,11 +75,15 @@ TESTED: dict[str, dict[str, str]] = {
         "AuthenticatedUser": "cc46e091a06a6061",
         "Connection": "5dad43e4f55a3824",
         "MCPServer.__init__": "851dfe56f961657a",
+        "OpenTelemetryMiddleware": "57c20df261584a4a",
+        "PromptManager.get_prompt": "ef715c4e49d7b4e3",
         "Server.__init__": "486dff59af82688b",
+        "Server.get_notification_handler": "8f65dc5ef47cb8aa",
         "Server.get_request_handler": "650d1e133d055786",
         "Server.server_info_stamp": "5a5caaf3b6aa8932",
         "ServerMessageMetadata": "3f4b18a3729164c1",
         "ServerRunner": "52a1b611eb225e28",
+        "ToolManager.get_tool": "a76446c4d7141d3c",
         "TransportContext": "a052eaa220d12247",
         "aclose_shielded": "cfa5b298c0bef8f8",
         "auth_context": "1f075f488c042af4",
