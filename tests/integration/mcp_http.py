@@ -183,8 +183,10 @@ async def serve_demo(
     shutdown_grace: float = 2.0,
     measure_coverage: bool = True,
     environment: Mapping[str, str] | None = None,
+    target: str | None = None,
 ) -> AsyncIterator[DemoServer]:
-    """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags``.
+    """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags`` (with
+    ``target``, ``MODULE:ATTR``: ``mcp-trio serve MODULE:ATTR ...`` instead of the demo).
 
     Yields once the server printed its URL.  On exit sends SIGINT (unless the test already stopped
     it) and checks it exits by itself, with status 0, in time.  ``measure_coverage=False``: when the
@@ -192,7 +194,7 @@ async def serve_demo(
     volume test, where it would run several times slower and cover nothing new).  ``environment``:
     variables set for the server besides this process's.
     """
-    command = _demo_command(flags, shutdown_grace)
+    command = _demo_command(flags, shutdown_grace, target)
     env = None if measure_coverage else _env_without_coverage()
     if environment is not None:
         env = {**(os.environ if env is None else env), **environment}
@@ -232,9 +234,10 @@ def _env_without_coverage() -> dict[str, str]:
     }
 
 
-def _demo_command(flags: tuple[str, ...], shutdown_grace: float) -> list[str]:
+def _demo_command(flags: tuple[str, ...], shutdown_grace: float, target: str | None = None) -> list[str]:
+    head = SERVER_COMMAND if target is None else [*SERVER_COMMAND[:3], "serve", target, *SERVER_COMMAND[4:]]
     return [
-        *SERVER_COMMAND,
+        *head,
         "--bind",
         "127.0.0.1:0",
         "--stats-path",
