@@ -21,6 +21,7 @@ replay of the record told the kernel.
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from mcp_http import VERSION, MCPClient, SSEResponse, fetch_stats
+from mcp_http import POST_HEADERS, VERSION, MCPClient, SSEResponse, fetch_stats
 from test_deploy_handover import (
     ADOPTED_WITHIN,
     Listener,
@@ -40,13 +41,23 @@ from test_deploy_handover import (
     post,
     workers,
 )
-from test_redis import Reader
+from test_redis import SECRET as REDIS_SECRET
+from test_redis import Reader, RedisServer, legacy_headers
+from test_redis import redis as redis  # the fixture: a redis-server of its own for a test
+from tests.integration.sdk_workers_server import LEVELS
+
+from mcp_trio import ServerConfig
+from mcp_trio._cli.serve import _use_redis, load_app
+from mcp_trio.redis import RedisNotificationBus
+from mcp_trio.sdk import HostedServer
+from mcp_trio.testing import ASGIClient, open_asgi_client
 
 TARGET = "tests.integration.sdk_workers_server:server"
 WATCHED = "test://watched"
 MODERN = "2026-07-28"
 TOOLS_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 UPDATED = {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": WATCHED}}
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 SESSIONS = 8
 
 
@@ -232,7 +243,7 @@ async def test_the_hosted_server_s_events_reach_every_worker(tmp_path: Path) -> 
         for listen in listens:
             got = [await listen.next() for _ in range(2)]
             assert [untagged(m) for m in got] == [UPDATED, TOOLS_CHANGED], got
-            assert all(m["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": 1} for m in got), got
+            assert all(m["params"]["_meta"] == {SUBSCRIPTION_ID: 1} for m in got), got
         for reader in [*gets.values(), *listens]:
             await reader.quiet(0.3)  # each exactly once
         for name, server in c.servers.items():
@@ -305,7 +316,7 @@ async def test_a_killed_worker_s_hosted_sessions_are_adopted_in_their_state(tmp_
             await set_up(victim, "error", statuses)
             await in_its_state(victim, "error", statuses)
         control = survivors[0]  # no level set (every message), no subscription
-        assert log_levels(await call(control, "log", statuses)) == ["debug", "info", "notice", "warning", "error"]
+        assert log_levels(await call(control, "log", statuses)) == list(LEVELS)
         listeners = {id(client): Listener(client, statuses) for client in clients}
         for listener in listeners.values():
             nursery.start_soon(listener.run)
@@ -350,3 +361,110 @@ async def test_a_killed_worker_s_hosted_sessions_are_adopted_in_their_state(tmp_
             assert UPDATED not in listeners[id(survivor)].messages, listeners[id(survivor)].messages
         assert 404 not in statuses, statuses
         nursery.cancel_scope.cancel()
+
+
+# -- in one process: two hosted apps as ``mcp-trio serve MODULE:ATTR --redis`` makes them ------------
+
+
+async def asgi_exchange(asgi: ASGIClient, headers: dict[str, str], message: dict[str, Any]) -> list[Any]:
+    """Every message of a POST's answer (none for a notification: 202)."""
+    response = await asgi.request("POST", headers=headers, body=json.dumps(message).encode())
+    if "id" not in message:
+        assert response.status == 202, await response.read()
+        await response.read()
+        return []
+    assert response.status == 200, await response.read()
+    messages = []
+    with trio.fail_after(5):
+        while (answer := await response.next_message()) is not None:
+            messages.append(answer)
+    assert messages and "result" in messages[-1], messages
+    return messages
+
+
+def tool_call(request_id: int, tool: str, **arguments: Any) -> dict[str, Any]:
+    params = {"name": tool, "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+async def test_redis_gives_hosted_apps_the_cluster_s_bus_and_sessions(
+    redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``load_app`` and ``_use_redis`` (what ``mcp-trio serve MODULE:ATTR --redis`` does) give a hosted
+    python-sdk server the Redis bus: worker a's SDK event reaches worker b's session and listen stream;
+    a's session, handed over when a drains, is adopted by b with its SDK kernel rebuilt (log level and
+    subscription), and an update of the watched resource reaches it there, not an unsubscribed one."""
+    monkeypatch.setenv("MCP_TRIO_REQUEST_STATE_SECRET", REDIS_SECRET)
+    apps = {}
+    for name in ("a", "b"):
+        config = ServerConfig(worker_id=name, drain_delay=0)
+        app = load_app("tests.integration.sdk_workers_server:build", config)
+        _use_redis(argparse.ArgumentParser(), app, redis.url)
+        assert isinstance(app.server, HostedServer), app.server
+        assert isinstance(app.server.notifications, RedisNotificationBus)
+        apps[name] = app
+    buses = [app.statistics for app in apps.values()]
+    async with open_asgi_client(apps["b"]) as on_b:
+        async with open_asgi_client(apps["a"]) as on_a:
+            await eventually(
+                lambda: all(bus()["notification_bus"]["state"] == "connected" for bus in buses), 10, str
+            )
+            sessions = {}
+            for name, asgi in (("a", on_a), ("b", on_b)):
+                info = {"name": f"in-process-{name}", "version": "1"}
+                init = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": info},
+                }
+                response = await asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
+                assert response.status == 200, await response.read()
+                await response.read()
+                sessions[name] = headers = legacy_headers(response.headers["mcp-session-id"])
+                await asgi_exchange(asgi, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            mine = sessions["a"]
+            level = {"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "error"}}
+            await asgi_exchange(on_a, mine, level)
+            subscribe = {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "resources/subscribe",
+                "params": {"uri": WATCHED},
+            }
+            await asgi_exchange(on_a, mine, subscribe)
+            other = await on_b.request("GET", headers={**sessions["b"], "accept": "text/event-stream"})
+            listen_body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "subscriptions/listen",
+                "params": {"notifications": {"toolsListChanged": True}, "_meta": modern_meta()},
+            }
+            listen = await on_b.request(
+                "POST", headers=modern_headers("subscriptions/listen"), body=json.dumps(listen_body).encode()
+            )
+            with trio.fail_after(5):
+                ack = await listen.next_message()
+                assert ack is not None and ack["method"] == "notifications/subscriptions/acknowledged", ack
+                await asgi_exchange(on_a, mine, tool_call(4, "change_tools"))
+                assert await other.next_message() == TOOLS_CHANGED  # from a's SDK server, through Redis
+                tagged = await listen.next_message()
+            assert tagged is not None and untagged(tagged) == TOOLS_CHANGED, tagged
+            await listen.aclose()
+            with trio.fail_after(10):
+                await apps["a"].aclose()  # drains: hands the session over
+        stream = await on_b.request("GET", headers={**mine, "accept": "text/event-stream"})
+        assert stream.status == 200
+        logged = await asgi_exchange(on_b, mine, tool_call(5, "log"))  # adopted: its kernel rebuilt
+        assert log_levels(logged) == ["error"], logged
+        state = (await asgi_exchange(on_b, mine, tool_call(6, "kernel_state")))[-1]
+        assert state["result"]["structuredContent"] == {"level": "error", "subscribed": [WATCHED]}
+        await asgi_exchange(on_b, sessions["b"], tool_call(2, "touch", uri=WATCHED))
+        await asgi_exchange(on_b, sessions["b"], tool_call(3, "change_tools"))
+        with trio.fail_after(5):
+            assert await stream.next_message() == UPDATED
+            assert await stream.next_message() == TOOLS_CHANGED
+            assert await other.next_message() == TOOLS_CHANGED  # not subscribed: no update before it
+        await stream.aclose()
+        await other.aclose()
+        assert apps["b"].statistics()["notification_bus"]["adopted"] == 1
