@@ -219,4 +219,3 @@ class CoreHandlers:
     async def _set_level(self, ctx: Context, params: mt.SetLevelRequestParams) -> dict[str, Any]:
         ctx.peer.log_level = params.level if params.level in LOG_LEVELS else None
         return {}
-

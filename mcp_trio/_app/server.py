@@ -354,8 +354,11 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
         """:meth:`initialize`, as the transport calls it (a hosted server answers asynchronously)."""
         return self.initialize(params)
 
-    def session_initialized(self, peer: object) -> None:
-        """``notifications/initialized`` arrived for a session (nothing to do here)."""
+    def notified(
+        self, peer: object, method: str, params: dict[str, Any] | None
+    ) -> Callable[[], Awaitable[object]] | None:
+        """A client's notification to a session: the transport's own business here (nothing to run)."""
+        return None
 
     own_request_state = True
     """Whether the transport seals and opens a 2026 request's ``requestState`` for this server (its

@@ -384,6 +384,16 @@ class MessageConnection(SessionPeer):
         self._idle = trio.Event()
         self._nursery.start_soon(self._task, fn, call, *args, name=f"mcp request {request_id!r}")
 
+    def _spawn(self, fn: Callable[..., Awaitable[object]], *args: Any, name: str | None = None) -> None:
+        """A task of the connection that answers nothing (a hosted server's notification handler)."""
+        assert self._nursery is not None, "connection not running"
+        self._nursery.start_soon(self._contained, fn, *args, name=name)
+
+    @staticmethod
+    async def _contained(fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        with contained("a notification's task"):
+            await fn(*args)
+
     async def _task(self, fn: Callable[..., Awaitable[None]], call: _Call, *args: Any) -> None:
         try:  # a bug must not end the server (handler errors are answered before this)
             with contained(f"the task of request {call.id!r}"), call.scope:

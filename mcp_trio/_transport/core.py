@@ -9,6 +9,7 @@ carries the server-to-client channel of the request.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -51,8 +52,11 @@ class ServerCore(Protocol):
         """Answer a 2025 ``initialize`` (RPCError to refuse it)."""
         ...
 
-    def session_initialized(self, peer: Any) -> None:
-        """``notifications/initialized`` arrived for a session."""
+    def notified(
+        self, peer: Any, method: str, params: dict[str, Any] | None
+    ) -> Callable[[], Awaitable[object]] | None:
+        """A client's notification to a 2025 session (``notifications/cancelled`` aside, which the
+        transport handles): what to run for it, in a task of the session; None for nothing."""
         ...
 
     def knows(self, method: str, revision: versions.Revision) -> bool:

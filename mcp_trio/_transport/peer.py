@@ -10,7 +10,7 @@ handler's answer as a JSON-RPC message, ``notifications/cancelled``, and server-
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as mt
@@ -111,15 +111,22 @@ class SessionPeer:
     def _notification(self, message: mt.JSONRPCNotification) -> None:
         if message.method == "notifications/initialized":
             self._initialized()
-            self.server.session_initialized(self)
             if self.on_change is not None:
                 self.on_change(self)
         elif message.method == "notifications/cancelled":
             request_id = (message.params or {}).get("requestId")
             if isinstance(request_id, (str, int)):
                 self._cancel_request(request_id)
+                return
+        job = self.server.notified(self, message.method, message.params)
+        if job is not None:  # the server's own handling of it (a hosted server's notification handler)
+            self._spawn(job, name=f"mcp notification {message.method}")
 
     def _initialized(self) -> None:
+        raise NotImplementedError
+
+    def _spawn(self, fn: Callable[..., Awaitable[object]], *args: Any, name: str | None = None) -> None:
+        """Start a task of the session (in its nursery)."""
         raise NotImplementedError
 
     def _cancel_request(self, request_id: mt.RequestId) -> None:

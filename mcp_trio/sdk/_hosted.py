@@ -12,7 +12,7 @@ worker gets its kernel again on its first request, brought to the state its reco
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -36,6 +36,8 @@ from .._app.principal import principal_identity
 from .._app.server import MAX_URI_LENGTH, Initialized
 from .._observe.telemetry import Telemetry
 from .._protocol import versions
+from .._protocol.modern import header_parameters
+from .._runtime.containment import contained
 from ..errors import RPCError
 from ._asyncio import on_trio
 from ._bridge import EventBridge
@@ -150,10 +152,27 @@ class HostedServer:
             kernel,
         )
 
-    def session_initialized(self, peer: Any) -> None:
+    def notified(
+        self, peer: Any, method: str, params: dict[str, Any] | None
+    ) -> Callable[[], Awaitable[object]] | None:
+        """The SDK's handling of a client notification (``notifications/initialized`` opens the SDK's
+        init gate; ``notifications/roots/list_changed`` and others reach the server's handlers), in a
+        task of the session.  None before the session has its kernel (an adopted session replays
+        ``notifications/initialized`` when it is rebuilt) and for one the server has no handler for."""
         kernel = peer.hosted
-        if isinstance(kernel, _Kernel):
+        if not isinstance(kernel, _Kernel):
+            return None
+        kernel.outbound.peer = peer
+        if method == "notifications/initialized":
             kernel.connection.initialized.set()
+        if self.lowlevel.get_notification_handler(method) is None:
+            return None
+
+        async def handle() -> None:
+            with contained(f"the python-sdk server's handler of {method}"):
+                await on_trio(kernel.runner.on_notify(_InitChannel(), method, params))  # type: ignore[arg-type]
+
+        return handle
 
     def knows(self, method: str, revision: versions.Revision) -> bool:
         if method == "subscriptions/listen":
@@ -183,7 +202,12 @@ class HostedServer:
                 connection=connection,
                 lifespan_state=self.lifespan.value,
             )
-            return await self._call(call, ctx.principal)
+            result = await self._call(call, ctx.principal)
+            if method == "server/discover" and "supportedVersions" in result:
+                # the endpoint serves both eras: the versions are the transport's to say (the SDK's
+                # default lists the 2026 ones only, and the -32022 error must agree with discover)
+                result["supportedVersions"] = versions.supported_versions()
+            return result
         kernel = peer.hosted
         if not isinstance(kernel, _Kernel):
             kernel = peer.hosted = await self._restore(peer)
@@ -235,7 +259,13 @@ class HostedServer:
         return kernel
 
     def tool_header_params(self, name: object) -> dict[str, tuple[str, ...]] | None:
-        return None
+        """The ``x-mcp-header`` parameters of a tool, from the input schema the SDK server gives
+        (``get_tool_input_schema``: ``MCPServer`` has it; a low-level ``Server`` may set it)."""
+        lookup = self.lowlevel.get_tool_input_schema
+        if lookup is None or not isinstance(name, str):
+            return None
+        schema = lookup(name)
+        return None if schema is None else header_parameters(schema)
 
     def result_meta(self) -> dict[str, Any]:
         return {mt.SERVER_INFO_META_KEY: self.lowlevel.server_info_stamp}

@@ -186,7 +186,7 @@ async def serve_demo(
     target: str | None = None,
 ) -> AsyncIterator[DemoServer]:
     """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags`` (with
-    ``target``, ``MODULE:ATTR``: ``mcp-trio serve MODULE:ATTR ...`` instead of the demo).
+    ``target``, ``MODULE:ATTR``: ``mcp-trio serve TARGET`` with the same options instead).
 
     Yields once the server printed its URL.  On exit sends SIGINT (unless the test already stopped
     it) and checks it exits by itself, with status 0, in time.  ``measure_coverage=False``: when the
@@ -235,9 +235,12 @@ def _env_without_coverage() -> dict[str, str]:
 
 
 def _demo_command(flags: tuple[str, ...], shutdown_grace: float, target: str | None = None) -> list[str]:
-    head = SERVER_COMMAND if target is None else [*SERVER_COMMAND[:3], "serve", target, *SERVER_COMMAND[4:]]
+    command = list(SERVER_COMMAND)
+    if target is not None:
+        command[command.index("demo")] = "serve"
+        command.insert(command.index("serve") + 1, target)
     return [
-        *head,
+        *command,
         "--bind",
         "127.0.0.1:0",
         "--stats-path",

@@ -10,6 +10,7 @@ the server must be back to zero sessions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -19,6 +20,8 @@ import trio
 from interop_server import SERVER_NAME, SERVER_VERSION, build_server, serving, wait_until
 from mcp.client import ClientRequestContext, ClientSession
 from mcp.client.streamable_http import streamable_http_client
+
+from mcp_trio import MCPApp, MCPServer
 
 # The SDK's transport leaves httpx2 SSE readers unexhausted: it returns out of `async for sse in
 # EventSource(response)` as soon as a POST's response has arrived (and its GET stream is cancelled on exit),
@@ -40,7 +43,19 @@ pytestmark = [
 DEADLINE = 20.0
 
 
-async def test_python_sdk_client_full_session() -> None:
+def hosted() -> MCPApp:
+    from sdk_interop_server import build_hosted
+
+    return build_hosted()
+
+
+# our own server, and its twin written with the python-sdk's API, hosted by mcp_trio
+SERVERS = [pytest.param(build_server, id="mcp_trio"), pytest.param(hosted, id="hosted-python-sdk")]
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # the SDK's sampling API
+@pytest.mark.parametrize("make_server", SERVERS)
+async def test_python_sdk_client_full_session(make_server: Callable[[], MCPServer | MCPApp]) -> None:
     progress: list[tuple[float, float | None, str | None]] = []
     logs: list[mt.LoggingMessageNotificationParams] = []
     sampled: list[mt.CreateMessageRequestParams] = []
@@ -75,7 +90,7 @@ async def test_python_sdk_client_full_session() -> None:
         http_log.append((response.request.method, response.status_code))
 
     with trio.fail_after(DEADLINE):
-        async with serving(build_server()) as (app, url):
+        async with serving(make_server()) as (app, url):
             async with (
                 httpx2.AsyncClient(timeout=10, event_hooks={"response": [record]}) as http,
                 streamable_http_client(url, http_client=http) as (read_stream, write_stream),

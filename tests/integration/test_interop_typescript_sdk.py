@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ import pytest
 import trio
 from interop_server import SERVER_NAME, SERVER_VERSION, build_server, serving, wait_until
 from tests.required import missing
+
+from mcp_trio import MCPApp, MCPServer
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = ROOT / ".node22" / "node_modules" / "node" / "bin" / "node"
@@ -71,10 +74,22 @@ def text_of(result: dict[str, Any]) -> str:
     return text
 
 
+def hosted() -> MCPApp:
+    from sdk_interop_server import build_hosted
+
+    return build_hosted()
+
+
 @pytest.mark.deadline(DEADLINE + 5)
-async def test_typescript_sdk_client_full_session(node_client: None) -> None:
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # the SDK's sampling API
+@pytest.mark.parametrize(  # our own server, and its twin written with the python-sdk's API, hosted
+    "make_server", [pytest.param(build_server, id="mcp_trio"), pytest.param(hosted, id="hosted-python-sdk")]
+)
+async def test_typescript_sdk_client_full_session(
+    node_client: None, make_server: Callable[[], MCPServer | MCPApp]
+) -> None:
     with trio.fail_after(DEADLINE):
-        async with serving(build_server()) as (app, url):
+        async with serving(make_server()) as (app, url):
             with trio.fail_after(CLIENT_DEADLINE):  # run_process kills node if this expires
                 proc = await trio.run_process(
                     [str(NODE), str(CLIENT), url],

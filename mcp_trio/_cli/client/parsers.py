@@ -130,7 +130,10 @@ def _add_mcp_log_level(cmd: argparse.ArgumentParser) -> None:
 
 
 def _example(command: str, *rest: str) -> str:
-    return "example (against 'mcp-trio demo'):\n" + f"  mcp-trio {command} http://127.0.0.1:8000/mcp{''.join(rest)}\n\n"
+    return (
+        "example (against 'mcp-trio demo'):\n"
+        + f"  mcp-trio {command} http://127.0.0.1:8000/mcp{''.join(rest)}\n\n"
+    )
 
 
 def add_client_commands(sub: Any) -> None:
@@ -154,9 +157,7 @@ def add_client_commands(sub: Any) -> None:
         "--raw", action="store_true", help="print the whole result as JSON instead of its content"
     )
     _add_mcp_log_level(call)
-    resources = add_command(
-        sub, "resources", description=RESOURCES_DESCRIPTION, epilog=_example("resources")
-    )
+    resources = add_command(sub, "resources", description=RESOURCES_DESCRIPTION, epilog=_example("resources"))
     add_url(resources)
     _add_raw(resources, 'the resources and templates ({"resources": [...], "resourceTemplates": [...]})')
     read = add_command(
