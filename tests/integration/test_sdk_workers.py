@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import httpx
 import pytest
 import trio
 from mcp_http import POST_HEADERS, VERSION, MCPClient, SSEResponse, fetch_stats
+from test_conformance import suite_installed
 from test_deploy_handover import (
     ADOPTED_WITHIN,
     Listener,
@@ -41,10 +43,12 @@ from test_deploy_handover import (
     post,
     workers,
 )
+from test_deploy_workers import CONFORMANCE, SUMMARY
 from test_redis import SECRET as REDIS_SECRET
 from test_redis import Reader, RedisServer, legacy_headers
 from test_redis import redis as redis  # the fixture: a redis-server of its own for a test
 from tests.integration.sdk_workers_server import LEVELS
+from tests.required import missing
 
 from mcp_trio import ServerConfig
 from mcp_trio._cli.serve import _use_redis, load_app
@@ -53,6 +57,10 @@ from mcp_trio.sdk import HostedServer
 from mcp_trio.testing import ASGIClient, open_asgi_client
 
 TARGET = "tests.integration.sdk_workers_server:server"
+EVERYTHING = "tests.integration.sdk_everything:server"
+"""The python-sdk conformance server (test_conformance_hosted.py serves it alone)."""
+CONFORMANCE_RUNS = [(["--spec-version", "2025-11-25"], 33), (["--spec-version", "2026-07-28"], 40)]
+"""Extra arguments of scripts/conformance.sh (0.2.0-alpha.12) and the scenarios each run has."""
 WATCHED = "test://watched"
 MODERN = "2026-07-28"
 TOOLS_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
@@ -468,3 +476,35 @@ async def test_redis_gives_hosted_apps_the_cluster_s_bus_and_sessions(
         await stream.aclose()
         await other.aclose()
         assert apps["b"].statistics()["notification_bus"]["adopted"] == 1
+
+
+# -- the conformance suite through the balancer ---------------------------------------------------
+
+
+@pytest.mark.deadline(300)
+async def test_conformance_through_haproxy_to_two_hosted_workers(tmp_path: Path) -> None:
+    """The official suite (0.2.0-alpha.12) at 2025-11-25 and at 2026-07-28 against HAProxy in front of
+    two workers hosting the python-sdk conformance server (tests/integration/sdk_everything.py) with
+    Redis: a 2025 session stays on the worker that made it, requests without one go round robin."""
+    if not suite_installed():
+        missing("the conformance suite is not installed: run scripts/conformance.sh install")
+    async with workers(tmp_path, EVERYTHING) as c:
+        created = {
+            name: (await fetch_stats(server))["sessions_created"] for name, server in c.servers.items()
+        }
+        for extra, expected in CONFORMANCE_RUNS:
+            result = await trio.run_process(
+                ["bash", str(CONFORMANCE), "server", c.url, "--version", "0.2.0-alpha.12", *extra],
+                capture_stdout=True,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+            output = result.stdout.decode(errors="replace")
+            tail = output[-4000:]
+            (found,) = list(SUMMARY.finditer(output)) or [None]
+            assert found is not None, tail
+            assert int(found["total"]) == expected and found["clean"] == found["total"], tail
+            assert found["failed"] == "0" and found["warnings"] == "0" and int(found["ok"]) > 0, tail
+            assert result.returncode == 0, tail
+        for name, server in c.servers.items():  # round robin reached both workers
+            assert (await fetch_stats(server))["sessions_created"] > created[name], name
