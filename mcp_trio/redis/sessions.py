@@ -120,6 +120,8 @@ class SessionLeases:
         """The record (JSON, unsigned) of each live session of this worker."""
         self._record_changes: dict[str, bytes | None] = {}
         """Records to write (None: the session ended here, its keys go)."""
+        self._ended: set[str] = set()
+        """Sessions that ended here whose keys are not gone from Redis yet: no session to adopt."""
         self._records_changed = trio.Event()
         self.draining = False
         self.on_lost: Callable[[str], None] | None = None
@@ -163,6 +165,7 @@ class SessionLeases:
     def session_dropped(self, session_id: str) -> None:
         """A session of this worker ended: its record and lease go."""
         if self._records.pop(session_id, None) is not None:
+            self._ended.add(session_id)
             self._record_changes[session_id] = None
             self._records_changed.set()
 
@@ -177,11 +180,14 @@ class SessionLeases:
     # -- adoption and release -------------------------------------------------------------------
 
     async def peek_session(self, session_id: str) -> Peek:
-        """Where the session ``session_id`` stands (see :class:`Peek`)."""
+        """Where the session ``session_id`` stands (see :class:`Peek`).  ``unknown`` too for a session
+        of this worker that is ending or ended here (DELETE, expiry) while its keys are still in Redis:
+        there is nothing to adopt."""
         client = self._live
         if client is None or self._state != "connected":
             self._lease_counts["adopt_unavailable"] += 1
             return Peek("unavailable")
+        mine = session_id in self._records or session_id in self._ended  # before Redis is asked
         for tag in self._tags(session_id):
             keys = self._session_keys(tag)
             try:
@@ -200,6 +206,8 @@ class SessionLeases:
                 self._lease_counts["records_forged"] += 1
                 return Peek("forged")
             owner = as_bytes(found[2]).decode(errors="replace")
+            if mine and owner == self._lease_value():
+                break  # this worker's own session, ending or ended here (DELETE, expiry): gone
             state: Adoption = {1: "taken", -1: "owned", -2: "draining"}.get(found[0], "unavailable")  # type: ignore[assignment]
             if state == "taken":
                 return Peek(state, record, None, (tag, raw, owner))
@@ -258,7 +266,7 @@ class SessionLeases:
     async def _record_writer(self, client: coredis.Redis[bytes]) -> None:
         """Write every record of this worker again (a new connection: Redis may have lost them), then
         each change as it comes, and refresh the TTLs of them all every third of ``session_ttl``."""
-        self._record_changes = dict(self._records)
+        self._record_changes = {**dict.fromkeys(self._ended), **self._records}
         self._records_changed.set()
         refresh_at = trio.current_time() + self.session_ttl / 3
         while True:
@@ -277,6 +285,7 @@ class SessionLeases:
         with trio.fail_after(self.command_timeout):
             if record is None:
                 await client.eval(_DROP, keys=keys, args=[self._lease_value()])
+                self._ended.discard(session_id)
                 return
             sealed = seal_session_record(self._keys, keys[0], record)
             put = await client.eval(

@@ -60,11 +60,15 @@ class Workers:
     url: str
     http: httpx.AsyncClient
     stack: AsyncExitStack
+    target: str | None = None
+    """``MODULE:ATTR`` the workers serve (``mcp-trio serve``); None: the demo."""
 
     async def start(self, name: str) -> DemoServer:
         flags = ("--worker-id", name, "--redis", self.redis.url, "--bind", f"127.0.0.1:{self.ports[name]}")
         server = await self.stack.enter_async_context(
-            serve_demo(*flags, "--drain-delay", "2.5", shutdown_grace=5.0, measure_coverage=False)
+            serve_demo(
+                *flags, "--drain-delay", "2.5", shutdown_grace=5.0, measure_coverage=False, target=self.target
+            )
         )
         self.servers[name] = server
         with trio.fail_after(STARTUP):
@@ -86,7 +90,8 @@ class Workers:
 
 
 @asynccontextmanager
-async def workers(tmp_path: Path) -> AsyncIterator[Workers]:
+async def workers(tmp_path: Path, target: str | None = None) -> AsyncIterator[Workers]:
+    """Redis, workers ``a`` and ``b`` on fixed ports (the demo, or ``mcp-trio serve target``), HAProxy."""
     need("haproxy", shutil.which("haproxy") or os.access("/usr/sbin/haproxy", os.X_OK))
     need("redis-server", shutil.which("redis-server") or os.access("/usr/bin/redis-server", os.X_OK))
     redis = Redis(tmp_path)
@@ -96,7 +101,7 @@ async def workers(tmp_path: Path) -> AsyncIterator[Workers]:
             stack.push_async_callback(redis.kill)
             await redis.start()
             http = await stack.enter_async_context(http_client())
-            c = Workers(redis, {"a": free_port(), "b": free_port()}, {}, "", http, stack)
+            c = Workers(redis, {"a": free_port(), "b": free_port()}, {}, "", http, stack, target)
             for name in ("a", "b"):
                 await c.start(name)
             c.url = await stack.enter_async_context(

@@ -899,3 +899,39 @@ async def test_a_client_cannot_ask_for_its_session_to_be_handed_over(redis: Redi
         response = await on_a.request("POST", headers=headers, body=ping)
         assert response.status == 200, await response.read()
         await response.read()
+
+
+async def test_a_session_ended_on_its_worker_is_not_adopted_back(redis: RedisServer) -> None:
+    """A session that ends on its worker (DELETE) leaves its record and lease in Redis until the
+    worker's writer removes them, soon after: meanwhile the worker's own lease does not make it a
+    session to adopt (a request right after the DELETE got it back, alive).  Redis itself is asked."""
+    server, bus = worker(redis.url)
+    app = MCPApp(server, ServerConfig(worker_id="a"))
+    async with open_asgi_client(app) as asgi:
+        await eventually(lambda: bus.state == "connected", STARTUP, "connected")
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
+        }
+        response = await asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
+        assert response.status == 200, await response.read()
+        await response.read()
+        session_id = response.headers["mcp-session-id"]
+        assert bus.statistics()["sessions_recorded"] == 1  # written before the answer
+        assert len(await call(redis.port, "KEYS", "mcp-trio:lease:*")) == 1
+        assert (await bus.peek_session(session_id)).state == "unknown"  # its own: nothing to adopt
+        bus.session_dropped(session_id)  # what its end tells the link, before the writer runs
+        peek = await bus.peek_session(session_id)
+        assert peek.state == "unknown" and peek.record is None, peek
+        response = await asgi.request("DELETE", headers=legacy_headers(session_id))
+        assert response.status == 200, await response.read()
+        ping = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode()
+        response = await asgi.request("POST", headers=legacy_headers(session_id), body=ping)
+        assert response.status == 404, await response.read()
+        await eventually(lambda: not bus._ended, 5, "its keys removed from Redis")
+        assert await call(redis.port, "KEYS", "mcp-trio:session:*") == []
+        assert await call(redis.port, "KEYS", "mcp-trio:lease:*") == []
+        stats = bus.statistics()
+        assert stats["adopted"] == 0 and stats["adopt_unknown"] == 3, stats
