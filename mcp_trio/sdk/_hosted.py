@@ -239,7 +239,7 @@ class HostedServer:
             return result
         kernel = peer.hosted
         if not isinstance(kernel, _Kernel):
-            kernel = peer.hosted = await self._restore(peer)
+            kernel = await self._restored(peer)
         kernel.bind(peer)
         channel = RequestChannel(ctx, kind=_kind(peer), can_send_request=True)
         result = await self._call(kernel.runner.on_request(channel, method, params), ctx.principal)
@@ -261,6 +261,25 @@ class HostedServer:
             raise self.failures.rpc_error("a request's handler", exc) from exc
         finally:
             leave_principal(token)
+
+    async def _restored(self, peer: Any) -> _Kernel:
+        """The kernel of an adopted session, rebuilt once: requests that arrive while it is being
+        rebuilt wait for it (and fail, -32603, if rebuilding failed: the next request tries again)."""
+        pending = peer.hosted
+        if isinstance(pending, trio.Event):
+            await pending.wait()
+            if isinstance(peer.hosted, _Kernel):
+                return peer.hosted
+            raise RPCError(mt.INTERNAL_ERROR, "Internal error: the session's state could not be restored")
+        done = peer.hosted = trio.Event()
+        try:
+            kernel = await self._restore(peer)
+            peer.hosted = kernel
+            return kernel
+        finally:
+            if peer.hosted is done:
+                peer.hosted = None
+            done.set()
 
     async def _restore(self, peer: Any) -> _Kernel:
         """The kernel of a session adopted from another worker: ``initialize`` and
