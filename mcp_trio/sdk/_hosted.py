@@ -19,6 +19,7 @@ from typing import Any
 import mcp_types as mt
 import mcp_types.methods as mtm
 import pydantic
+import pydantic_core
 import trio
 from mcp.server.connection import Connection
 from mcp.server.lowlevel.server import Server
@@ -35,7 +36,7 @@ from .._app.lifespan import Lifespan
 from .._app.principal import principal_identity
 from .._app.server import MAX_URI_LENGTH, Initialized
 from .._observe.telemetry import Telemetry
-from .._protocol import versions
+from .._protocol import jsonrpc, versions
 from ..errors import RPCError
 from ._asyncio import on_trio
 from ._bridge import EventBridge
@@ -142,13 +143,13 @@ class HostedServer:
         revision = versions.revision(str(result.get("protocolVersion")))
         if client is None or revision is None or revision.modern:  # pragma: no cover - the SDK negotiated
             raise RPCError(mt.INTERNAL_ERROR, "Internal error: the server negotiated no 2025 revision")
-        return Initialized(
-            revision,
-            client.client_info.model_dump(by_alias=True, exclude_none=True, mode="json"),
-            client.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json"),
-            result,
-            kernel,
-        )
+        try:  # kept on the session (and its record): refused as MCPServer.initialize refuses them
+            client_info = client.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
+            capabilities = client.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
+            jsonrpc.encode({"i": client_info, "c": capabilities})
+        except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
+            raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
+        return Initialized(revision, client_info, capabilities, result, kernel)
 
     def session_initialized(self, peer: Any) -> None:
         kernel = peer.hosted
