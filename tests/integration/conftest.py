@@ -8,6 +8,12 @@ and checked the same way after the module's last test); each still measures its 
 and must leave the server at it.  ``@pytest.mark.demo_without_coverage``: under ``coverage run`` the
 demo of that (volume) test measures no coverage.
 
+``@pytest.mark.also_hosted`` (on a module or a test): every test there that uses ``demo_server`` runs
+twice, on the demo and on a python-sdk server hosted by ``mcp-trio serve`` (``sdk_servers.py``,
+``mcp_http.HOSTED_SDK_SERVER``): ids ``[demo]`` and ``[hosted]``; the ``served`` fixture says which.  A
+test there that relies on the demo's own tools adds ``@pytest.mark.demo_only`` (it keeps the id
+``[demo]``, and shares the module's demo).
+
 ``MCP_TRIO_TEST_HTTP=h11`` (the test command's second pass) runs the demo on the embedded h11 server;
 that pass keeps only the tests that run the demo through ``mcp_http`` (the ``demo_server`` fixture, or
 ``serve_demo`` / ``SERVER_COMMAND`` imported by their module) and deselects the others: they run
@@ -20,7 +26,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from mcp_http import HTTP_SERVER, Baseline, DemoServer, serve_demo, shared_demo
+from mcp_http import HOSTED_SDK_SERVER, HTTP_SERVER, Baseline, DemoServer, serve_demo, shared_demo
 from tests.required import not_applicable
 
 
@@ -35,6 +41,29 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "demo_without_coverage: under coverage run, the demo_server of this volume test measures none",
     )
+    config.addinivalue_line(
+        "markers", "also_hosted: the demo_server tests here run on a hosted python-sdk server too"
+    )
+    config.addinivalue_line("markers", "demo_only: under also_hosted, this test runs on the demo only")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "served" not in metafunc.fixturenames or not metafunc.definition.get_closest_marker("also_hosted"):
+        return
+    kinds = ["demo"] if metafunc.definition.get_closest_marker("demo_only") else ["demo", "hosted"]
+    metafunc.parametrize("served", kinds, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def served(request: pytest.FixtureRequest) -> str:
+    """What ``demo_server`` runs: ``demo`` (``mcp-trio demo``) or ``hosted`` (a python-sdk server hosted by
+    ``mcp-trio serve``), by ``also_hosted``."""
+    kind: str = getattr(request, "param", "demo")
+    return kind
+
+
+def _app(served: str) -> str | None:
+    return HOSTED_SDK_SERVER if served == "hosted" else None
 
 
 def runs_the_demo(item: pytest.Item) -> bool:
@@ -61,11 +90,11 @@ def linux() -> None:
 
 
 @pytest.fixture(scope="module")
-def module_demo_server() -> Iterator[DemoServer]:
-    """One demo for the tests of a module marked ``shared_demo_server``."""
+def module_demo_server(served: str) -> Iterator[DemoServer]:
+    """One demo (or hosted server, see ``served``) for the tests of a module marked ``shared_demo_server``."""
     if not sys.platform.startswith("linux"):
         pytest.skip(not_applicable("inspects the server's sockets through /proc (Linux only)"))
-    with shared_demo() as server:
+    with shared_demo(app=_app(served)) as server:
         yield server
 
 
@@ -83,7 +112,7 @@ def shared_server(request: pytest.FixtureRequest) -> DemoServer | None:
 
 @pytest.fixture
 async def demo_server(
-    request: pytest.FixtureRequest, linux: None, shared_server: DemoServer | None
+    request: pytest.FixtureRequest, linux: None, shared_server: DemoServer | None, served: str
 ) -> AsyncIterator[DemoServer]:
     if shared_server is not None:
         yield shared_server
@@ -91,7 +120,7 @@ async def demo_server(
     marker = request.node.get_closest_marker("server_flags")
     flags = [str(flag) for flag in marker.args] if marker else []
     measure_coverage = request.node.get_closest_marker("demo_without_coverage") is None
-    async with serve_demo(*flags, measure_coverage=measure_coverage) as server:
+    async with serve_demo(*flags, measure_coverage=measure_coverage, app=_app(served)) as server:
         yield server
 
 

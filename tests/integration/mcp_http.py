@@ -30,6 +30,7 @@ from mcp_trio._transport.asgi import STATS_MAX_AGE
 from mcp_trio.server import hypercorn_config
 
 __all__ = [
+    "HOSTED_SDK_SERVER",
     "POST_HEADERS",
     "STEP",
     "VERSION",
@@ -76,12 +77,16 @@ STEP = 2.0
 
 # The interpreter running the tests, so the server runs the same (editable) mcp_trio; the pid we get
 # is the server's own (a console-script shim would exec, but pyenv's is a shell script).
-SERVER_COMMAND = [sys.executable, "-c", "from mcp_trio._cli import main; main()", "demo"]
+CLI_COMMAND = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
+SERVER_COMMAND = [*CLI_COMMAND, "demo"]
 HTTP_SERVER = os.environ.get("MCP_TRIO_TEST_HTTP", "hypercorn")
 """Which HTTP server the demo runs on: ``hypercorn`` (default) or ``h11`` (the embedded server); the
 test command runs this directory once with each."""
-if HTTP_SERVER != "hypercorn":
-    SERVER_COMMAND += ["--http", HTTP_SERVER]
+HTTP_FLAGS = [] if HTTP_SERVER == "hypercorn" else ["--http", HTTP_SERVER]
+SERVER_COMMAND += HTTP_FLAGS
+HOSTED_SDK_SERVER = "tests.integration.sdk_servers:build_server"
+"""The python-sdk server (``sdk_servers.py``) that ``serve_demo(app=HOSTED_SDK_SERVER)`` hosts in place
+of the demo (``mcp-trio serve``, run from the repository's root)."""
 
 TCP_STATES = {
     "01": "ESTABLISHED",
@@ -183,8 +188,10 @@ async def serve_demo(
     shutdown_grace: float = 2.0,
     measure_coverage: bool = True,
     environment: Mapping[str, str] | None = None,
+    app: str | None = None,
 ) -> AsyncIterator[DemoServer]:
-    """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags``.
+    """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags`` (with
+    ``app``: ``mcp-trio serve APP ...``, e.g. ``HOSTED_SDK_SERVER``, instead of the demo).
 
     Yields once the server printed its URL.  On exit sends SIGINT (unless the test already stopped
     it) and checks it exits by itself, with status 0, in time.  ``measure_coverage=False``: when the
@@ -192,7 +199,7 @@ async def serve_demo(
     volume test, where it would run several times slower and cover nothing new).  ``environment``:
     variables set for the server besides this process's.
     """
-    command = _demo_command(flags, shutdown_grace)
+    command = _demo_command(flags, shutdown_grace, app)
     env = None if measure_coverage else _env_without_coverage()
     if environment is not None:
         env = {**(os.environ if env is None else env), **environment}
@@ -232,9 +239,9 @@ def _env_without_coverage() -> dict[str, str]:
     }
 
 
-def _demo_command(flags: tuple[str, ...], shutdown_grace: float) -> list[str]:
+def _demo_command(flags: tuple[str, ...], shutdown_grace: float, app: str | None = None) -> list[str]:
     return [
-        *SERVER_COMMAND,
+        *(SERVER_COMMAND if app is None else [*CLI_COMMAND, "serve", app, *HTTP_FLAGS]),
         "--bind",
         "127.0.0.1:0",
         "--stats-path",
@@ -246,13 +253,14 @@ def _demo_command(flags: tuple[str, ...], shutdown_grace: float) -> list[str]:
 
 
 @contextmanager
-def shared_demo(*flags: str, shutdown_grace: float = 2.0) -> Iterator[DemoServer]:
+def shared_demo(*flags: str, shutdown_grace: float = 2.0, app: str | None = None) -> Iterator[DemoServer]:
     """``serve_demo`` without a Trio run, for a server that several tests share (a module-scoped
-    fixture: each test runs in its own Trio run).  On exit sends SIGINT and checks the server exits by
-    itself, with status 0 and ``mcp-trio: stopped``, within the shutdown grace + margin."""
+    fixture: each test runs in its own Trio run); ``app`` as for ``serve_demo``.  On exit sends SIGINT
+    and checks the server exits by itself, with status 0 and ``mcp-trio: stopped``, within the shutdown
+    grace + margin."""
     with tempfile.TemporaryFile() as stderr:
         process = subprocess.Popen(
-            _demo_command(flags, shutdown_grace), stdout=subprocess.PIPE, stderr=stderr
+            _demo_command(flags, shutdown_grace, app), stdout=subprocess.PIPE, stderr=stderr
         )
         assert process.stdout is not None
         try:
