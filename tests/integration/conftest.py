@@ -11,8 +11,8 @@ demo of that (volume) test measures no coverage.
 ``@pytest.mark.also_hosted`` (on a module or a test): every test there that uses ``demo_server`` runs
 twice, on the demo and on a python-sdk server hosted by ``mcp-trio serve`` (``sdk_servers.py``,
 ``mcp_http.HOSTED_SDK_SERVER``): ids ``[demo]`` and ``[hosted]``; the ``served`` fixture says which.  A
-test there that relies on the demo's own tools adds ``@pytest.mark.demo_only`` (it keeps the id
-``[demo]``, and shares the module's demo).
+test (or a ``pytest.param``) there that relies on the demo's own tools, or tries nothing a hosted server
+would change, is marked ``demo_only``: its ``[hosted]`` twin is deselected.
 
 ``MCP_TRIO_TEST_HTTP=h11`` (the test command's second pass) runs the demo on the embedded h11 server;
 that pass keeps only the tests that run the demo through ``mcp_http`` (the ``demo_server`` fixture, or
@@ -48,10 +48,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "served" not in metafunc.fixturenames or not metafunc.definition.get_closest_marker("also_hosted"):
-        return
-    kinds = ["demo"] if metafunc.definition.get_closest_marker("demo_only") else ["demo", "hosted"]
-    metafunc.parametrize("served", kinds, indirect=True, scope="module")
+    if "served" in metafunc.fixturenames and metafunc.definition.get_closest_marker("also_hosted"):
+        metafunc.parametrize("served", ["demo", "hosted"], indirect=True, scope="module")
+
+
+def hosted_but_demo_only(item: pytest.Item) -> bool:
+    """A ``[hosted]`` test marked ``demo_only`` (on the test, or on one of its ``pytest.param``)."""
+    callspec = getattr(item, "callspec", None)
+    hosted = callspec is not None and callspec.params.get("served") == "hosted"
+    return hosted and item.get_closest_marker("demo_only") is not None
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +80,15 @@ def runs_the_demo(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if HTTP_SERVER == "hypercorn":
-        return
-    deselected = [item for item in items if not runs_the_demo(item)]
+    deselected = [
+        item
+        for item in items
+        if hosted_but_demo_only(item) or (HTTP_SERVER != "hypercorn" and not runs_the_demo(item))
+    ]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if runs_the_demo(item)]
+        gone = set(deselected)
+        items[:] = [item for item in items if item not in gone]
 
 
 @pytest.fixture

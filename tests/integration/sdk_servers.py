@@ -149,7 +149,8 @@ def build_lowlevel_server() -> Server[Any]:
 
     async def call_tool(ctx: Any, params: mt.CallToolRequestParams) -> mt.CallToolResult:
         if params.name != "echo":
-            return mt.CallToolResult(content=[mt.TextContent(type="text", text="no such tool")], is_error=True)
+            error = mt.TextContent(type="text", text=f"no such tool: {params.name}")
+            return mt.CallToolResult(content=[error], is_error=True)
         text = str((params.arguments or {}).get("text"))
         return mt.CallToolResult(content=[mt.TextContent(type="text", text=text)])
 
