@@ -189,10 +189,23 @@ class HostedServer:
         if not isinstance(kernel, _Kernel):
             kernel = peer.hosted = await self._restore(peer)
         kernel.outbound.peer = peer
+        if method == "resources/subscribe":
+            self._check_subscription(peer, params)
         channel = RequestChannel(ctx, kind=_kind(peer), can_send_request=True)
         result = await self._call(kernel.runner.on_request(channel, method, params), ctx.principal)
         _record(peer, method, params)
         return result
+
+    def _check_subscription(self, peer: Any, params: dict[str, Any] | None) -> None:
+        """A session keeps at most :attr:`max_subscriptions` resource URIs, none longer than
+        :attr:`max_uri_length` (as :class:`mcp_trio.MCPServer`'s): refused before the SDK's handler."""
+        uri = (params or {}).get("uri")
+        if not isinstance(uri, str):
+            return  # the SDK refuses it (-32602)
+        if len(uri) > self.max_uri_length:
+            raise RPCError(mt.INVALID_PARAMS, f"Invalid params: URI longer than {self.max_uri_length}")
+        if uri not in peer.subscriptions and len(peer.subscriptions) >= self.max_subscriptions:
+            raise self._too_many_subscriptions()
 
     async def _call(self, call: Any, principal: object = None) -> dict[str, Any]:
         """Await the SDK's answer in the calling task (as the SDK's user for its ``get_access_token``);
