@@ -6,7 +6,7 @@ demo (hostile input, fuzzing, leaks) can drive it too: ``mcp-trio serve
 tests.integration.sdk_servers:build_server`` (see ``mcp_http.HOSTED_COMMAND``), or in-process through
 ``mcp_trio.sdk.hosted_app(build_server())``.
 
-- ``echo``, ``add``, ``test_simple_text``, ``test_error_handling``: answers at once;
+- ``echo``, ``hello``, ``add``, ``test_simple_text``, ``test_error_handling``: answers at once;
 - ``count``: reports progress ``steps`` times (``delay`` seconds apart); ``sleep``: sleeps (cancellable);
 - ``flood``: ``count`` progress notifications of 256 KiB each (a client that stops reading);
 - ``test_elicitation``: asks the user (a server-to-client request in a 2025 session, an input-required
@@ -73,6 +73,10 @@ def _add_plain_tools(server: MCPServer[Any]) -> None:
     @server.tool(description="Echo the given text back.")
     async def echo(text: str) -> str:
         return text
+
+    @server.tool(description="Greet `name`.")
+    async def hello(name: str) -> str:
+        return f"hello {name}"
 
     @server.tool(description="Add two numbers.")
     async def add(a: float, b: float) -> dict[str, float]:
