@@ -12,7 +12,9 @@ demo of that (volume) test measures no coverage.
 twice, on the demo and on a python-sdk server hosted by ``mcp-trio serve`` (``sdk_servers.py``,
 ``mcp_http.HOSTED_SDK_SERVER``): ids ``[demo]`` and ``[hosted]``; the ``served`` fixture says which.  A
 test (or a ``pytest.param``) there that relies on the demo's own tools, or tries nothing a hosted server
-would change, is marked ``demo_only``: its ``[hosted]`` twin is deselected.
+would change, is marked ``demo_only``: its ``[hosted]`` twin is deselected.  A volume test marked
+``hosted_once`` runs its ``[hosted]`` twin in the first pass only (hypercorn): the second pass (below)
+runs the demo on h11, and ``test_sdk_hosted.py`` serves a hosted server on both HTTP servers.
 
 ``MCP_TRIO_TEST_HTTP=h11`` (the test command's second pass) runs the demo on the embedded h11 server;
 that pass keeps only the tests that run the demo through ``mcp_http`` (the ``demo_server`` fixture, or
@@ -45,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "also_hosted: the demo_server tests here run on a hosted python-sdk server too"
     )
     config.addinivalue_line("markers", "demo_only: under also_hosted, this test runs on the demo only")
+    config.addinivalue_line("markers", "hosted_once: under also_hosted, [hosted] runs on hypercorn only")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -53,10 +56,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def hosted_but_demo_only(item: pytest.Item) -> bool:
-    """A ``[hosted]`` test marked ``demo_only`` (on the test, or on one of its ``pytest.param``)."""
+    """A ``[hosted]`` test marked ``demo_only`` (on the test, or on one of its ``pytest.param``), or
+    ``hosted_once`` in the second pass."""
     callspec = getattr(item, "callspec", None)
-    hosted = callspec is not None and callspec.params.get("served") == "hosted"
-    return hosted and item.get_closest_marker("demo_only") is not None
+    if callspec is None or callspec.params.get("served") != "hosted":
+        return False
+    once = HTTP_SERVER != "hypercorn" and item.get_closest_marker("hosted_once") is not None
+    return once or item.get_closest_marker("demo_only") is not None
 
 
 @pytest.fixture(scope="module")

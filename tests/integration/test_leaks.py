@@ -52,6 +52,7 @@ SHORT = 0.5
 
 @pytest.mark.deadline(60)
 @pytest.mark.also_hosted
+@pytest.mark.hosted_once  # (on hypercorn: conftest.py)
 async def test_sequential_sessions_leave_no_socket_or_task(
     demo_server: DemoServer, baseline: Baseline
 ) -> None:
