@@ -214,6 +214,7 @@ async def test_a_batch_repeating_a_request_id_is_refused(demo_server: DemoServer
     await assert_back_to_baseline(demo_server, baseline)
 
 
+@pytest.mark.demo_only  # the transport's streams alone (and a server of its own: seconds to start)
 @pytest.mark.server_flags("--json-response")
 async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, baseline: Baseline) -> None:
     async with http_client() as http:
@@ -256,6 +257,7 @@ async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, bas
     await assert_back_to_baseline(demo_server, baseline)
 
 
+@pytest.mark.demo_only  # the HTTP layer alone (and a server of its own: seconds to start)
 @pytest.mark.server_flags("--body-timeout", "0.5")
 async def test_a_stalled_upload_gets_408_and_locks_nobody_out(
     demo_server: DemoServer, baseline: Baseline
