@@ -253,6 +253,8 @@ async def test_resource_subscriptions_of_a_session_are_bounded() -> None:
             assert "result" in await one(2001, "resources/unsubscribe", "t://7")
             answer = await one(2002, "resources/subscribe", "t://" + "x" * 8192)
             assert answer["error"]["code"] == mt.INVALID_PARAMS, answer
+            answer = await one(2003, "resources/subscribe", 7)  # type: ignore[arg-type]
+            assert answer["error"]["code"] == mt.INVALID_PARAMS, answer  # the SDK's own validation
             (peer,) = app._manager.sessions()  # type: ignore[attr-defined]
             assert len(peer.subscriptions) == 999 and "t://7" not in peer.subscriptions
             response = await http.delete(url, headers=session)
