@@ -73,7 +73,7 @@ def served(request: pytest.FixtureRequest) -> str:
     return kind
 
 
-def _app(served: str) -> str | None:
+def _target(served: str) -> str | None:
     return HOSTED_SDK_SERVER if served == "hosted" else None
 
 
@@ -108,7 +108,7 @@ def module_demo_server(served: str) -> Iterator[DemoServer]:
     """One demo (or hosted server, see ``served``) for the tests of a module marked ``shared_demo_server``."""
     if not sys.platform.startswith("linux"):
         pytest.skip(not_applicable("inspects the server's sockets through /proc (Linux only)"))
-    with shared_demo(app=_app(served)) as server:
+    with shared_demo(target=_target(served)) as server:
         yield server
 
 
@@ -134,7 +134,7 @@ async def demo_server(
     marker = request.node.get_closest_marker("server_flags")
     flags = [str(flag) for flag in marker.args] if marker else []
     measure_coverage = request.node.get_closest_marker("demo_without_coverage") is None
-    async with serve_demo(*flags, measure_coverage=measure_coverage, app=_app(served)) as server:
+    async with serve_demo(*flags, measure_coverage=measure_coverage, target=_target(served)) as server:
         yield server
 
 

@@ -77,15 +77,14 @@ STEP = 2.0
 
 # The interpreter running the tests, so the server runs the same (editable) mcp_trio; the pid we get
 # is the server's own (a console-script shim would exec, but pyenv's is a shell script).
-CLI_COMMAND = [sys.executable, "-c", "from mcp_trio._cli import main; main()"]
-SERVER_COMMAND = [*CLI_COMMAND, "demo"]
+SERVER_COMMAND = [sys.executable, "-c", "from mcp_trio._cli import main; main()", "demo"]
 HTTP_SERVER = os.environ.get("MCP_TRIO_TEST_HTTP", "hypercorn")
 """Which HTTP server the demo runs on: ``hypercorn`` (default) or ``h11`` (the embedded server); the
 test command runs this directory once with each."""
-HTTP_FLAGS = [] if HTTP_SERVER == "hypercorn" else ["--http", HTTP_SERVER]
-SERVER_COMMAND += HTTP_FLAGS
+if HTTP_SERVER != "hypercorn":
+    SERVER_COMMAND += ["--http", HTTP_SERVER]
 HOSTED_SDK_SERVER = "tests.integration.sdk_servers:build_server"
-"""The python-sdk server (``sdk_servers.py``) that ``serve_demo(app=HOSTED_SDK_SERVER)`` hosts in place
+"""The python-sdk server (``sdk_servers.py``) that ``serve_demo(target=HOSTED_SDK_SERVER)`` hosts in place
 of the demo (``mcp-trio serve``, run from the repository's root)."""
 
 TCP_STATES = {
@@ -188,10 +187,10 @@ async def serve_demo(
     shutdown_grace: float = 2.0,
     measure_coverage: bool = True,
     environment: Mapping[str, str] | None = None,
-    app: str | None = None,
+    target: str | None = None,
 ) -> AsyncIterator[DemoServer]:
     """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags`` (with
-    ``app``: ``mcp-trio serve APP ...``, e.g. ``HOSTED_SDK_SERVER``, instead of the demo).
+    ``target``, ``MODULE:ATTR``: ``mcp-trio serve TARGET`` with the same options instead).
 
     Yields once the server printed its URL.  On exit sends SIGINT (unless the test already stopped
     it) and checks it exits by itself, with status 0, in time.  ``measure_coverage=False``: when the
@@ -199,7 +198,7 @@ async def serve_demo(
     volume test, where it would run several times slower and cover nothing new).  ``environment``:
     variables set for the server besides this process's.
     """
-    command = _demo_command(flags, shutdown_grace, app)
+    command = _demo_command(flags, shutdown_grace, target)
     env = None if measure_coverage else _env_without_coverage()
     if environment is not None:
         env = {**(os.environ if env is None else env), **environment}
@@ -239,9 +238,13 @@ def _env_without_coverage() -> dict[str, str]:
     }
 
 
-def _demo_command(flags: tuple[str, ...], shutdown_grace: float, app: str | None = None) -> list[str]:
+def _demo_command(flags: tuple[str, ...], shutdown_grace: float, target: str | None = None) -> list[str]:
+    command = list(SERVER_COMMAND)
+    if target is not None:
+        command[command.index("demo")] = "serve"
+        command.insert(command.index("serve") + 1, target)
     return [
-        *(SERVER_COMMAND if app is None else [*CLI_COMMAND, "serve", app, *HTTP_FLAGS]),
+        *command,
         "--bind",
         "127.0.0.1:0",
         "--stats-path",
@@ -253,14 +256,14 @@ def _demo_command(flags: tuple[str, ...], shutdown_grace: float, app: str | None
 
 
 @contextmanager
-def shared_demo(*flags: str, shutdown_grace: float = 2.0, app: str | None = None) -> Iterator[DemoServer]:
+def shared_demo(*flags: str, shutdown_grace: float = 2.0, target: str | None = None) -> Iterator[DemoServer]:
     """``serve_demo`` without a Trio run, for a server that several tests share (a module-scoped
-    fixture: each test runs in its own Trio run); ``app`` as for ``serve_demo``.  On exit sends SIGINT
+    fixture: each test runs in its own Trio run); ``target`` as for ``serve_demo``.  On exit sends SIGINT
     and checks the server exits by itself, with status 0 and ``mcp-trio: stopped``, within the shutdown
     grace + margin."""
     with tempfile.TemporaryFile() as stderr:
         process = subprocess.Popen(
-            _demo_command(flags, shutdown_grace, app), stdout=subprocess.PIPE, stderr=stderr
+            _demo_command(flags, shutdown_grace, target), stdout=subprocess.PIPE, stderr=stderr
         )
         assert process.stdout is not None
         try:

@@ -27,7 +27,7 @@ import trio
 from mcp import Client
 from mcp.client import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
-from mcp_http import CLI_COMMAND, HOSTED_SDK_SERVER, INIT, POST_HEADERS, serve_in_process
+from mcp_http import HOSTED_SDK_SERVER, INIT, POST_HEADERS, SERVER_COMMAND, serve_in_process
 from sdk_servers import build_lowlevel_server, build_server
 
 from mcp_trio import (
@@ -142,7 +142,7 @@ async def test_our_client_over_websocket(kind: str, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_our_client_over_stdio(mode: str) -> None:
-    command = [*CLI_COMMAND, "serve", HOSTED_SDK_SERVER, "--stdio"]
+    command = [*SERVER_COMMAND[: SERVER_COMMAND.index("demo")], "serve", HOSTED_SDK_SERVER, "--stdio"]
     with trio.fail_after(DEADLINE):
         async with open_stdio_client(command, mode=mode, elicitation=elicit) as session:  # type: ignore[arg-type]
             await exercise(session, mode)
