@@ -36,7 +36,7 @@ from .._app.lifespan import Lifespan
 from .._app.principal import principal_identity
 from .._app.server import MAX_URI_LENGTH, Initialized
 from .._observe.telemetry import Telemetry
-from .._protocol import jsonrpc, versions
+from .._protocol import versions
 from ..errors import RPCError
 from ._asyncio import on_trio
 from ._bridge import EventBridge
@@ -143,10 +143,12 @@ class HostedServer:
         revision = versions.revision(str(result.get("protocolVersion")))
         if client is None or revision is None or revision.modern:  # pragma: no cover - the SDK negotiated
             raise RPCError(mt.INTERNAL_ERROR, "Internal error: the server negotiated no 2025 revision")
+        from .._protocol.jsonrpc import encode
+
         try:  # kept on the session (and its record): refused as MCPServer.initialize refuses them
             client_info = client.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
             capabilities = client.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
-            jsonrpc.encode({"i": client_info, "c": capabilities})
+            encode({"i": client_info, "c": capabilities})
         except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
             raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
         return Initialized(revision, client_info, capabilities, result, kernel)
@@ -189,9 +191,9 @@ class HostedServer:
         if not isinstance(kernel, _Kernel):
             kernel = peer.hosted = await self._restore(peer)
         kernel.outbound.peer = peer
+        channel = RequestChannel(ctx, kind=_kind(peer), can_send_request=True)
         if method == "resources/subscribe":
             self._check_subscription(peer, params)
-        channel = RequestChannel(ctx, kind=_kind(peer), can_send_request=True)
         result = await self._call(kernel.runner.on_request(channel, method, params), ctx.principal)
         _record(peer, method, params)
         return result
