@@ -21,6 +21,7 @@ import anyio
 import mcp_types as mt
 import mcp_types.methods as mtm
 import pydantic
+import pydantic_core
 import trio
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
@@ -173,13 +174,15 @@ class HostedServer:
         revision = versions.revision(str(result.get("protocolVersion")))
         if client is None or revision is None or revision.modern:  # pragma: no cover - the SDK negotiated
             raise RPCError(mt.INTERNAL_ERROR, "Internal error: the server negotiated no 2025 revision")
-        return Initialized(
-            revision,
-            client.client_info.model_dump(by_alias=True, exclude_none=True, mode="json"),
-            client.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json"),
-            result,
-            kernel,
-        )
+        from .._protocol.jsonrpc import encode
+
+        try:  # kept on the session (and its record): refused as MCPServer.initialize refuses them
+            client_info = client.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
+            capabilities = client.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
+            encode({"i": client_info, "c": capabilities})
+        except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
+            raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
+        return Initialized(revision, client_info, capabilities, result, kernel)
 
     def notified(
         self, peer: Any, method: str, params: dict[str, Any] | None
@@ -242,9 +245,22 @@ class HostedServer:
             kernel = await self._restored(peer)
         kernel.bind(peer)
         channel = RequestChannel(ctx, kind=_kind(peer), can_send_request=True)
+        if method == "resources/subscribe":
+            self._check_subscription(peer, params)
         result = await self._call(kernel.runner.on_request(channel, method, params), ctx.principal)
         _record(peer, method, params)
         return result
+
+    def _check_subscription(self, peer: Any, params: dict[str, Any] | None) -> None:
+        """A session keeps at most :attr:`max_subscriptions` resource URIs, none longer than
+        :attr:`max_uri_length` (as :class:`mcp_trio.MCPServer`'s): refused before the SDK's handler."""
+        uri = (params or {}).get("uri")
+        if not isinstance(uri, str):
+            return  # the SDK refuses it (-32602)
+        if len(uri) > self.max_uri_length:
+            raise RPCError(mt.INVALID_PARAMS, f"Invalid params: URI longer than {self.max_uri_length}")
+        if uri not in peer.subscriptions and len(peer.subscriptions) >= self.max_subscriptions:
+            raise self._too_many_subscriptions()
 
     async def _call(self, call: Any, principal: object = None) -> dict[str, Any]:
         """Await the SDK's answer in the calling task (as the SDK's user for its ``get_access_token``);

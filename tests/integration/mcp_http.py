@@ -30,6 +30,7 @@ from mcp_trio._transport.asgi import STATS_MAX_AGE
 from mcp_trio.server import hypercorn_config
 
 __all__ = [
+    "HOSTED_SDK_SERVER",
     "POST_HEADERS",
     "STEP",
     "VERSION",
@@ -82,6 +83,9 @@ HTTP_SERVER = os.environ.get("MCP_TRIO_TEST_HTTP", "hypercorn")
 test command runs this directory once with each."""
 if HTTP_SERVER != "hypercorn":
     SERVER_COMMAND += ["--http", HTTP_SERVER]
+HOSTED_SDK_SERVER = "tests.integration.sdk_servers:build_server"
+"""The python-sdk server (``sdk_servers.py``) that ``serve_demo(target=HOSTED_SDK_SERVER)`` hosts in place
+of the demo (``mcp-trio serve``, run from the repository's root)."""
 
 TCP_STATES = {
     "01": "ESTABLISHED",
@@ -252,13 +256,14 @@ def _demo_command(flags: tuple[str, ...], shutdown_grace: float, target: str | N
 
 
 @contextmanager
-def shared_demo(*flags: str, shutdown_grace: float = 2.0) -> Iterator[DemoServer]:
+def shared_demo(*flags: str, shutdown_grace: float = 2.0, target: str | None = None) -> Iterator[DemoServer]:
     """``serve_demo`` without a Trio run, for a server that several tests share (a module-scoped
-    fixture: each test runs in its own Trio run).  On exit sends SIGINT and checks the server exits by
-    itself, with status 0 and ``mcp-trio: stopped``, within the shutdown grace + margin."""
+    fixture: each test runs in its own Trio run); ``target`` as for ``serve_demo``.  On exit sends SIGINT
+    and checks the server exits by itself, with status 0 and ``mcp-trio: stopped``, within the shutdown
+    grace + margin."""
     with tempfile.TemporaryFile() as stderr:
         process = subprocess.Popen(
-            _demo_command(flags, shutdown_grace), stdout=subprocess.PIPE, stderr=stderr
+            _demo_command(flags, shutdown_grace, target), stdout=subprocess.PIPE, stderr=stderr
         )
         assert process.stdout is not None
         try:

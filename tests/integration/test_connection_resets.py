@@ -39,7 +39,9 @@ from mcp_http import (
 from mcp_trio._protocol import versions
 from mcp_trio._runtime.peerlog import PEER_LOG_BURST
 
-pytestmark = pytest.mark.shared_demo_server  # the tests without server flags share one demo (conftest.py)
+# The tests without server flags share one demo; the resets at each stage hit a hosted python-sdk server
+# too (conftest.py), the volume and log tests (about the HTTP servers alone) the demo only.
+pytestmark = [pytest.mark.shared_demo_server, pytest.mark.also_hosted]
 
 MODERN = versions.LATEST_MODERN.name
 CLIENTS = 2000
@@ -131,6 +133,7 @@ def assert_no_traceback(server: DemoServer) -> None:
 
 
 @pytest.mark.demo_without_coverage
+@pytest.mark.demo_only
 @pytest.mark.server_flags()  # a demo of its own: its stderr is this test's alone
 async def test_thousands_of_clients_that_connect_and_reset(
     demo_server: DemoServer, baseline: Baseline
@@ -244,7 +247,14 @@ STAGES: dict[str, Callable[[int, DemoServer], Awaitable[None]]] = {
 }
 
 
-@pytest.mark.parametrize("stage", list(STAGES))
+HTTP_STAGES = {"after connect", "mid request line", "mid headers", "after headers", "mid body"}
+HTTP_STAGES |= {"mid chunked body", "mid WebSocket handshake", "WebSocket handshake before the 101"}
+"""Stages where no server has seen the request yet: the HTTP server's alone (not run hosted)."""
+
+
+@pytest.mark.parametrize(
+    "stage", [pytest.param(stage, marks=[pytest.mark.demo_only] * (stage in HTTP_STAGES)) for stage in STAGES]
+)
 async def test_a_reset_at_each_stage_leaves_the_server_serving(
     demo_server: DemoServer, baseline: Baseline, stage: str
 ) -> None:
@@ -306,6 +316,7 @@ FLOOD_KINDS = [
 ]
 
 
+@pytest.mark.demo_only
 @pytest.mark.server_flags("--log-level", "INFO")  # peer misbehaviour is logged at INFO at most
 @pytest.mark.parametrize("kind", FLOOD_KINDS)
 async def test_a_flood_of_misbehaving_peers_is_a_few_log_lines(

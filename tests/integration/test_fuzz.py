@@ -48,7 +48,8 @@ from mcp_http import (
 
 from mcp_trio._protocol import versions
 
-pytestmark = pytest.mark.shared_demo_server  # both tests fuzz one demo (conftest.py)
+# Both tests fuzz one demo, and one python-sdk server hosted by mcp-trio serve (on hypercorn: conftest.py).
+pytestmark = [pytest.mark.shared_demo_server, pytest.mark.also_hosted, pytest.mark.hosted_once]
 
 SESSION_VERSION = "2025-11-25"
 MODERN = versions.LATEST_MODERN.name

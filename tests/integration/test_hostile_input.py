@@ -29,7 +29,8 @@ from mcp_http import (
 
 from mcp_trio._protocol import versions
 
-pytestmark = pytest.mark.shared_demo_server  # one demo for the tests without server flags (conftest.py)
+# One demo for the tests without server flags; each runs on a hosted python-sdk server too (conftest.py).
+pytestmark = [pytest.mark.shared_demo_server, pytest.mark.also_hosted]
 
 MODERN = versions.LATEST_MODERN.name
 SESSION_VERSION = "2025-11-25"
@@ -133,7 +134,9 @@ async def test_hostile_initialize_leaves_no_session(demo_server: DemoServer, bas
     await assert_back_to_baseline(demo_server, baseline)
 
 
-async def test_odd_last_event_id_and_request_state(demo_server: DemoServer, baseline: Baseline) -> None:
+async def test_odd_last_event_id_and_request_state(
+    demo_server: DemoServer, baseline: Baseline, served: str
+) -> None:
     async with http_client() as http:
         with trio.fail_after(10):
             client = await session_of(http, demo_server.url)
@@ -145,9 +148,8 @@ async def test_odd_last_event_id_and_request_state(demo_server: DemoServer, base
                     assert response.status_code == 400, response.status_code
                     body = json.loads(await response.aread())
                     assert body["error"]["code"] == mt.INVALID_REQUEST, body
-            body, headers = modern_call(
-                "test_input_required_result_request_state", {}, requestState="caf\u00e9.sig"
-            )
+            asks = "test_elicitation" if served == "hosted" else "test_input_required_result_request_state"
+            body, headers = modern_call(asks, {}, requestState="caf\u00e9.sig")
             response = await post_raw(http, demo_server.url, body.decode().encode("utf-8"), headers)
             assert response.json()["error"]["code"] == mt.INVALID_PARAMS, response.text
             assert await client.echo("ok") == "ok"
@@ -212,6 +214,7 @@ async def test_a_batch_repeating_a_request_id_is_refused(demo_server: DemoServer
     await assert_back_to_baseline(demo_server, baseline)
 
 
+@pytest.mark.demo_only  # the transport's streams alone (and a server of its own: seconds to start)
 @pytest.mark.server_flags("--json-response")
 async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, baseline: Baseline) -> None:
     async with http_client() as http:
@@ -254,6 +257,7 @@ async def test_json_mode_get_cannot_steal_an_answer(demo_server: DemoServer, bas
     await assert_back_to_baseline(demo_server, baseline)
 
 
+@pytest.mark.demo_only  # the HTTP layer alone (and a server of its own: seconds to start)
 @pytest.mark.server_flags("--body-timeout", "0.5")
 async def test_a_stalled_upload_gets_408_and_locks_nobody_out(
     demo_server: DemoServer, baseline: Baseline
@@ -303,6 +307,7 @@ async def test_stats_refuse_a_foreign_host(demo_server: DemoServer) -> None:
         assert response.status_code == 421, response.text
 
 
+@pytest.mark.demo_only  # the demo's hand-written schema and Mcp-Param-* headers
 async def test_strict_tool_arguments_and_param_headers(demo_server: DemoServer, baseline: Baseline) -> None:
     async with http_client() as http:
         with trio.fail_after(10):
@@ -329,6 +334,7 @@ async def test_strict_tool_arguments_and_param_headers(demo_server: DemoServer, 
     await assert_back_to_baseline(demo_server, baseline)
 
 
+@pytest.mark.demo_only  # MCPServer has no resources/subscribe: test_sdk_hosted.py bounds a low-level Server's
 async def test_subscriptions_and_kept_events_are_bounded(demo_server: DemoServer, baseline: Baseline) -> None:
     async with http_client() as http:
         with trio.fail_after(30):

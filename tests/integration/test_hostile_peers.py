@@ -3,7 +3,9 @@
 Each test runs on hypercorn (as ``serve()`` runs it: mcp_trio's fixes, with and without the fast path)
 and on ``serve_h11``: a request that used to kill the server, a client that stops reading (write
 deadlines, DELETE and shutdown while a write is stuck), handler failures that arrive as exception
-groups, input-required from several tasks of one handler, HEAD and WebSocket upgrades.
+groups, input-required from several tasks of one handler, HEAD and WebSocket upgrades.  The tests of a
+handler's failure and of a client that stops reading run on a hosted python-sdk server too
+(``sdk_servers.py``, the same tools written with the SDK's API), on hypercorn and ``serve_h11``.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ import mcp_types as mt
 import pytest
 import trio
 from mcp_http import INIT, POST_HEADERS, read_until, serve_in_process
+from sdk_servers import build_server as build_sdk_server
 
 from mcp_trio import Context, MCPApp, MCPServer, ServerConfig
 from mcp_trio._protocol import versions
+from mcp_trio.sdk import hosted_app
 
 SERVERS = ["hypercorn", "hypercorn-as-shipped-path", "h11"]
+APPS = [("ours", kind) for kind in SERVERS] + [("hosted", kind) for kind in ("hypercorn", "h11")]
+"""(app, server kind): the app below, or the python-sdk server of ``sdk_servers.py`` hosted."""
 MODERN = versions.LATEST_MODERN.name
 CHUNK = 256 * 1024  # one flood notification's payload
 
@@ -72,6 +78,14 @@ def build_app(**config: Any) -> MCPApp:
 
     options: dict[str, Any] = {"shutdown_grace": 2.0, "stats_path": "/stats", **config}
     return MCPApp(server, ServerConfig(**options))
+
+
+def build(app: str, **config: Any) -> MCPApp:
+    """``build_app``, or (``hosted``) the python-sdk server with the same tools, hosted."""
+    if app == "ours":
+        return build_app(**config)
+    options: dict[str, Any] = {"shutdown_grace": 2.0, "stats_path": "/stats", **config}
+    return hosted_app(build_sdk_server(), ServerConfig(**options))
 
 
 def running(app: MCPApp, kind: str) -> AbstractAsyncContextManager[tuple[str, int, trio.Event]]:
@@ -186,9 +200,9 @@ async def test_head_and_websocket_upgrade_get_clean_answers(kind: str) -> None:
 # -- containment --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", SERVERS)
-async def test_handler_failure_as_a_group_of_base_exceptions_is_contained(kind: str) -> None:
-    app = build_app()
+@pytest.mark.parametrize(("which", "kind"), APPS)
+async def test_handler_failure_as_a_group_of_base_exceptions_is_contained(which: str, kind: str) -> None:
+    app = build(which)
     with trio.fail_after(10):
         async with running(app, kind) as (url, _port, _stop), httpx.AsyncClient(timeout=5) as http:
             session = await open_session(http, url)
@@ -248,9 +262,9 @@ async def stuck_reader(port: int, session: dict[str, str]) -> AsyncIterator[trio
         yield stream
 
 
-@pytest.mark.parametrize("kind", SERVERS)
-async def test_delete_answers_at_once_while_a_write_is_stuck(kind: str) -> None:
-    app = build_app(write_timeout=30.0)
+@pytest.mark.parametrize(("which", "kind"), APPS)
+async def test_delete_answers_at_once_while_a_write_is_stuck(which: str, kind: str) -> None:
+    app = build(which, write_timeout=30.0)
     with trio.fail_after(20):
         async with running(app, kind) as (url, port, _stop), httpx.AsyncClient(timeout=5) as http:
             session = await open_session(http, url)
@@ -265,9 +279,11 @@ async def test_delete_answers_at_once_while_a_write_is_stuck(kind: str) -> None:
                 assert app.statistics()["sessions"] == 0
 
 
-@pytest.mark.parametrize("kind", SERVERS)
-async def test_a_write_past_write_timeout_breaks_its_connection_not_the_session(kind: str) -> None:
-    app = build_app(write_timeout=1.0)
+@pytest.mark.parametrize(("which", "kind"), APPS)
+async def test_a_write_past_write_timeout_breaks_its_connection_not_the_session(
+    which: str, kind: str
+) -> None:
+    app = build(which, write_timeout=1.0)
     with trio.fail_after(20):
         async with running(app, kind) as (url, port, _stop), httpx.AsyncClient(timeout=5) as http:
             session = await open_session(http, url)
@@ -285,9 +301,9 @@ async def test_a_write_past_write_timeout_breaks_its_connection_not_the_session(
             ] == "hello y"
 
 
-@pytest.mark.parametrize("kind", SERVERS)
-async def test_shutdown_ends_on_time_while_a_write_is_stuck(kind: str) -> None:
-    app = build_app(write_timeout=60.0)
+@pytest.mark.parametrize(("which", "kind"), APPS)
+async def test_shutdown_ends_on_time_while_a_write_is_stuck(which: str, kind: str) -> None:
+    app = build(which, write_timeout=60.0)
     with trio.fail_after(20):
         async with running(app, kind) as (url, port, stop), httpx.AsyncClient(timeout=5) as http:
             session = await open_session(http, url)

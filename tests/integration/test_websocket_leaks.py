@@ -324,6 +324,8 @@ async def run_batch(server: DemoServer, baseline: Baseline, kind: str, first: in
 
 
 @pytest.mark.deadline(90)
+@pytest.mark.also_hosted  # and a python-sdk server hosted: its handlers cancelled the same way
+@pytest.mark.hosted_once  # (on hypercorn: conftest.py)
 @pytest.mark.demo_without_coverage  # a volume test: 1 000 connections, nothing new to measure
 @pytest.mark.server_flags("--keepalive-interval", PING_INTERVAL)  # pings under way during the volume
 async def test_websocket_connections_leave_no_socket_or_task(
