@@ -16,7 +16,9 @@ that for two source trees, e.g. HEAD and an older commit checked out with ``git 
     python3 benchmarks/bench_inprocess.py --compare /tmp/old/src src
 
 ``--server sdk`` serves the same tool from a python-sdk ``MCPServer`` hosted by mcp_trio
-(:func:`mcp_trio.sdk.hosted_app`) instead of mcp_trio's own ``MCPServer``.
+(:func:`mcp_trio.sdk.hosted_app`) instead of mcp_trio's own ``MCPServer``; ``sdk-no-otel`` the same
+without the SDK's ``OpenTelemetryMiddleware`` (on by default in every SDK server; dropping it from
+``server.middleware`` is the SDK's own opt-out).
 
 Each tree's ``mcp_trio`` is imported from the given ``src`` folder (``PYTHONPATH``), so both run with the
 same interpreter and dependencies.
@@ -77,7 +79,7 @@ def _call(request_id: int, modern: bool) -> bytes:
 def _app(server: str, config: Any) -> Any:
     """An ``MCPApp`` with the tool ``add``: mcp_trio's own ``MCPServer`` (``ours``) or the python-sdk's
     ``MCPServer`` hosted by mcp_trio (``sdk``, :func:`mcp_trio.sdk.hosted_app`)."""
-    if server == "sdk":
+    if server.startswith("sdk"):
         from mcp.server.mcpserver import MCPServer as SDKServer
 
         from mcp_trio.sdk import hosted_app
@@ -88,6 +90,10 @@ def _app(server: str, config: Any) -> Any:
         async def add(a: int, b: int) -> str:
             return str(a + b)
 
+        if server == "sdk-no-otel":  # the SDK's documented opt-out of its span per message
+            from mcp.server._otel import OpenTelemetryMiddleware
+
+            sdk.middleware[:] = [m for m in sdk.middleware if not isinstance(m, OpenTelemetryMiddleware)]
         return hosted_app(sdk, config)
     from mcp_trio import MCPApp, MCPServer
 
@@ -277,9 +283,10 @@ def main() -> None:
     parser.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to compare under callgrind")
     parser.add_argument(
         "--server",
-        choices=["ours", "sdk"],
+        choices=["ours", "sdk", "sdk-no-otel"],
         default="ours",
-        help="mcp_trio's own MCPServer, or the python-sdk's hosted by mcp_trio (mcp_trio.sdk.hosted_app)",
+        help="mcp_trio's own MCPServer, or the python-sdk's hosted by mcp_trio (mcp_trio.sdk.hosted_app),"
+        " with or without the SDK's OpenTelemetry middleware",
     )
     args = parser.parse_args()
     if args.compare:
