@@ -387,35 +387,6 @@ def test_an_import_failing_inside_the_module_keeps_its_traceback(tmp_path: Path)
         sys.modules.pop("broken_mcp_server", None)
 
 
-def test_a_python_sdk_server_on_an_untested_mcp_release_is_a_usage_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``mcp-trio serve`` of a python-sdk server (a module that imports only ``mcp``) when the installed
-    ``mcp`` is not a release hosting was tested with: one line that says what to install, status 2, no
-    traceback.  The release is made to look untested for a fresh import of ``mcp_trio.sdk``, whose import
-    runs the check."""
-    pytest.importorskip("mcp", reason="the python-sdk (mcp-trio[sdk]) is not installed")
-    import importlib.metadata
-
-    real_version = importlib.metadata.version
-    monkeypatch.setattr(
-        importlib.metadata, "version", lambda name: "0.0.1" if name == "mcp" else real_version(name)
-    )
-    for name in [n for n in sys.modules if n == "mcp_trio.sdk" or n.startswith("mcp_trio.sdk.")]:
-        monkeypatch.delitem(sys.modules, name)
-    (tmp_path / "plain_sdk_server.py").write_text(
-        'from mcp.server.mcpserver import MCPServer\n\nserver = MCPServer("plain")\n'
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "plain_sdk_server", raising=False)
-    with pytest.raises(SystemExit) as exited:
-        main(["serve", "plain_sdk_server:server", "--bind", "127.0.0.1:0"])
-    assert exited.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("mcp-trio: mcp 0.0.1 is not a release mcp_trio hosts servers of"), err
-    assert "pip install 'mcp-trio[sdk]'" in err and "Traceback" not in err
-
-
 # -- help ------------------------------------------------------------------------------------------
 
 

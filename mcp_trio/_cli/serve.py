@@ -123,10 +123,8 @@ def _from_sdk(obj: object) -> bool:
     """Whether ``obj`` is a server of the python-sdk (without importing it when it is not loaded)."""
     if not type(obj).__module__.startswith("mcp."):
         return False
-    try:
-        from ..sdk import is_sdk_server
-    except RuntimeError:  # UntestedSDK: the caller's import of hosted_app says so, as a usage error
-        return True
+    from ..sdk import is_sdk_server
+
     return is_sdk_server(obj)
 
 
