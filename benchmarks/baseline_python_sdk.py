@@ -1,7 +1,7 @@
 """Baseline for ``bench_server.py``: the official MCP python-sdk (``mcp==2.3.0``) serving the same ``echo``
 tool through its own Streamable HTTP ASGI app, on the same hypercorn trio worker as ``mcp-trio``.
 
-    python3 benchmarks/baseline_python_sdk.py --bind 127.0.0.1:0 [--json-response]
+    python3 benchmarks/baseline_python_sdk.py --bind 127.0.0.1:0 [--json-response] [--server uvicorn]
 
 Prints ``python-sdk: serving on http://HOST:PORT/mcp`` once listening; stops on SIGINT or SIGTERM.
 
@@ -13,6 +13,12 @@ CLOSE_WAIT fix that ``mcp-trio`` applies to hypercorn and its request-path patch
 (``--no-hypercorn-fast-path`` leaves out the patches, ``--no-hypercorn-fix`` both).
 The SDK's session manager runs in the Starlette app's lifespan, which hypercorn drives.
 
+``--server uvicorn`` serves the same app with uvicorn (asyncio, its h11 protocol; what the SDK's own
+``MCPServer.run("streamable-http")`` runs), access log off, keep-alive 5 s as hypercorn's.
+
+``build_server`` is the server alone: ``bench_hosted.py`` serves the very same one hosted by mcp_trio
+(``mcp-trio serve baseline_python_sdk:build_server``).
+
 The same app serves 2026-07-28 stateless POSTs (the SDK routes every request whose MCP-Protocol-Version is
 not a 2025 handshake version to its single-exchange path), ``subscriptions/listen`` included.  For the
 input-required round trip it also has ``test_input_required_result_elicitation`` (as ``mcp_trio.demo``):
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import trio
 from hypercorn_baseline import add_hypercorn_options, serve_baseline
@@ -40,7 +46,8 @@ def ask_user_name() -> Elicit[UserName]:
     return Elicit("What is your name?", UserName)
 
 
-def build_app(json_response: bool):  # -> starlette.applications.Starlette
+def build_server() -> MCPServer:
+    """The python-sdk server of the benchmarks: ``echo`` and the input-required tool."""
     server = MCPServer("python-sdk-baseline", version="0.1.0", log_level="WARNING")
 
     @server.tool(description="Echo the given text back.")
@@ -56,8 +63,13 @@ def build_app(json_response: bool):  # -> starlette.applications.Starlette
     ) -> str:
         return f"Hello, {user.name}!"
 
+    return server
+
+
+def build_app(json_response: bool) -> Any:  # starlette.applications.Starlette
+    """The server on its own transport: the SDK's Streamable HTTP ASGI app."""
     # host=127.0.0.1: the SDK switches its DNS-rebinding protection on for loopback hosts, as mcp-trio does.
-    return server.streamable_http_app(
+    return build_server().streamable_http_app(
         streamable_http_path="/mcp", json_response=json_response, host="127.0.0.1"
     )
 
@@ -66,14 +78,51 @@ async def _main(args: argparse.Namespace) -> None:
     await serve_baseline("python-sdk", build_app(args.json_response), args)
 
 
+def serve_uvicorn(args: argparse.Namespace) -> None:
+    """The same app on uvicorn (asyncio), until SIGINT or SIGTERM (uvicorn's own handlers)."""
+    import asyncio
+    import socket
+
+    import uvicorn
+
+    host, _, port = args.bind.rpartition(":")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host.strip("[]"), int(port)))
+    config = uvicorn.Config(
+        build_app(args.json_response),
+        log_level=args.log_level.lower(),
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening: the line the harness waits for
+                bound_host, bound_port = sock.getsockname()[:2]
+                print(f"python-sdk: serving on http://{bound_host}:{bound_port}/mcp", flush=True)
+
+    async def run() -> None:
+        await Server(config).serve(sockets=[sock])
+        print("python-sdk: stopped", flush=True)
+
+    asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_hypercorn_options(parser)
     parser.add_argument("--json-response", action="store_true")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--server", choices=["hypercorn", "uvicorn"], default="hypercorn", help="HTTP server")
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    trio.run(_main, args)
+    if args.server == "uvicorn":
+        serve_uvicorn(args)
+    else:
+        trio.run(_main, args)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ difference of the two totals divided by the difference of the counts is what one
 server process, start-up and shutdown cancelled out.  The same count comes back for the same code
 whatever else the machine does, so it answers "did this change make the server cheaper" where timings
 on a shared machine cannot; it does not see cache misses or waiting, so it complements
-``bench_server.py`` rather than replacing it.  Slow: a few minutes per server (valgrind runs the
+``bench_server.py`` rather than replacing it.  ``python-sdk``, ``python-sdk-uvicorn``, ``sdk-hosted`` and
+``sdk-hosted-h11`` are one python-sdk server on its own transport and hosted by mcp_trio
+(``bench_hosted.py``).  Slow: a few minutes per server (valgrind runs the
 interpreter some 50 times slower).  Needs ``valgrind``; the python-sdk baseline needs ``mcp`` (the
 ``bench`` extra).
 """
@@ -28,6 +30,7 @@ import trio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import bench_hosted  # noqa: E402
 import bench_server as bs  # noqa: E402
 
 SERVERS = {
@@ -64,6 +67,10 @@ SERVERS = {
     "bare-asgi": [str(HERE / "baseline_bare_asgi.py"), "--bind", "127.0.0.1:0"],
     "bare-h11": [str(HERE / "baseline_bare_h11.py"), "--bind", "127.0.0.1:0"],
     "python-sdk": [str(HERE / "baseline_python_sdk.py"), "--bind", "127.0.0.1:0"],
+    # the same python-sdk server on uvicorn (asyncio), and hosted by mcp_trio (bench_hosted.py)
+    "python-sdk-uvicorn": bench_hosted.ARGV["sdk/uvicorn"],
+    "sdk-hosted": bench_hosted.ARGV["hosted"],
+    "sdk-hosted-h11": bench_hosted.ARGV["hosted/h11"],
 }
 
 

@@ -15,6 +15,11 @@ that for two source trees, e.g. HEAD and an older commit checked out with ``git 
 
     python3 benchmarks/bench_inprocess.py --compare /tmp/old/src src
 
+``--server sdk`` serves the same tool from a python-sdk ``MCPServer`` hosted by mcp_trio
+(:func:`mcp_trio.sdk.hosted_app`) instead of mcp_trio's own ``MCPServer``; ``sdk-no-otel`` the same
+without the SDK's ``OpenTelemetryMiddleware`` (on by default in every SDK server; dropping it from
+``server.middleware`` is the SDK's own opt-out).
+
 Each tree's ``mcp_trio`` is imported from the given ``src`` folder (``PYTHONPATH``), so both run with the
 same interpreter and dependencies.
 """
@@ -71,7 +76,37 @@ def _call(request_id: int, modern: bool) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
 
 
-async def _run(calls: int, mode: str) -> float:
+def _app(server: str, config: Any) -> Any:
+    """An ``MCPApp`` with the tool ``add``: mcp_trio's own ``MCPServer`` (``ours``) or the python-sdk's
+    ``MCPServer`` hosted by mcp_trio (``sdk``, :func:`mcp_trio.sdk.hosted_app`)."""
+    if server.startswith("sdk"):
+        from mcp.server.mcpserver import MCPServer as SDKServer
+
+        from mcp_trio.sdk import hosted_app
+
+        sdk = SDKServer("bench", version="1", log_level="WARNING")
+
+        @sdk.tool()
+        async def add(a: int, b: int) -> str:
+            return str(a + b)
+
+        if server == "sdk-no-otel":  # the SDK's documented opt-out of its span per message
+            from mcp.server._otel import OpenTelemetryMiddleware
+
+            sdk.middleware[:] = [m for m in sdk.middleware if not isinstance(m, OpenTelemetryMiddleware)]
+        return hosted_app(sdk, config)
+    from mcp_trio import MCPApp, MCPServer
+
+    ours = MCPServer("bench", "1")
+
+    @ours.tool("add")
+    async def add_ours(a: int, b: int) -> str:
+        return str(a + b)
+
+    return MCPApp(ours, config)
+
+
+async def _run(calls: int, mode: str, server: str = "ours") -> float:
     import trio
     import trio._core._run
 
@@ -80,16 +115,10 @@ async def _run(calls: int, mode: str) -> float:
     # otherwise between runs of a session churn).
     trio._core._run._r.seed(0)
 
-    from mcp_trio import MCPApp, MCPServer, ServerConfig
+    from mcp_trio import ServerConfig
     from mcp_trio.testing import open_asgi_client
 
-    server = MCPServer("bench", "1")
-
-    @server.tool()
-    async def add(a: int, b: int) -> str:
-        return str(a + b)
-
-    app = MCPApp(server, ServerConfig(json_response=mode == "json"))
+    app = _app(server, ServerConfig(json_response=mode == "json"))
     if mode in ("modern-hook", "sse-direct", "churn-direct"):
         return await _direct(app, calls, mode)
     async with open_asgi_client(app) as client:
@@ -215,7 +244,7 @@ async def _churn(client: Any, sessions: int) -> float:
     return time.perf_counter() - start
 
 
-def _instructions(src: str, mode: str, calls: int) -> int:
+def _instructions(src: str, mode: str, calls: int, server: str = "ours") -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         env = {**os.environ, "PYTHONPATH": os.path.abspath(src), "PYTHONHASHSEED": "0"}
@@ -230,6 +259,8 @@ def _instructions(src: str, mode: str, calls: int) -> int:
                 str(calls),
                 "--mode",
                 mode,
+                "--server",
+                server,
             ],
             env=env,
             check=True,
@@ -250,6 +281,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--mode", choices=MODES, default="json")
     parser.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to compare under callgrind")
+    parser.add_argument(
+        "--server",
+        choices=["ours", "sdk", "sdk-no-otel"],
+        default="ours",
+        help="mcp_trio's own MCPServer, or the python-sdk's hosted by mcp_trio (mcp_trio.sdk.hosted_app),"
+        " with or without the SDK's OpenTelemetry middleware",
+    )
     args = parser.parse_args()
     if args.compare:
         low, high = 100, 600
@@ -266,14 +304,15 @@ def main() -> None:
         for src in args.compare:
             cells = []
             for mode in modes:
-                per = (_instructions(src, mode, high) - _instructions(src, mode, low)) / (high - low)
+                high_count = _instructions(src, mode, high, args.server)
+                per = (high_count - _instructions(src, mode, low, args.server)) / (high - low)
                 cells.append(f"{per / 1e6:.3f} M")
             print(f"| {src} | " + " | ".join(cells) + " |")
         return
     import trio
 
-    elapsed = trio.run(_run, args.calls, args.mode)
-    print(f"{args.mode}: {args.calls} calls, {elapsed / args.calls * 1e6:.1f} us per call")
+    elapsed = trio.run(_run, args.calls, args.mode, args.server)
+    print(f"{args.server} {args.mode}: {args.calls} calls, {elapsed / args.calls * 1e6:.1f} us per call")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@
 #        serve 2026-07-28: its column is skipped with a note);
 #  10.   instructions per request counted by callgrind (noise-free, unlike the wall clock): a 2026 call, a
 #        2025 SSE call and a 2025 session on mcp-trio and its floor, on hypercorn and on the embedded h11
-#        server (needs valgrind; about 25 more minutes; CALLGRIND=0 skips it).
+#        server (needs valgrind; about 25 more minutes; CALLGRIND=0 skips it);
+#  11-12. one python-sdk server on its own transport (hypercorn's trio worker, uvicorn) and hosted by
+#        mcp_trio (hypercorn, h11), 2025 then 2026 (bench_hosted.py; about 4 minutes each with RUNS=3); with
+#        valgrind also their instructions per request (13, about 40 more minutes; CALLGRIND=0 skips it).
 # The TypeScript SDK needs Node 22 and the SDK that `bash scripts/test.sh` installs
 # (scripts/install-node-deps.sh); without them its columns are skipped with a note.
 set -euo pipefail
@@ -53,5 +56,13 @@ if [ "${CALLGRIND:-1}" != 0 ] && command -v valgrind > /dev/null; then
         --servers mcp-trio,bare-asgi,mcp-trio-h11,bare-h11 --low 150 --high 750
 else
     echo "== 10-instructions: skipped (CALLGRIND=0, or no valgrind)" | tee "$OUT/10-instructions.txt"
+fi
+run 11-hosted-2025 benchmarks/bench_hosted.py --runs "$RUNS" --json "$OUT/11-hosted-2025.json"
+run 12-hosted-2026 benchmarks/bench_hosted.py --runs "$RUNS" --era 2026 --json "$OUT/12-hosted-2026.json"
+if [ "${CALLGRIND:-1}" != 0 ] && command -v valgrind > /dev/null; then
+    for era in 2026 2025; do
+        PYTHONHASHSEED=0 run "13-hosted-instructions-$era" benchmarks/bench_callgrind.py --era "$era" \
+            --servers sdk-hosted,python-sdk,sdk-hosted-h11,python-sdk-uvicorn --low 100 --high 500
+    done
 fi
 echo "results in $OUT"

@@ -363,7 +363,7 @@ def test_failures_are_explained(capsys: pytest.CaptureFixture[str]) -> None:
         (["resources", "http://127.0.0.1:9/mcp", "--oauth-scope", "x"], "--oauth-scope goes with --oauth"),
         (["serve", "json"], "mcp-trio: expected MODULE:ATTR, got 'json'"),
         (["serve", "json:no_such_name"], "mcp-trio: json:no_such_name: json has no attribute 'no_such_name'"),
-        (["serve", "json:__name__"], "mcp-trio: json:__name__ is neither an MCPServer nor an MCPApp"),
+        (["serve", "json:__name__"], "json:__name__ is neither an MCPServer, an MCPApp nor a python-sdk"),
         ([], "usage: mcp-trio"),
     ],
 )

@@ -25,6 +25,9 @@
    its ``main``) run to their end.  ``EXPECTATIONS`` adds what a page promises of a block (a tool's
    result, what it prints), found by page and a marker string of the block.
 
+   A block that imports the python-sdk (``mcp``, the ``sdk`` extra) is skipped where it is not
+   installed (the run with the lowest dependencies).
+
    A block that cannot run on its own is marked on its page by an HTML comment on the line before its
    fence, which MyST and GitHub do not render::
 
@@ -656,6 +659,7 @@ EXPECTATIONS = [
     Expect("docs/tasks.md", 'on_task_status=lambda task: print("task", task.status)', check=_task_client),
     Expect("docs/tasks.md", "async def build_report", check=_build_report),
     Expect("docs/lifespan.md", "from ticker_app import server", check=_ticker),
+    Expect("docs/hosting.md", "async def forecast", check=_forecast),  # a python-sdk server, hosted
 ]
 
 
@@ -663,6 +667,10 @@ def test_every_expectation_finds_its_block() -> None:
     for expect in EXPECTATIONS:
         found = [sample.id for sample in SAMPLES if expect.matches(sample)]
         assert len(found) == 1, f"{expect.page} / {expect.marker!r}: {found}"
+
+
+SDK_IMPORT = re.compile(r"^\s*(?:from|import)\s+mcp(?:\.|\s)", re.M)
+"""A sample that imports the python-sdk (``docs/hosting.md``)."""
 
 
 def _sample_server(namespace: dict[str, Any]) -> tuple[MCPApp | None, MCPServer | None]:
@@ -699,6 +707,8 @@ async def test_sample(sample: Sample, demo: Demo, monkeypatch: pytest.MonkeyPatc
         body = textwrap.indent(textwrap.dedent(sample.code), "    ")
         compile(f"async def fragment():\n{body}", sample.page, "exec")
         return
+    if SDK_IMPORT.search(sample.code):  # a python-sdk server: the sdk extra (not in the lowest run)
+        pytest.importorskip("mcp", reason="the python-sdk (mcp-trio[sdk]) is not installed")
     for host in ("0.0.0.0", "[::]", "localhost"):
         assert host not in sample.code, f"{sample.id}: samples are run here, so they use 127.0.0.1 only"
     is_server = "MCPServer(" in sample.code or "MCPApp(" in sample.code

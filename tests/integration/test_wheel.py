@@ -30,7 +30,7 @@ from tests.docs.test_readme import QUICK_START
 from mcp_trio import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
-EXTRAS = {"auth", "redis", "otel"}
+EXTRAS = {"auth", "redis", "otel", "sdk"}
 
 
 def run(*cmd: str | Path, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -141,7 +141,10 @@ def test_only_user_extras_are_published(metadata: Message) -> None:
     assert set(metadata.get_all("Provides-Extra")) == EXTRAS
     requires = metadata.get_all("Requires-Dist")
     names = {re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower() for r in requires}
-    assert not names & {"pytest", "mypy", "ruff", "hypothesis", "sphinx", "mcp", "twine", "build"}, names
+    assert not names & {"pytest", "mypy", "ruff", "hypothesis", "sphinx", "twine", "build"}, names
+    # the python-sdk only for the sdk extra (hosting), never for mcp_trio itself
+    sdk = [r for r in requires if re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower() == "mcp"]
+    assert sdk and all(re.search(r"""extra\s*==\s*["']sdk["']""", r) for r in sdk), sdk
     assert "hypercorn==0.18.0" in requires  # the guard's version, exactly (docs/installation.md)
 
 

@@ -66,7 +66,7 @@ def test_python_classifiers_start_at_requires_python() -> None:
 
 
 def test_development_tools_are_groups_not_extras() -> None:
-    assert set(PROJECT["optional-dependencies"]) == {"auth", "redis", "otel"}
+    assert set(PROJECT["optional-dependencies"]) == {"auth", "redis", "otel", "sdk"}
     groups = PYPROJECT["dependency-groups"]
     assert {"dev", "test", "docs", "bench"} <= set(groups)
     assert {"include-group": "test"} in groups["dev"] and {"include-group": "docs"} in groups["dev"]
@@ -91,6 +91,21 @@ def test_every_dependency_is_pinned_to_its_lower_bound_for_the_lowest_run() -> N
     assert pins["hypercorn"] == hypercorn_guard.HYPERCORN_VERSION  # the guard's version, exactly
     assert pins["mcp-types"] == "2.2"
     assert pins["trio"] == "0.32"
+
+
+def test_the_sdk_extra_installs_a_python_sdk_that_hosting_was_tested_with() -> None:
+    """``pip install 'mcp-trio[sdk]'`` gets an ``mcp`` release whose seams mcp_trio fingerprints: any
+    other is refused at run time (UntestedSDK), so the extra allows only tested releases, and every one."""
+    from packaging.requirements import Requirement
+
+    from mcp_trio.sdk._seams import TESTED
+
+    (requirement,) = (Requirement(r) for r in PROJECT["optional-dependencies"]["sdk"])
+    assert requirement.name == "mcp"
+    assert set(requirement.specifier.filter(TESTED)) == set(TESTED)
+    assert lowest_deps.lowest(str(requirement))[1] in TESTED  # the lowest run's pin is a tested one
+    for release in ("2.2.0", "2.3.1", "2.4.0", "3.0.0"):  # its neighbours are refused by pip already
+        assert release in TESTED or release not in requirement.specifier, release
 
 
 def test_the_lowest_run_script_prints_the_constraints() -> None:
