@@ -59,7 +59,7 @@ echo "== install: mcp_trio with its lowest dependencies ($LOWEST)"
 [ -x "$LOWEST/bin/python" ] || python3 -m venv --without-pip "$LOWEST"
 python3 scripts/lowest_deps.py > "$LOWEST/constraints.txt"
 python3 -m pip --python "$LOWEST/bin/python" install --quiet -c "$LOWEST/constraints.txt" \
-    -e '.[auth,redis,otel]' --group test
+    -e '.[auth,redis,otel,sdk]' --group test
 
 # A reverse proxy (nginx), Redis and headless Chromium for the deployment tests; Prometheus for the
 # operations listener's.

@@ -669,10 +669,6 @@ def test_every_expectation_finds_its_block() -> None:
         assert len(found) == 1, f"{expect.page} / {expect.marker!r}: {found}"
 
 
-SDK_IMPORT = re.compile(r"^\s*(?:from|import)\s+mcp(?:\.|\s)", re.M)
-"""A sample that imports the python-sdk (``docs/hosting.md``)."""
-
-
 def _sample_server(namespace: dict[str, Any]) -> tuple[MCPApp | None, MCPServer | None]:
     apps = [value for value in namespace.values() if isinstance(value, MCPApp)]
     servers = [value for value in namespace.values() if isinstance(value, MCPServer)]
@@ -707,8 +703,6 @@ async def test_sample(sample: Sample, demo: Demo, monkeypatch: pytest.MonkeyPatc
         body = textwrap.indent(textwrap.dedent(sample.code), "    ")
         compile(f"async def fragment():\n{body}", sample.page, "exec")
         return
-    if SDK_IMPORT.search(sample.code):  # a python-sdk server: the sdk extra (not in the lowest run)
-        pytest.importorskip("mcp", reason="the python-sdk (mcp-trio[sdk]) is not installed")
     for host in ("0.0.0.0", "[::]", "localhost"):
         assert host not in sample.code, f"{sample.id}: samples are run here, so they use 127.0.0.1 only"
     is_server = "MCPServer(" in sample.code or "MCPApp(" in sample.code
