@@ -59,7 +59,7 @@ echo "== install: mcp_trio with its lowest dependencies ($LOWEST)"
 [ -x "$LOWEST/bin/python" ] || python3 -m venv --without-pip "$LOWEST"
 python3 scripts/lowest_deps.py > "$LOWEST/constraints.txt"
 python3 -m pip --python "$LOWEST/bin/python" install --quiet -c "$LOWEST/constraints.txt" \
-    -e '.[auth,redis,otel,sdk]' --group test
+    -e '.[auth,redis,otel]' --group test
 
 # A reverse proxy (nginx), Redis and headless Chromium for the deployment tests; Prometheus for the
 # operations listener's.
@@ -118,5 +118,8 @@ if [ $# -eq 0 ]; then
     # name that newer pytest releases deprecate, which filterwarnings=error turns into a load error)
     "$LOWEST/bin/python" -m pytest -q -p no:cacheprovider -p no:benchmark -p no:anyio -n 2 --dist loadfile \
         tests/protocol tests/server tests/client tests/docs tests/test_cli_offline.py tests/test_cli_origins.py \
-        --ignore=tests/client/test_client_interop.py --ignore=tests/client/test_conformance_client.py
+        --ignore=tests/client/test_client_interop.py --ignore=tests/client/test_conformance_client.py \
+        -k "not hosting.md"
+    # (not here: the python-sdk and what needs it. mcp 2.3.0, the sdk extra's release, pins mcp-types
+    # 2.3.0, above the lowest mcp-types mcp_trio itself takes; the sdk extra is tested in the main passes)
 fi
