@@ -114,12 +114,13 @@ if [ $# -eq 0 ]; then
     # its lowest allowed version: a lower bound in pyproject.toml is one the tests pass with.
     mapfile -t pins < "$LOWEST/constraints.txt"
     echo "== pytest (the quick tests, lowest dependencies: ${pins[*]})"
+    # (-k "not hosting.md": the python-sdk is not installed here. mcp 2.3.0, the release of the sdk
+    # extra, pins mcp-types 2.3.0, above the lowest mcp-types mcp_trio itself takes; the main passes test
+    # the sdk extra.)
     # (-p no:anyio: AnyIO's pytest plugin, unused here, is the release trio 0.32 allows, and it imports a
     # name that newer pytest releases deprecate, which filterwarnings=error turns into a load error)
     "$LOWEST/bin/python" -m pytest -q -p no:cacheprovider -p no:benchmark -p no:anyio -n 2 --dist loadfile \
         tests/protocol tests/server tests/client tests/docs tests/test_cli_offline.py tests/test_cli_origins.py \
         --ignore=tests/client/test_client_interop.py --ignore=tests/client/test_conformance_client.py \
         -k "not hosting.md"
-    # (not here: the python-sdk and what needs it. mcp 2.3.0, the sdk extra's release, pins mcp-types
-    # 2.3.0, above the lowest mcp-types mcp_trio itself takes; the sdk extra is tested in the main passes)
 fi
