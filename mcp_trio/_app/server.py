@@ -55,6 +55,19 @@ class Initialized:
     nothing for an :class:`MCPServer`): the session holds it as its ``hosted`` attribute."""
 
 
+def client_declared(request: mt.InitializeRequestParams) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What an accepted ``initialize`` says of the client (its info, its capabilities) as the JSON a
+    session and its record keep; -32602 when that cannot be serialized back (nested deeper than
+    pydantic serializes, say)."""
+    try:
+        client_info = request.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
+        capabilities = request.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
+        jsonrpc.encode({"i": client_info, "c": capabilities})
+    except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
+        raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
+    return client_info, capabilities
+
+
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
@@ -333,13 +346,9 @@ class MCPServer(CoreHandlers, Generic[LifespanT]):
         cannot be serialized back, such as nesting deeper than pydantic serializes)."""
         try:
             request = mt.InitializeRequestParams.model_validate(params or {})
-            client_info = request.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
-            capabilities = request.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
-            jsonrpc.encode({"i": client_info, "c": capabilities})
         except pydantic.ValidationError as exc:
             raise RPCError(mt.INVALID_PARAMS, f"Invalid params: {first_error(exc)}") from exc
-        except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
-            raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
+        client_info, capabilities = client_declared(request)
         revision = versions.negotiate(request.protocol_version)
         result: dict[str, Any] = {
             "protocolVersion": revision.name,

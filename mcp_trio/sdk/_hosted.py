@@ -21,7 +21,6 @@ import anyio
 import mcp_types as mt
 import mcp_types.methods as mtm
 import pydantic
-import pydantic_core
 import trio
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
@@ -38,7 +37,7 @@ from .._app.context import LOG_LEVELS, Context
 from .._app.failures import Failures
 from .._app.lifespan import Lifespan
 from .._app.principal import principal_identity
-from .._app.server import MAX_URI_LENGTH, Initialized
+from .._app.server import MAX_URI_LENGTH, Initialized, client_declared
 from .._observe.telemetry import HTTP, PIPE, WEBSOCKET, Telemetry
 from .._protocol import versions
 from .._protocol.modern import header_parameters
@@ -174,14 +173,7 @@ class HostedServer:
         revision = versions.revision(str(result.get("protocolVersion")))
         if client is None or revision is None or revision.modern:  # pragma: no cover - the SDK negotiated
             raise RPCError(mt.INTERNAL_ERROR, "Internal error: the server negotiated no 2025 revision")
-        from .._protocol.jsonrpc import encode
-
-        try:  # kept on the session (and its record): refused as MCPServer.initialize refuses them
-            client_info = client.client_info.model_dump(by_alias=True, exclude_none=True, mode="json")
-            capabilities = client.capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
-            encode({"i": client_info, "c": capabilities})
-        except (ValueError, RecursionError, pydantic_core.PydanticSerializationError) as exc:
-            raise RPCError(mt.INVALID_PARAMS, "Invalid params: clientInfo or capabilities unusable") from exc
+        client_info, capabilities = client_declared(client)  # kept on the session, as MCPServer keeps them
         return Initialized(revision, client_info, capabilities, result, kernel)
 
     def notified(
