@@ -152,6 +152,8 @@ async def answer(client: MCPClient, method: str, params: dict[str, Any]) -> Answ
         if stream.status_code != 200:
             body = await stream.response.aread()
             return stream.status_code, [{"body": body.decode(errors="replace")}]
+        if method == "initialize":
+            client.session_id = stream.response.headers.get("mcp-session-id")
         messages = []
         while (found := await stream.next_message()) is not None:
             messages.append(found)
