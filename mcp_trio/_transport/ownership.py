@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Literal, Protocol
 
 import trio
 
 from .._app.principal import PrincipalKeys, principal_identity
 from .._protocol import http, sse
-from .._protocol.admission import handing_over, lives_elsewhere
+from .._protocol.admission import handing_over, lives_elsewhere, unconfirmed
 from .._protocol.cluster import Peek, SessionRecord, encode_session_record, session_owner
 from .._protocol.session import GET_STREAM, Outgoing, SessionEvent, SessionState, transition
 from .._protocol.versions import revision
@@ -47,6 +47,10 @@ logger = logging.getLogger(__name__)
 
 _POLL = 0.1
 """Seconds between two looks at a session being handed over."""
+
+
+Confirmed = Literal["mine", "lost", "unavailable", "outage"]
+"""Whether a session's lease is still this worker's (see :meth:`SessionLink.confirm_session`)."""
 
 
 class SessionLink(WorkerLink, Protocol):
@@ -69,6 +73,12 @@ class SessionLink(WorkerLink, Protocol):
     async def take_session(self, peek: Peek) -> bool: ...
 
     async def release_session(self, session_id: str, record: bytes) -> bool: ...
+
+    def must_confirm(self, session_id: str) -> bool: ...
+
+    async def confirm_session(self, session_id: str) -> Confirmed: ...
+
+    def epoch_of(self, session_id: str) -> int | None: ...
 
 
 def record_of(session: Session) -> bytes:
@@ -157,7 +167,7 @@ class Ownership:
             raise http.session_not_found()
         session = await self._here(session_id)
         if session is not None:
-            return session
+            return self._serving(session)
         http.check_protocol_version(facts)
         if answers is not None and answers == RELEASE_BODY:
             raise http.session_not_found()  # never from a client
@@ -175,14 +185,14 @@ class Ownership:
                 raise http.session_not_found()
             session = await self._here(session_id)  # adopted by another request meanwhile
             if session is not None:
-                return session
+                return self._serving(session)
             if peek.state == "taken":
                 if self.manager.refusing:
                     raise handing_over()
                 adopting = self._adopting[session_id] = trio.Event()
                 try:
                     if await self.link.take_session(peek):
-                        return await self._adopt(session_id, record, principal, address)
+                        return self._serving(await self._adopt(session_id, record, principal, address))
                 finally:
                     del self._adopting[session_id]
                     adopting.set()
@@ -212,6 +222,22 @@ class Ownership:
         session = self.manager.get(session_id)
         if session is not None and session.moving:
             raise handing_over()
+        if session is not None and self.link.must_confirm(session_id):
+            # This worker may have been paused, or cut off from Redis, long enough for another worker
+            # to adopt the session: nothing is served from this copy before its lease is confirmed
+            # (while Redis is down, sessions are served where they are: none can be adopted then).
+            confirmed = await self.link.confirm_session(session_id)
+            if confirmed == "unavailable":
+                raise unconfirmed()
+            session = self.manager.get(session_id)  # None if lost (let go) or ended meanwhile
+        return session
+
+    def _serving(self, session: Session) -> Session:
+        """``session`` is served here now, under its current epoch (logged at DEBUG)."""
+        if logger.isEnabledFor(logging.DEBUG):
+            epoch = self.link.epoch_of(session.session_id) or 0
+            extra = {"mcp_session": session.session_id, "mcp_epoch": epoch, "mcp_worker": self.worker}
+            logger.debug("serving session %s under epoch %d", session.session_id, epoch, extra=extra)
         return session
 
     async def _adopt(
