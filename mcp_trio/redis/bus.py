@@ -147,7 +147,8 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
         ``forward_unavailable``) and what its inbox got (``inbox_received``, ``inbox_delivered``,
         ``inbox_dropped``, ``inbox_malformed``, ``inbox_forged``) and what it did with sessions of
         other workers and its own (``sessions_recorded`` in Redis, ``adopted``, ``released``,
-        ``lost``, ``records_forged``, ``adopt_unknown``, ``adopt_unavailable``, and ``draining``)."""
+        ``lost``, ``records_forged``, ``heartbeats_forged``, ``adopt_unknown``, ``adopt_unavailable``,
+        ``confirmed``, ``confirm_lost``, ``heartbeats_changed``, and ``draining``)."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
