@@ -204,6 +204,7 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
 
     def _disconnected(self) -> None:
         self._discard_outbox()
+        self._link_lost()
 
     async def _connect_and_serve(self) -> bool:
         """One connection, until it fails (never raises but cancellation); whether it got connected."""

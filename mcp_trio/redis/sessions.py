@@ -117,6 +117,10 @@ class SessionLeases:
         self._fresh_until = float("-inf")
         """Until when (monotonic) the last renewal of the heartbeat makes this worker's leases sure."""
         self._lapsed = True
+        self._outage_safe = True
+        """Whether the link to Redis went down while this worker's leases were sure (a Redis that
+        stopped: no worker can take a session until it is back) rather than after they had lapsed (a
+        worker that finds its connection gone after a pause: another may have taken them)."""
         self._beats: deque[bytes] = deque(maxlen=4)
         """The last heartbeats this worker wrote (another value found in their place: someone else
         wrote it, or it expired)."""
@@ -241,14 +245,15 @@ class SessionLeases:
     async def confirm_session(self, session_id: str) -> Confirmed:
         """Whether the lease of ``session_id`` is still this worker's (``mine``: its heartbeat is
         renewed in the same step), another's (``lost``: this worker lets the session go), or cannot be
-        told now: ``outage`` while this worker's link to Redis is down (no worker can take a session
-        then), ``unavailable`` if the link is up but Redis did not answer (not served meanwhile)."""
+        told now: ``outage`` while this worker's link to Redis is down and went down while its leases
+        were sure (no worker can take a session then), ``unavailable`` otherwise (not served
+        meanwhile)."""
         held = self._held.get(session_id)
         client = self._live
         if held is None:
             return "lost"
         if client is None or self._state != "connected" or self.worker_id is None:
-            return "outage"
+            return "outage" if self._outage_safe else "unavailable"
         term = self._term
         started = trio.current_time()
         beat = self._heartbeat_value(time.time())
@@ -272,6 +277,10 @@ class SessionLeases:
         if session_id in self._held and self._term == term:
             self._confirmed[session_id] = term
         return "mine"
+
+    def _link_lost(self) -> None:
+        """The link's connection is gone (the bus calls it)."""
+        self._outage_safe = trio.current_time() < self._fresh_until
 
     def _beat_ttl_ms(self) -> int:
         return max(1, int(self.heartbeat_ttl * 1000))
