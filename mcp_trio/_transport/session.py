@@ -16,6 +16,8 @@ import mcp_types as mt
 import trio
 
 from .._observe.telemetry import HTTP
+from .._protocol.custody import ENDING, Custody, CustodyEvent
+from .._protocol.custody import transition as custody_transition
 from .._protocol.session import (
     CUT,
     END,
@@ -67,8 +69,8 @@ class Session(SessionPeer):
     # fmt: off
     __slots__ = (
         "_busy", "_closed", "_config", "_created", "_early", "_ended", "_exchanges", "_idle_since",
-        "_inflight", "_manager", "_nursery", "_parked", "_store", "closing", "expiry", "moved", "moving",
-        "owner", "principal", "quota", "revision", "server", "session_id", "state", "streams",
+        "_inflight", "_manager", "_nursery", "_parked", "_store", "custody", "expiry", "owner",
+        "principal", "quota", "revision", "server", "session_id", "state", "streams",
     )
     # fmt: on
     """Slots: an idle session is mostly this object (a ``__dict__`` of this many attributes alone is
@@ -81,11 +83,9 @@ class Session(SessionPeer):
         self.session_id = session_id
         self.revision = revision
         self.state = SessionState.INITIALIZING
-        self.closing = False
-        self.moving = False
-        """Being handed over to another worker: its requests are told to come back (503)."""
-        self.moved = False
-        """Handed over: its end leaves its record and events to the worker that adopts it."""
+        self.custody = Custody.SERVING
+        """Whether it is this worker's, being handed over, or ending (and what its end leaves in Redis):
+        changed only by :func:`~mcp_trio._protocol.custody.transition`."""
         self._closed: trio.Event | None = None
         self._ended = False
         self._manager = manager
@@ -145,12 +145,12 @@ class Session(SessionPeer):
                         nursery.start_soon(fn, *args, name=name)
                     task_status.started()
                     await self._until_closed()
-                    self.closing = True  # before the nursery can close: no new task is offered to it
+                    self._ends()  # before the nursery can close: no new task is offered to it
                     nursery.cancel_scope.cancel()
         finally:
             if clock is not None:
                 clock.end(self.protocol_version)
-            self.closing = True
+            self._ends()
             self._manager.server.detach(self)
             self.state = transition(self.state, SessionEvent.CLOSE)
             for stream in self.streams.streams.values():
@@ -168,7 +168,7 @@ class Session(SessionPeer):
         stuck on a client that stopped reading is cut rather than waited for.  A session with no task
         is not cancelled: its own task is woken and ends it (cheaper than delivering ``Cancelled``); a
         task started after that is cancelled then."""
-        self.closing = True
+        self._ends()
         nursery = self._nursery
         if nursery is not None and nursery.child_tasks:
             nursery.cancel_scope.cancel()
@@ -178,6 +178,14 @@ class Session(SessionPeer):
         for exchange in self._exchanges:
             if exchange.guard is not None:
                 exchange.guard.abort()
+
+    def _ends(self) -> None:
+        self.custody = custody_transition(self.custody, CustodyEvent.CLOSE)
+
+    @property
+    def closing(self) -> bool:  # type: ignore[override]  # read-only: nothing writes it through a peer
+        """Ending here (closed, handed over or lost): it takes no new work."""
+        return self.custody in ENDING
 
     @property
     def closed(self) -> trio.Event:
