@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from .._protocol.custody import Custody
+from .._protocol.custody import ENDING, Custody
 from .._protocol.session import END, Outgoing
 from .._protocol.versions import Revision
 from .._runtime.containment import contained
@@ -246,7 +246,7 @@ class SessionManager:
     def get(self, session_id: str) -> Session | None:
         """The session, unless it is ending here (its requests are not its any more)."""
         session = self._sessions.get(session_id)
-        return None if session is None or session.closing else session
+        return None if session is None or session.custody in ENDING else session
 
     def registered(self, session_id: str) -> Session | None:
         """The session, even while it ends (until its task's ``finally`` forgets it)."""

@@ -333,7 +333,7 @@ class Session(SessionPeer):
     def notify_nowait(self, message: dict[str, Any]) -> None:
         """A server notification (from the notification bus): queued on the GET stream now; stored with
         ``store_nowait`` when the event store has one, else by a task of the session."""
-        if self.closing or message.get("method") == "notifications/tasks":  # for listen streams only
+        if self.custody in ENDING or message.get("method") == "notifications/tasks":  # listen streams only
             return
         event = self._route(message, None)
         if self._store is not None:
