@@ -16,8 +16,7 @@ import mcp_types as mt
 import trio
 
 from .._observe.telemetry import HTTP
-from .._protocol.custody import ENDING, Custody, CustodyEvent
-from .._protocol.custody import transition as custody_transition
+from .._protocol import custody
 from .._protocol.session import (
     CUT,
     END,
@@ -83,9 +82,7 @@ class Session(SessionPeer):
         self.session_id = session_id
         self.revision = revision
         self.state = SessionState.INITIALIZING
-        self.custody = Custody.SERVING
-        """Whether it is this worker's, being handed over, or ending (and what its end leaves in Redis):
-        changed only by :func:`~mcp_trio._protocol.custody.transition`."""
+        self.custody = custody.Custody.SERVING  # changed only by the table: custody.transition
         self._closed: trio.Event | None = None
         self._ended = False
         self._manager = manager
@@ -144,13 +141,12 @@ class Session(SessionPeer):
                     for fn, args, name in early or ():
                         nursery.start_soon(fn, *args, name=name)
                     task_status.started()
-                    await self._until_closed()
-                    self._ends()  # before the nursery can close: no new task is offered to it
+                    await self._until_closed()  # closed: no new task is offered to the nursery
                     nursery.cancel_scope.cancel()
         finally:
             if clock is not None:
                 clock.end(self.protocol_version)
-            self._ends()
+            self.custody = custody.transition(self.custody, custody.CustodyEvent.CLOSE)
             self._manager.server.detach(self)
             self.state = transition(self.state, SessionEvent.CLOSE)
             for stream in self.streams.streams.values():
@@ -168,7 +164,7 @@ class Session(SessionPeer):
         stuck on a client that stopped reading is cut rather than waited for.  A session with no task
         is not cancelled: its own task is woken and ends it (cheaper than delivering ``Cancelled``); a
         task started after that is cancelled then."""
-        self._ends()
+        self.custody = custody.transition(self.custody, custody.CustodyEvent.CLOSE)
         nursery = self._nursery
         if nursery is not None and nursery.child_tasks:
             nursery.cancel_scope.cancel()
@@ -179,13 +175,9 @@ class Session(SessionPeer):
             if exchange.guard is not None:
                 exchange.guard.abort()
 
-    def _ends(self) -> None:
-        self.custody = custody_transition(self.custody, CustodyEvent.CLOSE)
-
     @property
     def closing(self) -> bool:  # type: ignore[override]  # read-only: nothing writes it through a peer
-        """Ending here (closed, handed over or lost): it takes no new work."""
-        return self.custody in ENDING
+        return self.custody in custody.ENDING  # ending here (closed, handed over or lost): no new work
 
     @property
     def closed(self) -> trio.Event:
@@ -333,7 +325,7 @@ class Session(SessionPeer):
     def notify_nowait(self, message: dict[str, Any]) -> None:
         """A server notification (from the notification bus): queued on the GET stream now; stored with
         ``store_nowait`` when the event store has one, else by a task of the session."""
-        if self.custody in ENDING or message.get("method") == "notifications/tasks":  # listen streams only
+        if self.custody in custody.ENDING or message.get("method") == "notifications/tasks":  # listen-only
             return
         event = self._route(message, None)
         if self._store is not None:
