@@ -67,9 +67,9 @@ class Session(SessionPeer):
 
     # fmt: off
     __slots__ = (
-        "_busy", "_closed", "_config", "_created", "_early", "_ended", "_exchanges", "_idle_since",
-        "_inflight", "_manager", "_nursery", "_parked", "_store", "custody", "expiry", "owner",
-        "principal", "quota", "revision", "server", "session_id", "state", "streams",
+        "_busy", "_closed", "_config", "_created", "_early", "_exchanges", "_idle_since", "_inflight",
+        "_manager", "_nursery", "_parked", "_store", "custody", "expiry", "owner", "principal", "quota",
+        "revision", "server", "session_id", "state", "streams",
     )
     # fmt: on
     """Slots: an idle session is mostly this object (a ``__dict__`` of this many attributes alone is
@@ -84,7 +84,6 @@ class Session(SessionPeer):
         self.state = SessionState.INITIALIZING
         self.custody = custody.Custody.SERVING  # changed only by the table: custody.transition
         self._closed: trio.Event | None = None
-        self._ended = False
         self._manager = manager
         self.server = manager.server
         self._config = manager.config
@@ -153,7 +152,6 @@ class Session(SessionPeer):
                 self._manager.undefer(stream)
                 stream.detach_current()
             self._manager.forget(self)
-            self._ended = True
             if self._closed is not None:
                 self._closed.set()
             if self._store is not None:
@@ -185,7 +183,7 @@ class Session(SessionPeer):
         event = self._closed
         if event is None:
             event = self._closed = trio.Event()
-            if self._ended:
+            if self.state is SessionState.CLOSED:  # ended (its ``finally`` sets it, then the event, at once)
                 event.set()
         return event
 
