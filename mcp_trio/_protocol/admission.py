@@ -36,6 +36,7 @@ __all__ = [
     "refuse_modern",
     "shutdown_answer",
     "shutting_down",
+    "unconfirmed",
 ]
 
 SHUTTING_DOWN_CODE = mt.CONNECTION_CLOSED
@@ -213,6 +214,18 @@ def shutdown_answer(request_id: mt.RequestId) -> dict[str, Any]:
     -32000 ``Server shutting down``, sent on the request's own stream before that stream ends."""
     error = {"code": SHUTTING_DOWN_CODE, "message": SHUTTING_DOWN}
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def unconfirmed() -> RemoteProtocolError:
+    """503 with ``Retry-After`` for a request of a session this worker cannot confirm it still owns
+    (its lease in Redis could not be checked after its heartbeat lapsed): not served from a copy that
+    may be stale."""
+    return RemoteProtocolError(
+        "Service Unavailable: this worker cannot confirm it still has this session; retry",
+        http_status=503,
+        code=mt.INTERNAL_ERROR,
+        headers=(("retry-after", "1"),),
+    )
 
 
 def lives_elsewhere(worker: str) -> RemoteProtocolError:

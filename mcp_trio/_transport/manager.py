@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from .._protocol.custody import ENDING, Custody
 from .._protocol.session import END, Outgoing
 from .._protocol.versions import Revision
 from .._runtime.containment import contained
@@ -243,8 +244,13 @@ class SessionManager:
             self._nursery.start_soon(fn, session)
 
     def get(self, session_id: str) -> Session | None:
+        """The session, unless it is ending here (its requests are not its any more)."""
         session = self._sessions.get(session_id)
-        return None if session is None or session.closing else session
+        return None if session is None or session.custody in ENDING else session
+
+    def registered(self, session_id: str) -> Session | None:
+        """The session, even while it ends (until its task's ``finally`` forgets it)."""
+        return self._sessions.get(session_id)
 
     def forget(self, session: Session) -> None:
         self._sessions.remove(session)
@@ -300,7 +306,7 @@ class SessionManager:
         store = self.event_store
         if store is None:
             return
-        if session.moved:
+        if session.custody is not Custody.CLOSING:  # handed over, or lost: another worker's
             release = getattr(store, "release", None)
             if release is not None:
                 release(session.session_id)

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Literal, Protocol
 
 import trio
 
 from .._app.principal import PrincipalKeys, principal_identity
 from .._protocol import http, sse
-from .._protocol.admission import handing_over, lives_elsewhere
+from .._protocol.admission import handing_over, lives_elsewhere, unconfirmed
 from .._protocol.cluster import Peek, SessionRecord, encode_session_record, session_owner
+from .._protocol.custody import RECORDED, Custody, CustodyEvent
+from .._protocol.custody import transition as custody_transition
 from .._protocol.session import GET_STREAM, Outgoing, SessionEvent, SessionState, transition
 from .._protocol.versions import revision
 from .config import DRAIN_DELAY, ServerConfig
@@ -47,6 +49,10 @@ logger = logging.getLogger(__name__)
 
 _POLL = 0.1
 """Seconds between two looks at a session being handed over."""
+
+
+Confirmed = Literal["mine", "lost", "unavailable", "outage"]
+"""Whether a session's lease is still this worker's (see :meth:`SessionLink.confirm_session`)."""
 
 
 class SessionLink(WorkerLink, Protocol):
@@ -69,6 +75,12 @@ class SessionLink(WorkerLink, Protocol):
     async def take_session(self, peek: Peek) -> bool: ...
 
     async def release_session(self, session_id: str, record: bytes) -> bool: ...
+
+    def must_confirm(self, session_id: str) -> bool: ...
+
+    async def confirm_session(self, session_id: str) -> Confirmed: ...
+
+    def epoch_of(self, session_id: str) -> int | None: ...
 
 
 def record_of(session: Session) -> bytes:
@@ -123,19 +135,19 @@ class Ownership:
 
     def _record(self, session: SessionPeer) -> None:
         assert isinstance(session, Session)
-        if session.moved or session.closing:
+        if session.custody not in RECORDED:  # its last record is the hand-over's, or another worker's
             return
         self.link.session_recorded(session.session_id, record_of(session))
 
     def _forget(self, session: Session) -> None:
         self.link.session_closed(session.session_id)
-        if not session.moved:
+        if session.custody is Custody.CLOSING:  # not handed over or lost: its record goes
             self.link.session_dropped(session.session_id)
 
     def _lost(self, session_id: str) -> None:
-        session = self.manager.get(session_id)
+        session = self.manager.registered(session_id)  # ending here too
         if session is not None:
-            session.moved = True  # its record and events are the new owner's
+            session.custody = custody_transition(session.custody, CustodyEvent.LOSE)  # the new owner's
             session.close()
 
     # -- a request for a session this worker does not have -----------------------------------------
@@ -157,7 +169,7 @@ class Ownership:
             raise http.session_not_found()
         session = await self._here(session_id)
         if session is not None:
-            return session
+            return self._serving(session)
         http.check_protocol_version(facts)
         if answers is not None and answers == RELEASE_BODY:
             raise http.session_not_found()  # never from a client
@@ -175,14 +187,14 @@ class Ownership:
                 raise http.session_not_found()
             session = await self._here(session_id)  # adopted by another request meanwhile
             if session is not None:
-                return session
+                return self._serving(session)
             if peek.state == "taken":
                 if self.manager.refusing:
                     raise handing_over()
                 adopting = self._adopting[session_id] = trio.Event()
                 try:
                     if await self.link.take_session(peek):
-                        return await self._adopt(session_id, record, principal, address)
+                        return self._serving(await self._adopt(session_id, record, principal, address))
                 finally:
                     del self._adopting[session_id]
                     adopting.set()
@@ -210,8 +222,24 @@ class Ownership:
         if adopting is not None:
             await adopting.wait()
         session = self.manager.get(session_id)
-        if session is not None and session.moving:
+        if session is not None and session.custody is not Custody.SERVING:  # being handed over
             raise handing_over()
+        if session is not None and self.link.must_confirm(session_id):
+            # This worker may have been paused, or cut off from Redis, long enough for another worker
+            # to adopt the session: nothing is served from this copy before its lease is confirmed
+            # (while Redis is down, sessions are served where they are: none can be adopted then).
+            confirmed = await self.link.confirm_session(session_id)
+            if confirmed == "unavailable":
+                raise unconfirmed()
+            session = self.manager.get(session_id)  # None if lost (let go) or ended meanwhile
+        return session
+
+    def _serving(self, session: Session) -> Session:
+        """``session`` is served here now, under its current epoch (logged at DEBUG)."""
+        if logger.isEnabledFor(logging.DEBUG):
+            epoch = self.link.epoch_of(session.session_id) or 0
+            extra = {"mcp_session": session.session_id, "mcp_epoch": epoch, "mcp_worker": self.worker}
+            logger.debug("serving session %s under epoch %d", session.session_id, epoch, extra=extra)
         return session
 
     async def _adopt(
@@ -251,21 +279,23 @@ class Ownership:
 
     def _release_asked(self, session: Session) -> None:
         """The session's home asks for it back (through this worker's inbox)."""
-        if not session.moving and not session.closing:
+        if session.custody is Custody.SERVING:
             self.manager.spawn(self.hand_over, session)
 
     async def hand_over(self, session: Session) -> None:
         """Hand ``session`` over to whichever worker gets its next request."""
-        if session.moving or session.closing:
+        if session.custody is not Custody.SERVING:  # handed over, or ending, already
             return
-        session.moving = True
+        session.custody = custody_transition(session.custody, CustodyEvent.HAND_OVER)
         await session.settle(self.config.shutdown_grace)  # finished, or answered -32000 (kept as events)
         store = self.manager.event_store
         flush = getattr(store, "flush", None)
         if flush is not None:
             await flush(self.config.shutdown_grace)
+        if session.custody is Custody.LOST:  # another worker took it meanwhile: nothing to give up
+            return
         record = record_of(session)
-        session.moved = True  # from here, its end leaves its record and events in Redis
+        session.custody = custody_transition(session.custody, CustodyEvent.RELEASE)  # no record from here
         with trio.CancelScope(shield=True), trio.move_on_after(self.config.shutdown_grace):
             released = await self.link.release_session(session.session_id, record)
             if not released:

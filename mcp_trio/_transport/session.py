@@ -16,6 +16,7 @@ import mcp_types as mt
 import trio
 
 from .._observe.telemetry import HTTP
+from .._protocol import custody
 from .._protocol.session import (
     CUT,
     END,
@@ -66,9 +67,9 @@ class Session(SessionPeer):
 
     # fmt: off
     __slots__ = (
-        "_busy", "_closed", "_config", "_created", "_early", "_ended", "_exchanges", "_idle_since",
-        "_inflight", "_manager", "_nursery", "_parked", "_store", "closing", "expiry", "moved", "moving",
-        "owner", "principal", "quota", "revision", "server", "session_id", "state", "streams",
+        "_busy", "_closed", "_config", "_created", "_early", "_exchanges", "_idle_since", "_inflight",
+        "_manager", "_nursery", "_parked", "_store", "custody", "expiry", "owner", "principal", "quota",
+        "revision", "server", "session_id", "state", "streams",
     )
     # fmt: on
     """Slots: an idle session is mostly this object (a ``__dict__`` of this many attributes alone is
@@ -81,13 +82,8 @@ class Session(SessionPeer):
         self.session_id = session_id
         self.revision = revision
         self.state = SessionState.INITIALIZING
-        self.closing = False
-        self.moving = False
-        """Being handed over to another worker: its requests are told to come back (503)."""
-        self.moved = False
-        """Handed over: its end leaves its record and events to the worker that adopts it."""
+        self.custody = custody.Custody.SERVING  # changed only by the table: custody.transition
         self._closed: trio.Event | None = None
-        self._ended = False
         self._manager = manager
         self.server = manager.server
         self._config = manager.config
@@ -144,20 +140,18 @@ class Session(SessionPeer):
                     for fn, args, name in early or ():
                         nursery.start_soon(fn, *args, name=name)
                     task_status.started()
-                    await self._until_closed()
-                    self.closing = True  # before the nursery can close: no new task is offered to it
+                    await self._until_closed()  # closed: no new task is offered to the nursery
                     nursery.cancel_scope.cancel()
         finally:
             if clock is not None:
                 clock.end(self.protocol_version)
-            self.closing = True
+            self.custody = custody.transition(self.custody, custody.CustodyEvent.CLOSE)
             self._manager.server.detach(self)
             self.state = transition(self.state, SessionEvent.CLOSE)
             for stream in self.streams.streams.values():
                 self._manager.undefer(stream)
                 stream.detach_current()
             self._manager.forget(self)
-            self._ended = True
             if self._closed is not None:
                 self._closed.set()
             if self._store is not None:
@@ -168,7 +162,7 @@ class Session(SessionPeer):
         stuck on a client that stopped reading is cut rather than waited for.  A session with no task
         is not cancelled: its own task is woken and ends it (cheaper than delivering ``Cancelled``); a
         task started after that is cancelled then."""
-        self.closing = True
+        self.custody = custody.transition(self.custody, custody.CustodyEvent.CLOSE)
         nursery = self._nursery
         if nursery is not None and nursery.child_tasks:
             nursery.cancel_scope.cancel()
@@ -180,12 +174,16 @@ class Session(SessionPeer):
                 exchange.guard.abort()
 
     @property
+    def closing(self) -> bool:  # type: ignore[override]  # read-only: nothing writes it through a peer
+        return self.custody in custody.ENDING  # ending here (closed, handed over or lost): no new work
+
+    @property
     def closed(self) -> trio.Event:
         """Set once the session has ended (made when first asked for: an idle session keeps none)."""
         event = self._closed
         if event is None:
             event = self._closed = trio.Event()
-            if self._ended:
+            if self.state is SessionState.CLOSED:  # ended (its ``finally`` sets it, then the event, at once)
                 event.set()
         return event
 
@@ -325,7 +323,7 @@ class Session(SessionPeer):
     def notify_nowait(self, message: dict[str, Any]) -> None:
         """A server notification (from the notification bus): queued on the GET stream now; stored with
         ``store_nowait`` when the event store has one, else by a task of the session."""
-        if self.closing or message.get("method") == "notifications/tasks":  # for listen streams only
+        if self.custody in custody.ENDING or message.get("method") == "notifications/tasks":  # listen-only
             return
         event = self._route(message, None)
         if self._store is not None:

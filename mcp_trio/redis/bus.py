@@ -147,7 +147,8 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
         ``forward_unavailable``) and what its inbox got (``inbox_received``, ``inbox_delivered``,
         ``inbox_dropped``, ``inbox_malformed``, ``inbox_forged``) and what it did with sessions of
         other workers and its own (``sessions_recorded`` in Redis, ``adopted``, ``released``,
-        ``lost``, ``records_forged``, ``adopt_unknown``, ``adopt_unavailable``, and ``draining``)."""
+        ``lost``, ``records_forged``, ``heartbeats_forged``, ``adopt_unknown``, ``adopt_unavailable``,
+        ``confirmed``, ``confirm_lost``, ``heartbeats_changed``, and ``draining``)."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
@@ -203,6 +204,7 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
 
     def _disconnected(self) -> None:
         self._discard_outbox()
+        self._link_lost()
 
     async def _connect_and_serve(self) -> bool:
         """One connection, until it fails (never raises but cancellation); whether it got connected."""

@@ -1,103 +1,79 @@
 """The 2025 sessions a worker keeps in Redis so that another worker can adopt them: their signed
-records and their leases.
+records, their signed leases and their epochs (fencing tokens).
 
 :class:`SessionLeases` is part of :class:`~mcp_trio.redis.RedisNotificationBus` (with
 :class:`~mcp_trio.redis.workers.WorkerLink`, once the bus links a worker).  Each live session of this
 worker has a record (``<prefix>:session:<tag>``: what ``initialize`` agreed, its log level and
-subscriptions, its owner key; signed by the key ring for its key) and a lease (``<prefix>:lease:<tag>``
-= ``"<worker id> <instance id>"``), both expiring ``session_ttl`` after they were last written or
-refreshed.  A lease is valid while the instance it names beats (its heartbeat key holds its instance
-id; ``"<instance id> draining"`` while it hands its sessions over): a worker adopts a session whose
-lease is absent or names an instance that no longer beats, atomically (a Lua script), so that one
-worker's nursery owns a session at a time.
+subscriptions, its owner key) and a lease (``<prefix>:lease:<tag>``: the session's epoch, held by this
+worker instance), both signed by the key ring (see ``_protocol.cluster.leases``) and both expiring
+``session_ttl`` after they were last written or refreshed.
+
+A lease is valid while the instance it names beats (its signed heartbeat, see ``workers``).  A worker
+adopts a session whose lease is free (handed over) or names an instance seen not beating twice, a
+heartbeat interval apart, the second time in the same Lua script that takes the lease (so an owner
+that beats again meanwhile keeps it); taking it raises the epoch by one and writes the record again
+under the new epoch.  Every later write of the owner compares its lease, epoch included, with what
+Redis holds, so a write of an older owner is refused and that owner lets the session go.  An owner
+whose heartbeat may have lapsed (its last renewal older than a fraction of the heartbeat TTL, on the
+monotonic clock: a long pause, a lost connection) or was found changed by someone else confirms a
+session's lease before it serves the session again (:meth:`SessionLeases.must_confirm`,
+:meth:`SessionLeases.confirm_session`).
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
 from .._protocol.cluster import (
     SESSION_TAG,
-    Adoption,
     ClusterKeys,
+    ForgedMessage,
+    Lease,
     Peek,
+    SessionRecord,
+    heartbeat_key,
     lease_key,
+    open_heartbeat,
+    open_lease,
     open_session_record,
     record_key,
+    seal_heartbeat,
+    seal_lease,
     seal_session_record,
 )
 from .connection import State, as_bytes, leaf_of, logger
+from .leasescripts import CHUNK, CONFIRM, DROP, FRESH, PEEK, PUT, REFRESH, RELEASE, TAKE
 
 if TYPE_CHECKING:
     import coredis
 
-__all__ = ["SessionLeases"]
+__all__ = ["Claim", "Confirmed", "SessionLeases"]
 
-_PEEK = """
-local record = redis.call('GET', KEYS[1])
-if not record then return {0} end
-local cur = redis.call('GET', KEYS[2])
-if cur and cur ~= ARGV[1] then
-  local w, inst = string.match(cur, '^([%w_-]+) ([%w_.-]+)$')
-  if w then
-    local hb = redis.call('GET', ARGV[2] .. ':worker:' .. w)
-    if hb == inst then return {-1, record, w} end
-    if hb == inst .. ' draining' then return {-2, record, w} end
-  end
-end
-return {1, record, cur or ''}
-"""
-"""What a session's keys say: 0 no record; -1 a live worker owns it (its id third); -2 a draining
-worker does; 1 free (no lease, a lease of this instance, or of an instance that no longer beats).  The
-record second."""
-_TAKE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
-local cur = redis.call('GET', KEYS[2]) or ''
-if cur ~= ARGV[3] then return 0 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return 1
-"""
-"""Take the lease (ARGV[1]) if the record is still ARGV[2] and the lease still what :data:`_PEEK` saw
-(ARGV[3], '' for none): 1 taken, 0 changed meanwhile."""
-_PUT = """
-local cur = redis.call('GET', KEYS[2])
-if cur and cur ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-return 1
-"""
-"""Write a session's record and lease, unless another instance holds its lease (0: the session was
-adopted elsewhere, this worker must let it go)."""
-_DROP = """
-if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[1], KEYS[2]) end
-return 1
-"""
-"""A session that ended: its record and lease go, if its lease is still this instance's."""
-_RELEASE = """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('DEL', KEYS[2])
-return 1
-"""
-"""Hand a session over: its last record written, its lease given up (if still this instance's)."""
-_REFRESH = """
-local lost = {}
-for i = 1, #KEYS, 2 do
-  if redis.call('GET', KEYS[i + 1]) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
-    redis.call('PEXPIRE', KEYS[i + 1], ARGV[2])
-  else
-    table.insert(lost, (i + 1) / 2)
-  end
-end
-return lost
-"""
-"""Refresh the TTLs of records and leases still this instance's; the positions of the others."""
-_CHUNK = 256
+Confirmed = Literal["mine", "lost", "unavailable", "outage"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What :meth:`SessionLeases.take_session` needs of a session :meth:`~SessionLeases.peek_session`
+    found free: what Redis held then (compared again as the lease is taken)."""
+
+    session_id: str
+    tag: str
+    record: bytes
+    data: bytes
+    """The record's JSON (written again under the taker's epoch)."""
+    lease: bytes
+    epoch: int
+    """The epoch of the lease seen (the taker's is the next)."""
+    heartbeat_key: str | None
+    """The former owner's heartbeat key, when the lease named an instance seen not beating."""
+    heartbeat: bytes = b""
 
 
 class SessionLeases:
@@ -111,6 +87,8 @@ class SessionLeases:
     instance_id: str
     command_timeout: float
     worker_id: str | None
+    heartbeat_interval: float
+    heartbeat_ttl: float
 
     def _init_session_leases(self) -> None:
         self.session_ttl = 3600.0
@@ -118,21 +96,49 @@ class SessionLeases:
         it from its ``idle_timeout``)."""
         self._records: dict[str, bytes] = {}
         """The record (JSON, unsigned) of each live session of this worker."""
+        self._held: dict[str, tuple[int, bytes]] = {}
+        """The epoch and the sealed lease of each session this worker holds."""
         self._record_changes: dict[str, bytes | None] = {}
         """Records to write (None: the session ended here, its keys go)."""
         self._ended: set[str] = set()
         """Sessions that ended here whose keys are not gone from Redis yet: no session to adopt."""
         self._records_changed = trio.Event()
+        self._sweep = False
+        """Confirm every lease at once (the heartbeat was found lapsed or changed by someone else)."""
         self.draining = False
         self.on_lost: Callable[[str], None] | None = None
         """Called with a session of this worker that another worker holds the lease of now (adopted
-        while this worker could not reach Redis): this worker lets it go."""
+        while this worker could not reach Redis, or was paused): this worker lets it go."""
+        self._term = 0
+        """Grows each time this worker's leases may have lapsed: a session confirmed in an older term
+        is confirmed again before it is served."""
+        self._confirmed: dict[str, int] = {}
+        """The term in which each session of this worker was last confirmed (or taken)."""
+        self._fresh_until = float("-inf")
+        """Until when (monotonic) the last renewal of the heartbeat makes this worker's leases sure."""
+        self._lapsed = True
+        self._outage_safe = True
+        """Whether the link to Redis went down while this worker's leases were sure (a Redis that
+        stopped: no worker can take a session until it is back) rather than after they had lapsed (a
+        worker that finds its connection gone after a pause: another may have taken them)."""
+        self._beats: deque[bytes] = deque(maxlen=4)
+        """The last heartbeats this worker wrote (another value found in their place: someone else
+        wrote it, or it expired)."""
         self._lease_counts = dict.fromkeys(
-            ("adopted", "released", "lost", "records_forged", "adopt_unknown", "adopt_unavailable"), 0
+            (
+                "adopted",
+                "released",
+                "lost",
+                "records_forged",
+                "heartbeats_forged",
+                "adopt_unknown",
+                "adopt_unavailable",
+                "confirmed",
+                "confirm_lost",
+                "heartbeats_changed",
+            ),
+            0,
         )
-
-    def _lease_value(self) -> str:
-        return f"{self.worker_id} {self.instance_id}"
 
     def _tags(self, session_id: str) -> tuple[str, ...]:
         return self._keys.tags(SESSION_TAG, session_id.encode())
@@ -140,17 +146,37 @@ class SessionLeases:
     def _session_keys(self, tag: str) -> list[str]:
         return [record_key(self.prefix, tag), lease_key(self.prefix, tag)]
 
+    def _seal_lease(self, key: str, epoch: int, state: Literal["held", "free"]) -> bytes:
+        assert self.worker_id is not None
+        return seal_lease(self._keys, key, Lease(epoch, state, self.worker_id, self.instance_id))
+
+    def _hold(self, session_id: str, epoch: int) -> bytes:
+        """This worker holds ``session_id`` under ``epoch`` from now on: its sealed lease."""
+        lease = self._seal_lease(lease_key(self.prefix, self._tags(session_id)[0]), epoch, "held")
+        self._held[session_id] = (epoch, lease)
+        self._confirmed[session_id] = self._term
+        return lease
+
+    def epoch_of(self, session_id: str) -> int | None:
+        """The epoch under which this worker holds ``session_id`` (None: it does not)."""
+        held = self._held.get(session_id)
+        return None if held is None else held[0]
+
     # -- what the app tells -------------------------------------------------------------------
 
     def session_recorded(self, session_id: str, record: bytes) -> None:
         """A session of this worker, new or changed: its record is written soon (in order)."""
+        if session_id not in self._held:
+            self._hold(session_id, 1)
         self._records[session_id] = record
         self._record_changes[session_id] = record
         self._records_changed.set()
 
     async def session_recorded_now(self, session_id: str, record: bytes) -> None:
-        """A new session of this worker: its record and lease written before it is answered (so that
-        a worker killed right after cannot lose it), or, if Redis cannot be reached now, soon after."""
+        """A new session of this worker (epoch 1): its record and lease written before it is answered
+        (so that a worker killed right after cannot lose it), or, if Redis cannot be reached now, soon
+        after."""
+        self._hold(session_id, 1)
         self._records[session_id] = record
         client = self._live
         if client is not None and self._state == "connected":
@@ -164,18 +190,100 @@ class SessionLeases:
 
     def session_dropped(self, session_id: str) -> None:
         """A session of this worker ended: its record and lease go."""
+        self._confirmed.pop(session_id, None)
         if self._records.pop(session_id, None) is not None:
             self._ended.add(session_id)
             self._record_changes[session_id] = None
             self._records_changed.set()
+        elif session_id not in self._ended:
+            self._held.pop(session_id, None)
 
     def start_draining(self) -> None:
         """This worker hands its sessions over: its heartbeat says so from the next beat on (other
         workers then wait for its sessions instead of answering 503)."""
         self.draining = True
 
-    def _heartbeat_value(self) -> str:
-        return f"{self.instance_id} draining" if self.draining else self.instance_id
+    # -- the heartbeat's part: are this worker's leases sure? ------------------------------------
+
+    def _heartbeat_value(self, now: float) -> bytes:
+        """This worker's heartbeat, signed at ``now`` (seconds since the epoch)."""
+        assert self.worker_id is not None
+        key = heartbeat_key(self.prefix, self.worker_id)
+        return seal_heartbeat(self._keys, key, self.instance_id, "draining" if self.draining else "live", now)
+
+    def _renewed(self, started: float, written: bytes, previous: bytes | None) -> None:
+        """The heartbeat was renewed (``written``) by a command sent at ``started`` (monotonic);
+        ``previous`` is what it replaced (None: unknown, or nothing)."""
+        if (previous is not None and previous not in self._beats) or (previous is None and self._beats):
+            # Expired (a pause, a lost connection), or written by someone else: what was taken for
+            # sure may not be.  Every session is confirmed again, now and before it is served.
+            self._lease_counts["heartbeats_changed"] += 1
+            self._term += 1
+            self._sweep = True
+            self._records_changed.set()
+            if self._records:
+                logger.warning(
+                    "this worker's heartbeat in Redis had lapsed or was changed by someone else; "
+                    "confirming its %d sessions before serving them",
+                    len(self._records),
+                )
+        self._beats.append(written)
+        self._fresh_until = max(self._fresh_until, started + self.heartbeat_ttl * FRESH)
+        self._lapsed = False
+
+    def must_confirm(self, session_id: str) -> bool:
+        """Whether the lease of ``session_id`` (a session of this worker) is to be confirmed before the
+        session is served: the heartbeat's last renewal is too old to be sure of it (then every session
+        is, until the heartbeat is renewed), or the session was last confirmed before it was."""
+        if trio.current_time() >= self._fresh_until:
+            if not self._lapsed:
+                self._lapsed = True
+                self._term += 1
+            return True
+        return self._confirmed.get(session_id) != self._term
+
+    async def confirm_session(self, session_id: str) -> Confirmed:
+        """Whether the lease of ``session_id`` is still this worker's (``mine``: its heartbeat is
+        renewed in the same step), another's (``lost``: this worker lets the session go), or cannot be
+        told now: ``outage`` while this worker's link to Redis is down and went down while its leases
+        were sure (no worker can take a session then), ``unavailable`` otherwise (not served
+        meanwhile)."""
+        held = self._held.get(session_id)
+        client = self._live
+        if held is None:
+            return "lost"
+        if client is None or self._state != "connected" or self.worker_id is None:
+            return "outage" if self._outage_safe else "unavailable"
+        term = self._term
+        started = trio.current_time()
+        beat = self._heartbeat_value(time.time())
+        keys = [lease_key(self.prefix, self._tags(session_id)[0]), heartbeat_key(self.prefix, self.worker_id)]
+        args: list[bytes | str] = [held[1], beat, str(self._beat_ttl_ms()), str(held[0])]
+        args.append(str(self._session_ttl_ms()))
+        try:
+            with trio.fail_after(self.command_timeout):
+                mine = await client.eval(CONFIRM, keys=keys, args=args)
+        except Exception as exc:
+            logger.debug("Redis: confirming a session's lease failed (%s)", leaf_of(exc))
+            return "unavailable"
+        if mine != 1:
+            self._lease_counts["confirm_lost"] += 1
+            self._lost(session_id)
+            return "lost"
+        self._lease_counts["confirmed"] += 1
+        self._beats.append(beat)
+        self._fresh_until = max(self._fresh_until, started + self.heartbeat_ttl * FRESH)
+        self._lapsed = False
+        if session_id in self._held and self._term == term:
+            self._confirmed[session_id] = term
+        return "mine"
+
+    def _link_lost(self) -> None:
+        """The link's connection is gone (the bus calls it)."""
+        self._outage_safe = trio.current_time() < self._fresh_until
+
+    def _beat_ttl_ms(self) -> int:
+        return max(1, int(self.heartbeat_ttl * 1000))
 
     # -- adoption and release -------------------------------------------------------------------
 
@@ -192,65 +300,104 @@ class SessionLeases:
             keys = self._session_keys(tag)
             try:
                 with trio.fail_after(self.command_timeout):
-                    found = await client.eval(_PEEK, keys=keys, args=[self._lease_value(), self.prefix])
+                    found = await client.eval(PEEK, keys=keys, args=[self.prefix])
             except Exception as exc:
                 logger.debug("Redis: looking up a session failed (%s)", leaf_of(exc))
                 self._lease_counts["adopt_unavailable"] += 1
                 return Peek("unavailable")
-            if not isinstance(found, list) or not found or found[0] == 0:
+            if not isinstance(found, list) or len(found) != 4 or found[0] != 1:
                 continue
-            raw = as_bytes(found[1])
+            raw, raw_lease, raw_beat = (as_bytes(value) for value in found[1:])
             try:
-                record = open_session_record(self._keys, keys[0], raw)
+                record, epoch, data = open_session_record(self._keys, keys[0], raw)
+                lease = open_lease(self._keys, keys[1], raw_lease)
+                if lease.epoch != epoch:
+                    raise ForgedMessage("a record of another epoch than its lease")
             except ValueError:  # ForgedMessage too
                 self._lease_counts["records_forged"] += 1
                 return Peek("forged")
-            owner = as_bytes(found[2]).decode(errors="replace")
-            if mine and owner == self._lease_value():
-                break  # this worker's own session, ending or ended here (DELETE, expiry): gone
-            state: Adoption = {1: "taken", -1: "owned", -2: "draining"}.get(found[0], "unavailable")  # type: ignore[assignment]
-            if state == "taken":
-                return Peek(state, record, None, (tag, raw, owner))
-            return Peek(state, record, owner)
+            seen = Claim(session_id, tag, raw, data, raw_lease, epoch, None)
+            if lease.worker == self.worker_id and lease.instance == self.instance_id:
+                if mine:
+                    break  # this worker's own session, ending or ended here (DELETE, expiry): gone
+                return Peek("taken", record, None, seen)
+            if lease.state == "free":
+                return Peek("taken", record, None, seen)
+            return self._judge(seen, record, lease, raw_beat)
         self._lease_counts["adopt_unknown"] += 1
         return Peek("unknown")
 
+    def _judge(self, seen: Claim, record: SessionRecord, lease: Lease, raw_beat: bytes) -> Peek:
+        """Where a session held by another worker instance stands, by that worker's heartbeat."""
+        beat_key = heartbeat_key(self.prefix, lease.worker)
+        claim = replace(seen, heartbeat_key=beat_key, heartbeat=raw_beat)
+        if not raw_beat:
+            return Peek("taken", record, None, claim)
+        try:
+            beat = open_heartbeat(self._keys, beat_key, raw_beat)
+        except ValueError:
+            self._lease_counts["heartbeats_forged"] += 1
+            self._lease_counts["adopt_unavailable"] += 1
+            return Peek("unavailable")  # no proof of anything: not taken, not waited for
+        age = time.time() - beat.millis / 1000
+        if beat.instance != lease.instance or age > self.heartbeat_ttl:
+            return Peek("taken", record, None, claim)
+        return Peek("draining" if beat.state == "draining" else "owned", record, lease.worker)
+
     async def take_session(self, peek: Peek) -> bool:
-        """Take the lease of a session that :meth:`peek_session` found free, if nothing changed since."""
-        client = self._live
-        if peek.token is None or client is None or self._state != "connected":
+        """Take the lease of a session that :meth:`peek_session` found free, under the next epoch, if
+        nothing changed since.  A lease that named an instance not beating is taken only if that
+        instance still does not beat a heartbeat interval later (it was not merely slow, and its
+        heartbeat was not merely deleted or written back by someone else)."""
+        claim = peek.token
+        if not isinstance(claim, Claim) or peek.record is None:
             return False
-        tag, raw, lease = peek.token
+        if claim.heartbeat_key is not None:
+            await trio.sleep(self.heartbeat_interval * 1.5)
+        client = self._live
+        if client is None or self._state != "connected" or self.worker_id is None:
+            return False
+        keys = self._session_keys(claim.tag)
+        epoch = claim.epoch + 1
+        lease = self._seal_lease(keys[1], epoch, "held")
+        sealed = seal_session_record(self._keys, keys[0], claim.data, epoch)
+        if claim.heartbeat_key is not None:
+            keys.append(claim.heartbeat_key)
+        args: list[bytes | str] = [lease, sealed, claim.record, claim.lease, claim.heartbeat]
+        args.append(str(self._session_ttl_ms()))
         try:
             with trio.fail_after(self.command_timeout):
-                taken = await client.eval(
-                    _TAKE,
-                    keys=self._session_keys(tag),
-                    args=[self._lease_value(), raw, lease, str(self._session_ttl_ms())],
-                )
+                taken = await client.eval(TAKE, keys=keys, args=args)
         except Exception as exc:
             logger.debug("Redis: taking a session's lease failed (%s)", leaf_of(exc))
             return False
-        if taken == 1:
-            self._lease_counts["adopted"] += 1
-            return True
-        return False
+        if taken != 1:
+            return False
+        self._lease_counts["adopted"] += 1
+        self._held[claim.session_id] = (epoch, lease)
+        self._confirmed[claim.session_id] = self._term
+        self._ended.discard(claim.session_id)
+        return True
 
     async def release_session(self, session_id: str, record: bytes) -> bool:
-        """Hand a session of this worker over: its last record written, its lease given up.  False
-        if Redis could not be told (the lease then expires with its TTL, or with this worker's
-        heartbeat)."""
+        """Hand a session of this worker over: its last record written, its lease made free.  False
+        if Redis could not be told (the lease then expires with its TTL, or is taken once this worker's
+        heartbeat stops)."""
         self._records.pop(session_id, None)
         self._record_changes.pop(session_id, None)
+        self._confirmed.pop(session_id, None)
+        held = self._held.pop(session_id, None)
         client = self._live
-        if client is None or self._state != "connected":
+        if held is None or client is None or self._state != "connected":
             return False
+        epoch, lease = held
         keys = self._session_keys(self._tags(session_id)[0])
-        sealed = seal_session_record(self._keys, keys[0], record)
+        sealed = seal_session_record(self._keys, keys[0], record, epoch)
+        free = self._seal_lease(keys[1], epoch, "free")
         try:
             with trio.fail_after(self.command_timeout):
                 released = await client.eval(
-                    _RELEASE, keys=keys, args=[self._lease_value(), sealed, str(self._session_ttl_ms())]
+                    RELEASE, keys=keys, args=[lease, sealed, free, str(self._session_ttl_ms())]
                 )
         except Exception as exc:
             logger.debug("Redis: releasing a session failed (%s)", leaf_of(exc))
@@ -265,54 +412,75 @@ class SessionLeases:
 
     async def _record_writer(self, client: coredis.Redis[bytes]) -> None:
         """Write every record of this worker again (a new connection: Redis may have lost them), then
-        each change as it comes, and refresh the TTLs of them all every third of ``session_ttl``."""
+        each change as it comes, and refresh the TTLs of them all every third of ``session_ttl`` (and
+        at once when the heartbeat was found lapsed: the refresh confirms every lease)."""
         self._record_changes = {**dict.fromkeys(self._ended), **self._records}
         self._records_changed.set()
         refresh_at = trio.current_time() + self.session_ttl / 3
         while True:
             with trio.move_on_at(refresh_at):
                 await self._records_changed.wait()
-            if trio.current_time() >= refresh_at:
-                await self._refresh(client)
-                refresh_at = trio.current_time() + self.session_ttl / 3
             self._records_changed = trio.Event()
             changes, self._record_changes = self._record_changes, {}
             for session_id, record in changes.items():
                 await self._write(client, session_id, record)
+            if trio.current_time() >= refresh_at or self._sweep:
+                self._sweep = False
+                await self._refresh(client)
+                refresh_at = trio.current_time() + self.session_ttl / 3
 
     async def _write(self, client: coredis.Redis[bytes], session_id: str, record: bytes | None) -> None:
         keys = self._session_keys(self._tags(session_id)[0])
+        held = self._held.get(session_id)
+        if held is None:  # ended here, or handed over, meanwhile
+            self._ended.discard(session_id)
+            return
+        epoch, lease = held
         with trio.fail_after(self.command_timeout):
             if record is None:
-                await client.eval(_DROP, keys=keys, args=[self._lease_value()])
+                await client.eval(DROP, keys=keys, args=[lease])
                 self._ended.discard(session_id)
+                self._held.pop(session_id, None)
                 return
-            sealed = seal_session_record(self._keys, keys[0], record)
+            sealed = seal_session_record(self._keys, keys[0], record, epoch)
             put = await client.eval(
-                _PUT, keys=keys, args=[self._lease_value(), sealed, str(self._session_ttl_ms())]
+                PUT, keys=keys, args=[lease, sealed, str(self._session_ttl_ms()), str(epoch)]
             )
         if put != 1:
             self._lost(session_id)
 
     async def _refresh(self, client: coredis.Redis[bytes]) -> None:
-        ids = list(self._records)
-        for at in range(0, len(ids), _CHUNK):
-            chunk = ids[at : at + _CHUNK]
+        """Refresh the TTLs of every record and lease of this worker; a session whose lease is not its
+        own any more is let go, the others are confirmed (if the heartbeat was renewed since the term
+        began: the refresh runs after it)."""
+        term, fresh = self._term, trio.current_time() < self._fresh_until
+        ids = [sid for sid in self._records if sid in self._held]
+        for at in range(0, len(ids), CHUNK):
+            chunk = ids[at : at + CHUNK]
             keys = [key for sid in chunk for key in self._session_keys(self._tags(sid)[0])]
+            leases = [self._held[sid][1] for sid in chunk]
             with trio.fail_after(self.command_timeout):
-                lost = await client.eval(
-                    _REFRESH, keys=keys, args=[self._lease_value(), str(self._session_ttl_ms())]
-                )
-            for position in lost if isinstance(lost, list) else ():
-                self._lost(chunk[int(position) - 1])
+                lost = await client.eval(REFRESH, keys=keys, args=[str(self._session_ttl_ms()), *leases])
+            found = {int(position) for position in lost} if isinstance(lost, list) else set()
+            for index, session_id in enumerate(chunk, 1):
+                if index in found:
+                    self._lost(session_id)
+                elif -index in found and session_id in self._records:  # gone, or older: written again
+                    self._record_changes.setdefault(session_id, self._records[session_id])
+                    self._records_changed.set()
+                elif fresh and self._term == term and session_id in self._held:
+                    self._confirmed[session_id] = term
 
     def _lost(self, session_id: str) -> None:
+        self._confirmed.pop(session_id, None)
+        self._held.pop(session_id, None)
         if self._records.pop(session_id, None) is None:
             return
+        self._record_changes.pop(session_id, None)
         self._lease_counts["lost"] += 1
         logger.warning(
-            "session %.12s… was adopted by another worker while this one could not reach Redis; "
-            "letting it go here",
+            "session %.12s… was adopted by another worker while this one could not reach Redis or was "
+            "paused; letting it go here",
             session_id,
         )
         if self.on_lost is not None:

@@ -89,7 +89,7 @@ return 1
 inbox is deleted with its counter (which also forgets bytes of entries that expired unread)."""
 _RELEASE = """
 local beat = redis.call('GET', KEYS[1])
-if beat == ARGV[1] or beat == ARGV[1] .. ' draining' then return redis.call('DEL', KEYS[1], KEYS[2]) end
+if beat and string.match(beat, '^(%S+) ') == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end
 return 0
 """
 """Delete a heartbeat key and the session hash only if the heartbeat is still this instance's."""
@@ -129,7 +129,10 @@ class WorkerLink:
     def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
         raise NotImplementedError
 
-    def _heartbeat_value(self) -> str:
+    def _heartbeat_value(self, now: float) -> bytes:
+        raise NotImplementedError
+
+    def _renewed(self, started: float, written: bytes, previous: bytes | None) -> None:
         raise NotImplementedError
 
     async def _record_writer(self, client: coredis.Redis[bytes]) -> None:
@@ -334,11 +337,15 @@ class WorkerLink:
         return max(1, int(self.heartbeat_ttl * 1000))
 
     async def _beat(self, client: coredis.Redis[bytes]) -> None:
+        """Renew the heartbeat (signed, see ``sessions``), and learn what it replaced: another value
+        than this worker's last ones means it lapsed or someone else wrote it."""
         assert self.worker_id is not None
+        started = trio.current_time()
+        beat = self._heartbeat_value(time.time())
         with trio.fail_after(self.command_timeout):
-            await client.set(
-                heartbeat_key(self.prefix, self.worker_id), self._heartbeat_value(), px=self._ttl_ms()
-            )
+            key = heartbeat_key(self.prefix, self.worker_id)
+            previous = await client.set(key, beat, px=self._ttl_ms(), get=True)
+            self._renewed(started, beat, previous if isinstance(previous, bytes) else None)
             await client.pexpire(sessions_key(self.prefix, self.worker_id), self._ttl_ms())
 
     async def _heartbeat(self, client: coredis.Redis[bytes]) -> None:

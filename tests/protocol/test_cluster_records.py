@@ -20,6 +20,7 @@ from mcp_trio._protocol.cluster import (
     seal_session_record,
     seal_task_record,
 )
+from mcp_trio._protocol.cluster.messages import seal_record
 
 KEYS = ClusterKeys([b"k" * 32])
 OTHER_RING = ClusterKeys([b"o" * 32])
@@ -37,9 +38,10 @@ KEY = record_key("mcp-trio", "0123abcd")
 
 def test_round_trip_and_key_names() -> None:
     assert decode_session_record(encode_session_record(RECORD)) == RECORD
-    sealed = seal_session_record(KEYS, KEY, encode_session_record(RECORD))
-    assert open_session_record(KEYS, KEY, sealed) == RECORD
-    assert open_session_record(KEYS, KEY, sealed.decode()) == RECORD  # as some clients return it
+    data = encode_session_record(RECORD)
+    sealed = seal_session_record(KEYS, KEY, data, 7)
+    assert open_session_record(KEYS, KEY, sealed) == (RECORD, 7, data)
+    assert open_session_record(KEYS, KEY, sealed.decode()) == (RECORD, 7, data)  # as some clients return it
     assert KEY == "mcp-trio:session:0123abcd"
     assert lease_key("mcp-trio", "0123abcd") == "mcp-trio:lease:0123abcd"
     with pytest.raises(ValueError):
@@ -80,11 +82,11 @@ def test_malformed_records_are_refused(data: bytes) -> None:
 
 def test_a_record_not_signed_for_its_key_by_the_ring_is_forged() -> None:
     data = encode_session_record(RECORD)
-    sealed = seal_session_record(KEYS, KEY, data)
+    sealed = seal_session_record(KEYS, KEY, data, 3)
     with pytest.raises(ForgedMessage):  # copied to another session's key
         open_session_record(KEYS, record_key("mcp-trio", "ffff"), sealed)
     with pytest.raises(ForgedMessage):  # another ring's
-        open_session_record(KEYS, KEY, seal_session_record(OTHER_RING, KEY, data))
+        open_session_record(KEYS, KEY, seal_session_record(OTHER_RING, KEY, data, 3))
     with pytest.raises(ForgedMessage):  # a task record of the same key is not a session record
         open_session_record(KEYS, KEY, seal_task_record(KEYS, KEY, data))
     altered = sealed.replace(b'"owner":"p1:abc"', b'"owner":"p1:evil"')
@@ -93,5 +95,10 @@ def test_a_record_not_signed_for_its_key_by_the_ring_is_forged() -> None:
         open_session_record(KEYS, KEY, altered)
     with pytest.raises(ForgedMessage):
         open_session_record(KEYS, KEY, data)  # unsigned
+    with pytest.raises(ForgedMessage):  # its epoch changed (written back as a later one)
+        open_session_record(KEYS, KEY, sealed.replace(b" 3 {", b" 4 {"))
     with pytest.raises(ValueError):
         open_session_record(KEYS, KEY, 42)
+    for epochless in (data, b"03 " + data, b"x " + data):  # signed, but without a valid epoch
+        with pytest.raises(ValueError, match="epoch"):
+            open_session_record(KEYS, KEY, seal_record(KEYS, b"session record", KEY, epochless))

@@ -10,19 +10,21 @@ match exactly is refused (``None`` or :class:`ValueError`), never half-used.  Wh
 is trusted no more than the network: a message that the cluster's key ring does not verify is
 :class:`ForgedMessage`.
 
-The rules live in five modules, used through this package: :mod:`.ids` (worker ids, session ids,
+The rules live in six modules, used through this package: :mod:`.ids` (worker ids, session ids,
 Redis key names), :mod:`.keys` (the key ring), :mod:`.messages` (what workers write to Redis),
-:mod:`.records` (the sessions that workers hand over) and :mod:`.events` (the events an event store
+:mod:`.records` (the sessions that workers hand over), :mod:`.leases` (who owns
+one now: leases, epochs and heartbeats) and :mod:`.events` (the events an event store
 keeps there).
 """
 
 from __future__ import annotations
 
-from . import events, ids, keys, messages, records
+from . import events, ids, keys, leases, messages, records
 from .events import *  # noqa: F403
 from .ids import *  # noqa: F403
 from .keys import *  # noqa: F403
+from .leases import *  # noqa: F403
 from .messages import *  # noqa: F403
 from .records import *  # noqa: F403
 
-__all__ = [*ids.__all__, *keys.__all__, *messages.__all__, *records.__all__, *events.__all__]
+__all__ = [*ids.__all__, *keys.__all__, *leases.__all__, *messages.__all__, *records.__all__, *events.__all__]

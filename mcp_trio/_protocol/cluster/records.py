@@ -7,8 +7,8 @@ principal itself); the session id is never stored, a keyed hash of it names the 
 signed by the cluster's key ring for its key (:func:`seal_session_record`): a Redis writer without the
 secret cannot make one, alter one (say, its owner) or copy one to another session.
 
-The lease names the worker instance whose nursery owns the session (``"<worker id> <instance id>"``);
-it is valid while that instance's heartbeat lives (see ``redis.sessions``).
+The lease names the worker instance whose nursery owns the session and the session's epoch (see
+:mod:`.leases`); the record carries the same epoch, inside its signature.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ class Peek:
     state: Adoption
     record: SessionRecord | None = None
     owner: str | None = None
-    token: tuple[str, bytes, str] | None = None
-    """For a free session: its tag, its record as stored and its lease as seen ('' for none)."""
+    token: object = None
+    """For a free session: what the link needs to take it (what it saw, compared again then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +145,18 @@ def decode_session_record(data: bytes) -> SessionRecord:
     )
 
 
-def seal_session_record(keys: ClusterKeys, key: str, data: bytes) -> bytes:
-    """``data`` (an :func:`encode_session_record`) as stored under ``key``, signed for it under a label
-    of its own (no task record, bus message or inbox entry passes as a session record)."""
-    return seal_record(keys, _LABEL, key, data)
+def seal_session_record(keys: ClusterKeys, key: str, data: bytes, epoch: int) -> bytes:
+    """``data`` (an :func:`encode_session_record`) of the session's ``epoch`` as stored under ``key``,
+    signed for it under a label of its own (no task record, bus message or inbox entry passes as a
+    session record): ``<epoch> <data>`` inside the signature, so a record is as current as its lease
+    says and one written back from an older epoch is seen as such."""
+    return seal_record(keys, _LABEL, key, b"%d %s" % (epoch, data))
 
 
-def open_session_record(keys: ClusterKeys, key: str, value: object) -> SessionRecord:
-    """The record stored under ``key``: :class:`ForgedMessage` if the ring does not verify it for that
-    key, ValueError if it is malformed."""
-    return decode_session_record(open_record(keys, _LABEL, key, value))
+def open_session_record(keys: ClusterKeys, key: str, value: object) -> tuple[SessionRecord, int, bytes]:
+    """The record stored under ``key``, its epoch and its JSON: :class:`ForgedMessage` if the ring does
+    not verify it for that key, ValueError if it is malformed."""
+    epoch, _, data = open_record(keys, _LABEL, key, value).partition(b" ")
+    if not epoch.isdigit() or len(epoch) > 16 or epoch.startswith(b"0"):
+        raise ValueError("a record without its epoch")
+    return decode_session_record(data), int(epoch), data
