@@ -239,14 +239,17 @@ async def stale_request_on_resume(c: Workers, client: MCPClient, stale: str) -> 
                 nursery.start_soon(send)
                 await trio.sleep(0.3)  # connected (the kernel accepts for a stopped process) and sent
                 resume(c.servers[stale])
+                resumed = trio.current_time()
     finally:
         resume(c.servers[stale])
+    print(f"{stale} answered {trio.current_time() - resumed:.1f} s after its SIGCONT")
     return got[0]
 
 
 async def served_nothing_stale(c: Workers, client: MCPClient, stale: str, outcome: Answer) -> None:
-    """The resumed ``stale`` worker's answer had nothing below ``error``; within a bound one worker
-    holds the session; a second request at ``stale`` gets nothing below ``error`` either."""
+    """The resumed ``stale`` worker's answer had nothing below ``error``; within a bound no two workers
+    hold the session; a second request at ``stale`` gets nothing below ``error`` either; and the session
+    goes on (through HAProxy, a 503 retried) with the level its client set at the adopter."""
     status, messages = outcome
     print(f"the resumed worker {stale} answered {status}: {messages}")
     assert status in (200, 503), outcome
@@ -256,17 +259,20 @@ async def served_nothing_stale(c: Workers, client: MCPClient, stale: str, outcom
     if status == 200:
         assert "result" in messages[-1], messages
     with trio.move_on_after(LET_GO_WITHIN):
-        while sum((await held_sessions(c)).values()) != 1:  # noqa: ASYNC110 - polls two processes
+        while sum((await held_sessions(c)).values()) > 1:  # noqa: ASYNC110 - polls two processes
             await trio.sleep(0.1)
     held = await held_sessions(c)
-    assert sum(held.values()) == 1, f"the session held by both workers {LET_GO_WITHIN} s on: {held}"
+    assert sum(held.values()) <= 1, f"the session held by both workers {LET_GO_WITHIN} s on: {held}"
     try:
         with trio.fail_after(ANSWER_WITHIN):
             again = await answer(at(c, client, stale), *LOGGING_CALL)
     except httpx.ConnectError:
         assert c.servers[stale].stopped  # a worker that was told to stop is gone: it serves nothing
-        return
-    assert again[0] in (200, 503) and below("error", again[1]) == [], again
+    else:
+        print(f"then {stale} answered {again[0]}: {again[1]}")
+        assert again[0] in (200, 503) and below("error", again[1]) == [], again
+    messages = await call_messages(client, "test_tool_with_logging", {}, [])
+    assert logged(messages) == 0, f"the session lost the level its client set at the adopter: {messages}"
 
 
 def epochs_hold(epochs: Path, client: MCPClient) -> None:
