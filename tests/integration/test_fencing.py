@@ -119,6 +119,26 @@ def epoch_violations(records: Iterable[Served], sessions: Iterable[str]) -> list
     return problems
 
 
+def test_epoch_violations_finds_two_owners_and_epochs_going_back() -> None:
+    a1, a2, b = ("a", 1), ("a", 2), ("b", 3)
+    clean = [
+        Served(1.0, "s", 1, *a1),
+        Served(2.0, "s", 2, *b),
+        Served(3.0, "s", 3, *a2),
+        Served(4.0, "s", 3, *a2),
+    ]
+    assert epoch_violations(clean, ["s"]) == []
+    two = [Served(1.0, "s", 1, *a1), Served(2.0, "s", 1, *b)]
+    assert epoch_violations(two, ["s"]) == ["session s: epoch 1 served by ('a', 1) and by ('b', 3)"]
+    restarted = [Served(1.0, "s", 1, *a1), Served(2.0, "s", 1, *a2)]  # the same worker id, another process
+    assert len(epoch_violations(restarted, ["s"])) == 1
+    back = [Served(1.0, "s", 1, *a1), Served(2.0, "s", 2, *b), Served(3.0, "s", 1, *a1)]
+    (problem,) = epoch_violations(back, ["s"])
+    assert problem.startswith("session s: epoch 1 served by ('a', 1) at 3.000000, after epoch 2 by ('b', 3)")
+    assert epoch_violations([], ["s"]) == ["session s: no epoch record at all"]
+    assert epoch_violations(clean, ["s", "t"]) == ["session t: no epoch record at all"]
+
+
 @asynccontextmanager
 async def recording_workers(tmp_path: Path) -> AsyncIterator[tuple[Workers, Path]]:
     """The ``workers`` of test_deploy_handover.py serving ``fencing_worker``, which record the epochs

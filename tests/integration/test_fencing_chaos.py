@@ -273,3 +273,4 @@ async def test_no_two_workers_serve_one_session_under_random_moves(tmp_path: Pat
         problems = epoch_violations(records, sorted(tally.called))
         assert problems == [], f"{summary}\n" + "\n".join(problems[:50])
         assert moves >= MIN_MOVES, summary
+        assert tally.unexplained_404 == [], f"sessions lost without a Redis restart: {summary}"
