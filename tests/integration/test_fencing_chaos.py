@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +77,8 @@ class Chaos:
         self.every_server: list[DemoServer] = list(c.servers.values())
         self.stopped_now: set[str] = set()
         self.done = trio.Event()
+        self.timeline: list[tuple[float, str]] = []
+        """What the driver did, when (``time.time()``, the clock of the epoch records)."""
 
     # -- the clients ---------------------------------------------------------------------------
 
@@ -157,7 +161,10 @@ class Chaos:
             action = self.rng.choices(functions, weights)[0]
             worker = self.rng.choice(["a", "b"])
             self.tally.actions[action.__name__] += 1
+            pids = {name: server.pid for name, server in self.c.servers.items()}
+            self.timeline.append((time.time(), f"{action.__name__} {worker} (pids {pids})"))
             await action(worker)
+            self.timeline.append((time.time(), f"done {action.__name__} {worker}"))
         self.done.set()
 
     def signal(self, name: str, sig: int) -> None:
@@ -222,14 +229,32 @@ class Chaos:
     async def let_it_flow(self, name: str) -> None:
         await trio.sleep(self.rng.uniform(0.5, 2.0))
 
-    def moves(self) -> int:
-        """Adoptions, as the workers logged them (every process of the run)."""
-        found = 0
+    def logs(self) -> dict[int, str]:
+        """What each worker process of the run wrote on stderr, by pid."""
+        found = {}
         for server in self.every_server:
             server.stderr.flush()
             server.stderr.seek(0)
-            found += server.stderr.read().decode(errors="replace").count(ADOPTED)
+            found[server.pid] = server.stderr.read().decode(errors="replace")
         return found
+
+    def moves(self) -> int:
+        """Adoptions, as the workers logged them (every process of the run)."""
+        return sum(log.count(ADOPTED) for log in self.logs().values())
+
+    def story(self, problem: str) -> str:
+        """For a failure's message: what the driver did around the times ``problem`` names, and what
+        the workers logged of its session (its id's first 12 characters)."""
+        session = problem.removeprefix("session ").partition(":")[0]
+        times = [float(t) for t in re.findall(r"at (\d+\.\d+)", problem)]
+        lines = [problem]
+        if times:
+            lines += [
+                f"  {t:.3f} {what}" for t, what in self.timeline if min(times) - 20 < t < max(times) + 5
+            ]
+        for pid, log in self.logs().items():
+            lines += [f"  [{pid}] {line}" for line in log.splitlines() if session[:12] in line or "lapsed" in line][-30:]
+        return "\n".join(lines)
 
 
 INIT_PARAMS = {
@@ -271,6 +296,6 @@ async def test_no_two_workers_serve_one_session_under_random_moves(tmp_path: Pat
         )
         print(summary)
         problems = epoch_violations(records, sorted(tally.called))
-        assert problems == [], f"{summary}\n" + "\n".join(problems[:50])
+        assert problems == [], f"{summary}\n" + "\n".join([*problems[:20], *map(chaos.story, problems[:3])])
         assert moves >= MIN_MOVES, summary
         assert tally.unexplained_404 == [], f"sessions lost without a Redis restart: {summary}"
