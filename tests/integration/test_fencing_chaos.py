@@ -253,7 +253,8 @@ class Chaos:
                 f"  {t:.3f} {what}" for t, what in self.timeline if min(times) - 20 < t < max(times) + 5
             ]
         for pid, log in self.logs().items():
-            lines += [f"  [{pid}] {line}" for line in log.splitlines() if session[:12] in line or "lapsed" in line][-30:]
+            told = [line for line in log.splitlines() if session[:12] in line or "lapsed" in line]
+            lines += [f"  [{pid}] {line}" for line in told[-30:]]
         return "\n".join(lines)
 
 
