@@ -129,7 +129,8 @@ class Chaos:
             self.tally.outcomes[f"{route} {outcome}"] += 1
             if outcome == "404":
                 if not any(t > made for t in self.tally.redis_restarts):
-                    self.tally.unexplained_404.append(str(client.session_id))
+                    lost = f"{client.session_id}: 404 at {time.time():.6f} ({route})"
+                    self.tally.unexplained_404.append(lost)
                 current = None
             await trio.sleep(rng.uniform(0.2, 1.0))
 
@@ -299,4 +300,5 @@ async def test_no_two_workers_serve_one_session_under_random_moves(tmp_path: Pat
         problems = epoch_violations(records, sorted(tally.called))
         assert problems == [], f"{summary}\n" + "\n".join([*problems[:20], *map(chaos.story, problems[:3])])
         assert moves >= MIN_MOVES, summary
-        assert tally.unexplained_404 == [], f"sessions lost without a Redis restart: {summary}"
+        lost = "\n".join(map(chaos.story, tally.unexplained_404[:3]))
+        assert tally.unexplained_404 == [], f"sessions lost without a Redis restart: {summary}\n{lost}"
