@@ -113,9 +113,10 @@ class MCPApp:
             # here, not in __init__: a bus given to the server after the app was made counts
             link: WorkerLink = bus  # type: ignore[assignment]
             forwarding = self._legacy.forwarding = Forwarding(link, self.config.worker_id, self._manager)
-            if callable(getattr(bus, "peek_session", None)):  # it keeps session records: adoption
+            leases = getattr(bus, "session_leases", None)
+            if leases is not None:  # it keeps session records: adoption
                 self._legacy.ownership = Ownership(
-                    bus,  # type: ignore[arg-type]
+                    leases,
                     forwarding,
                     self._manager,
                     self._modern.principals,

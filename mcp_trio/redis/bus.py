@@ -31,6 +31,7 @@ from .connection import (
     probe,
     redact,
 )
+from .heartbeat import Heartbeat
 from .sessions import SessionLeases
 from .workers import WorkerLink
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisNotificationBus"]
 
 
-class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificationBus):
+class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
     """A :class:`~mcp_trio.server.NotificationBus` shared by every worker subscribed to one Redis channel.
 
     A notification published in this worker reaches its own peers at once (as with
@@ -108,12 +109,18 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
         LocalNotificationBus.__init__(self)
         RedisLink.__init__(self, url, retry_initial, retry_max)
         self._init_worker_link(heartbeat_interval, heartbeat_ttl, inbox_maxlen, inbox_max_bytes, inbox_ttl)
-        self._init_session_leases()
         self._keys = ClusterKeys.of(secret)
         """The cluster's key ring: signs what this bus writes, verifies what it reads."""
         self.prefix = check_channel_prefix(channel_prefix)
         self.channel = f"{self.prefix}:notifications"
         self.instance_id = check_instance_id(instance_id or secrets.token_hex(8))
+        self.heart = Heartbeat(self._keys, self.prefix, self.instance_id, heartbeat_interval, heartbeat_ttl)
+        """This worker's heartbeat (once :meth:`attach_worker` made the bus a worker's link)."""
+        self.session_leases = SessionLeases(
+            self._keys, self.prefix, self.heart, self._connected_client, command_timeout
+        )
+        """The records, leases and epochs of this worker's sessions, for their adoption by other
+        workers (see :mod:`mcp_trio.redis.sessions`)."""
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._outbox_send, self._outbox = trio.open_memory_channel[bytes](outbox)
@@ -163,8 +170,8 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
             stats["worker_id"] = self.worker_id
             stats["sessions_published"] = len(self._sessions)
             stats.update(self._worker_counts)
-            stats.update(self.lease_statistics())
-            stats["draining"] = self.draining
+            stats.update(self.session_leases.statistics())
+            stats["draining"] = self.heart.draining
         return stats
 
     # -- publishing ----------------------------------------------------------------------------
@@ -204,7 +211,7 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
 
     def _disconnected(self) -> None:
         self._discard_outbox()
-        self._link_lost()
+        self.heart.link_lost()
 
     async def _connect_and_serve(self) -> bool:
         """One connection, until it fails (never raises but cancellation); whether it got connected."""
@@ -227,6 +234,9 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
                         self._on_item(item)
                     nursery.cancel_scope.cancel()
                 raise ConnectionError("the subscription ended")
+
+    def _connected_client(self) -> coredis.Redis[bytes] | None:
+        return self._live if self._state == "connected" else None
 
     def _client(self) -> coredis.Redis[bytes]:
         return new_client(self.url, self.connect_timeout, self.command_timeout, self.instance_id)

@@ -32,6 +32,9 @@ from .connection import State, as_bytes, leaf_of, logger, stream_id
 if TYPE_CHECKING:
     import coredis
 
+    from .heartbeat import Heartbeat
+    from .sessions import SessionLeases
+
 __all__ = ["Deliver", "Forwarded", "WorkerLink"]
 
 Forwarded = Literal["sent", "unknown", "full", "gone", "unavailable"]
@@ -122,6 +125,8 @@ class WorkerLink:
     prefix: str
     instance_id: str
     command_timeout: float
+    heart: Heartbeat
+    session_leases: SessionLeases
 
     def _client(self) -> coredis.Redis[bytes]:
         raise NotImplementedError
@@ -129,14 +134,6 @@ class WorkerLink:
     def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
         raise NotImplementedError
 
-    def _heartbeat_value(self, now: float) -> bytes:
-        raise NotImplementedError
-
-    def _renewed(self, started: float, written: bytes, previous: bytes | None) -> None:
-        raise NotImplementedError
-
-    async def _record_writer(self, client: coredis.Redis[bytes]) -> None:
-        raise NotImplementedError
 
     def _init_worker_link(
         self,
@@ -195,7 +192,7 @@ class WorkerLink:
         check_worker_id(worker_id)
         if self.worker_id is not None and self.worker_id != worker_id:
             raise RuntimeError("this RedisNotificationBus already serves another worker")
-        self.worker_id = worker_id
+        self.worker_id = self.heart.worker_id = worker_id
         self._deliver = deliver
 
     def session_opened(self, session_id: str, principal: bytes) -> None:
@@ -315,7 +312,7 @@ class WorkerLink:
                 nursery.start_soon(self._heartbeat, client)
                 nursery.start_soon(self._session_writer, client)
                 nursery.start_soon(self._inbox_reader, reader, key, start)
-                nursery.start_soon(self._record_writer, client)
+                nursery.start_soon(self.session_leases.record_writer, client)
                 task_status.started()
         finally:
             self._recording = False  # the next connection writes the hash whole
@@ -341,11 +338,11 @@ class WorkerLink:
         than this worker's last ones means it lapsed or someone else wrote it."""
         assert self.worker_id is not None
         started = trio.current_time()
-        beat = self._heartbeat_value(time.time())
+        beat = self.heart.value(time.time())
         with trio.fail_after(self.command_timeout):
             key = heartbeat_key(self.prefix, self.worker_id)
             previous = await client.set(key, beat, px=self._ttl_ms(), get=True)
-            self._renewed(started, beat, previous if isinstance(previous, bytes) else None)
+            self.heart.renewed(started, beat, previous if isinstance(previous, bytes) else None)
             await client.pexpire(sessions_key(self.prefix, self.worker_id), self._ttl_ms())
 
     async def _heartbeat(self, client: coredis.Redis[bytes]) -> None:

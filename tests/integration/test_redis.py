@@ -921,16 +921,17 @@ async def test_a_session_ended_on_its_worker_is_not_adopted_back(redis: RedisSer
         session_id = response.headers["mcp-session-id"]
         assert bus.statistics()["sessions_recorded"] == 1  # written before the answer
         assert len(await call(redis.port, "KEYS", "mcp-trio:lease:*")) == 1
-        assert (await bus.peek_session(session_id)).state == "unknown"  # its own: nothing to adopt
-        bus.session_dropped(session_id)  # what its end tells the link, before the writer runs
-        peek = await bus.peek_session(session_id)
+        leases = bus.session_leases
+        assert (await leases.peek_session(session_id)).state == "unknown"  # its own: nothing to adopt
+        leases.session_dropped(session_id)  # what its end tells the link, before the writer runs
+        peek = await leases.peek_session(session_id)
         assert peek.state == "unknown" and peek.record is None, peek
         response = await asgi.request("DELETE", headers=legacy_headers(session_id))
         assert response.status == 200, await response.read()
         ping = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode()
         response = await asgi.request("POST", headers=legacy_headers(session_id), body=ping)
         assert response.status == 404, await response.read()
-        await eventually(lambda: not bus._ended, 5, "its keys removed from Redis")
+        await eventually(lambda: not bus.session_leases._ended, 5, "its keys removed from Redis")
         assert await call(redis.port, "KEYS", "mcp-trio:session:*") == []
         assert await call(redis.port, "KEYS", "mcp-trio:lease:*") == []
         stats = bus.statistics()
