@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from .._protocol.cluster import (
+    INBOX_FIELDS,
+    INBOX_MESSAGE_LIMIT,
     PRINCIPAL_TAG,
     SESSION_TAG,
     ClusterKeys,
     ForgedMessage,
+    ReplayedMessage,
+    ReplayGuard,
     check_worker_id,
     decode_inbox_entry,
     encode_inbox_entry,
@@ -27,7 +31,7 @@ from .._protocol.cluster import (
     inbox_key,
     sessions_key,
 )
-from .connection import State, as_bytes, leaf_of, logger, stream_id
+from .connection import State, as_bytes, leaf_of, load_coredis, logger, stream_id
 
 if TYPE_CHECKING:
     import coredis
@@ -40,7 +44,37 @@ Deliver = Callable[[str, bytes, str], bool]
 session it names, sent by the principal of the given tag; False if this worker has no such session or
 it belongs to another principal (the message is dropped and counted)."""
 
-_FORWARD = """
+_INBOX_STATE = """
+local function inbox_state(stream, counter, limit, ttl)
+  if redis.call('TYPE', stream)['ok'] ~= 'stream' or redis.call('XLEN', stream) == 0 then
+    redis.call('DEL', stream, counter)
+    return 0, 0
+  end
+  local entries = redis.call('XLEN', stream)
+  local kind = redis.call('TYPE', counter)['ok']
+  if kind == 'none' then return entries, 0 end
+  local raw = ''
+  if kind == 'string' then raw = redis.call('GET', counter) end
+  local held = 0
+  if #raw <= 15 and string.match(raw, '^%d+$') then held = tonumber(raw) end
+  held = math.min(held, entries * limit)
+  if raw ~= tostring(held) then
+    redis.call('DEL', counter)
+    redis.call('SET', counter, held, 'PX', ttl)
+  end
+  return entries, held
+end
+"""
+"""The Lua function the inbox's scripts share: the entries of an inbox (``stream``) and the bytes they
+hold (``counter``), trusted no further than the stream can hold (``limit``, the largest body, per entry).
+Neither key is signed, so a writer without the key ring could make an inbox look full for good; here a
+value that is not an inbox is deleted (a stream of another type, a counter that is not a count), an
+empty inbox is deleted with its counter (which also forgets a last entry id set far ahead), and a
+counter above ``limit`` per entry is lowered to that.  Entries a writer added are counted (until the
+reader drops them, at once), never their bytes."""
+_FORWARD = (
+    _INBOX_STATE
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local pairs = tonumber(ARGV[5])
 local found = false
@@ -50,21 +84,24 @@ for i = 0, pairs - 1 do
 end
 if not found then return -1 end
 local size = tonumber(ARGV[4])
-if redis.call('XLEN', KEYS[3]) >= tonumber(ARGV[1]) then return -2 end
-if tonumber(redis.call('GET', KEYS[4]) or '0') + size > tonumber(ARGV[2]) then return -2 end
-local f = 6 + 2 * pairs
+local entries, held = inbox_state(KEYS[3], KEYS[4], tonumber(ARGV[6 + 2 * pairs]), ARGV[3])
+if entries >= tonumber(ARGV[1]) then return -2 end
+if held + size > tonumber(ARGV[2]) then return -2 end
+local f = 7 + 2 * pairs
 redis.call('XADD', KEYS[3], '*', 'v', ARGV[f], 'kid', ARGV[f + 1], 'sig', ARGV[f + 2], 'ts', ARGV[f + 3],
-  'session', ARGV[f + 4], 'principal', ARGV[f + 5], 'body', ARGV[f + 6])
+  'nonce', ARGV[f + 4], 'session', ARGV[f + 5], 'principal', ARGV[f + 6], 'body', ARGV[f + 7])
 redis.call('INCRBY', KEYS[4], size)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 redis.call('PEXPIRE', KEYS[4], ARGV[3])
 return 1
 """
+)
 """Add an entry to a worker's inbox, atomically, only if the worker is alive (its heartbeat key), has
 the session (its tag, under one of the forwarder's keys, is a field of the worker's session hash) with
 the same principal (the field's value), and the inbox holds fewer than ARGV[1] entries and ARGV[2]
-bytes with this one: 1 sent, 0 gone, -1 unknown session, -2 full.  The inbox and its byte counter
-expire ARGV[3] ms after the last entry added."""
+bytes with this one (as :data:`_INBOX_STATE` counts them, with the largest body ARGV[6 + 2 * pairs]):
+1 sent, 0 gone, -1 unknown session, -2 full.  The inbox and its byte counter expire ARGV[3] ms after
+the last entry added."""
 _KNOWN = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 for i = 1, #ARGV, 2 do
@@ -75,18 +112,23 @@ return -1
 """
 """The first check of :data:`_FORWARD`, without the body: 1 known, 0 gone, -1 unknown.  (So that a
 flood of bodies for made-up sessions does not even travel to Redis.)"""
-_TAKE = """
-local size = tonumber(ARGV[1])
-if #ARGV > 1 then redis.call('XDEL', KEYS[1], unpack(ARGV, 2)) end
-if redis.call('XLEN', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[2])
-elseif size > 0 then
-  redis.call('DECRBY', KEYS[2], size)
+_TAKE = (
+    _INBOX_STATE
+    + """
+if #ARGV > 3 and redis.call('TYPE', KEYS[1])['ok'] == 'stream' then
+  redis.call('XDEL', KEYS[1], unpack(ARGV, 4))
 end
+local entries, held = inbox_state(KEYS[1], KEYS[2], tonumber(ARGV[2]), ARGV[3])
+if entries == 0 then return 0 end
+local size = tonumber(ARGV[1])
+if size > 0 and held > 0 then redis.call('SET', KEYS[2], math.max(0, held - size), 'KEEPTTL') end
 return 1
 """
-"""Delete the inbox entries read (ids ARGV[2..]) and their bytes (ARGV[1]) from the counter; an empty
-inbox is deleted with its counter (which also forgets bytes of entries that expired unread)."""
+)
+"""Delete the inbox entries read (ids ARGV[4..]) and their bytes (ARGV[1]) from the counter (as
+:data:`_INBOX_STATE` counts them, with the largest body ARGV[2] and the inbox's TTL ARGV[3] ms); an
+empty inbox is deleted with its counter (which also forgets bytes of entries that expired unread): 0
+then, else 1."""
 _RELEASE = """
 local beat = redis.call('GET', KEYS[1])
 if beat == ARGV[1] or beat == ARGV[1] .. ' draining' then return redis.call('DEL', KEYS[1], KEYS[2]) end
@@ -126,7 +168,9 @@ class WorkerLink:
     def _client(self) -> coredis.Redis[bytes]:
         raise NotImplementedError
 
-    def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
+    def _log_malformed(
+        self, what: str, reason: str, so_far: int, *, forged: bool = False, replayed: bool = False
+    ) -> None:
         raise NotImplementedError
 
     def _heartbeat_value(self) -> str:
@@ -172,9 +216,12 @@ class WorkerLink:
                 "inbox_dropped",
                 "inbox_malformed",
                 "inbox_forged",
+                "inbox_replayed",
             ),
             0,
         )
+        self._inbox_seen = ReplayGuard(time.time())
+        """The nonces of the inbox entries accepted (each is delivered once)."""
 
     def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
         """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
@@ -274,10 +321,9 @@ class WorkerLink:
                 if added == 1:  # checked again, with the inbox's bounds, as the entry is added
                     tag = pairs[1]  # the principal's, under the key that signs
                     fields = encode_inbox_entry(self._keys, worker, session_id, body, tag, time.time())
-                    limits = [self.inbox_maxlen, self.inbox_max_bytes, int(self.inbox_ttl * 1000), len(body)]
-                    names = ("v", "kid", "sig", "ts", "session", "principal", "body")
+                    limits = [self.inbox_maxlen, self.inbox_max_bytes, self._inbox_ttl_ms(), len(body)]
                     args: list[str | bytes] = [*map(str, limits), str(len(pairs) // 2), *pairs]
-                    args += [fields[name] for name in names]
+                    args += [str(INBOX_MESSAGE_LIMIT), *(fields[name] for name in INBOX_FIELDS)]
                     added = await client.eval(_FORWARD, keys=redis_keys, args=args)
         except Exception as exc:
             logger.debug("Redis: forwarding to worker %s failed (%s)", worker, leaf_of(exc))
@@ -297,7 +343,7 @@ class WorkerLink:
         assert self.worker_id is not None
         key = inbox_key(self.prefix, self.worker_id)
         with trio.fail_after(self.command_timeout):
-            tail = await client.xrevrange(key, count=1)
+            tail = await self._inbox_tail(client, key)
         tail_id = as_bytes(tail[0].identifier) if tail else b"0-0"
         last = self._inbox_last
         # Go on from the last entry read if the stream still has it (a lost connection: catch up);
@@ -332,6 +378,9 @@ class WorkerLink:
 
     def _ttl_ms(self) -> int:
         return max(1, int(self.heartbeat_ttl * 1000))
+
+    def _inbox_ttl_ms(self) -> int:
+        return max(1, int(self.inbox_ttl * 1000))
 
     async def _beat(self, client: coredis.Redis[bytes]) -> None:
         assert self.worker_id is not None
@@ -391,6 +440,25 @@ class WorkerLink:
                     await client.hset(target, added)
                     await client.pexpire(target, self._ttl_ms())
 
+    async def _inbox_tail(self, client: coredis.Redis[bytes], key: str) -> Any:
+        """The last entry of this worker's inbox (XREVRANGE), once a value of another type under its
+        key (no worker writes one) is deleted."""
+        try:
+            return await client.xrevrange(key, count=1)
+        except load_coredis().exceptions.WrongTypeError:
+            await self._clear_inbox(client, key)
+            return await client.xrevrange(key, count=1)
+
+    async def _clear_inbox(self, client: coredis.Redis[bytes], key: str) -> None:
+        """Delete what is under the inbox's key if it is not a stream (what a writer without the key
+        ring may put there, so that the inbox cannot be read), counted as ``inbox_forged``."""
+        assert self.worker_id is not None
+        counter = inbox_bytes_key(self.prefix, self.worker_id)
+        args = ["0", str(INBOX_MESSAGE_LIMIT), str(self._inbox_ttl_ms())]
+        await client.eval(_TAKE, keys=[key, counter], args=args)
+        self._worker_counts["inbox_forged"] += 1
+        self._log_malformed("inbox", "not a stream", self._worker_counts["inbox_forged"], forged=True)
+
     async def _inbox_reader(self, reader: coredis.Redis[bytes], key: str, start: bytes) -> None:
         """XREAD BLOCK on this worker's inbox (on a connection of its own), a few entries at a time;
         each batch read is handled, then deleted (with its bytes taken off the inbox's counter)."""
@@ -399,7 +467,13 @@ class WorkerLink:
         last = start
         block_ms = max(1, int(min(1.0, self.command_timeout / 2) * 1000))
         while True:
-            reply = await reader.xread({key: last}, count=_INBOX_BATCH, block=block_ms)
+            try:
+                reply = await reader.xread({key: last}, count=_INBOX_BATCH, block=block_ms)
+            except load_coredis().exceptions.WrongTypeError:
+                with trio.fail_after(self.command_timeout):
+                    await self._clear_inbox(reader, key)
+                last = self._inbox_last = b"0-0"
+                continue
             read: list[bytes] = []
             size = 0
             for entries in (reply or {}).values():
@@ -409,8 +483,12 @@ class WorkerLink:
                     read.append(last)
                     size += self._on_inbox_entry(entry.field_values)
             if read:
+                bounds = (size, INBOX_MESSAGE_LIMIT, self._inbox_ttl_ms())
+                args: list[str | bytes] = [*map(str, bounds), *read]
                 with trio.fail_after(self.command_timeout):
-                    await reader.eval(_TAKE, keys=[key, counter], args=[str(size), *read])
+                    left = await reader.eval(_TAKE, keys=[key, counter], args=args)
+                if left == 0:  # deleted: the next entries are a new stream's, whatever their ids
+                    last = self._inbox_last = b"0-0"
 
     def _on_inbox_entry(self, fields: object) -> int:
         """Handle one inbox entry; the bytes it counted in the inbox (0 for one that was not signed,
@@ -418,7 +496,11 @@ class WorkerLink:
         assert self.worker_id is not None and self._deliver is not None
         self._worker_counts["inbox_received"] += 1
         try:
-            entry = decode_inbox_entry(fields, self.worker_id, self._keys, time.time())
+            entry = decode_inbox_entry(fields, self.worker_id, self._keys, time.time(), seen=self._inbox_seen)
+        except ReplayedMessage as exc:
+            self._worker_counts["inbox_replayed"] += 1
+            self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_replayed"], replayed=True)
+            return 0
         except ForgedMessage as exc:
             self._worker_counts["inbox_forged"] += 1
             self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_forged"], forged=True)
