@@ -218,7 +218,7 @@ def test_bus_messages_are_signed_for_their_channel() -> None:
     assert sealed.startswith(b"mt2 ") and sealed.endswith(b" " + data)
     assert open_bus_message(KEYS, "p:notifications", sealed, NOW, seen=fresh()) == data
     assert open_bus_message(ClusterKeys([NEW, OLD]), "p:notifications", sealed, NOW, seen=fresh()) == data
-    magic, kid, signature, ts, nonce, _ = sealed.split(b" ", 5)
+    ts, nonce = sealed.split(b" ", 5)[3:5]
     old_kid, old_signature = KEYS.sign(b"bus", b"p:notifications", ts, data)
     forged = [
         data,  # unsigned
