@@ -4,7 +4,9 @@ sessions that reached another worker) and a task store's records, each signed by
 
 Everything read here is checked as strictly as a message from a socket: what does not match exactly is
 refused with :class:`ValueError` (short, safe to log).  What Redis hands over is trusted no more than
-the network: what the key ring does not verify is :class:`ForgedMessage`.
+the network: what the key ring does not verify is :class:`ForgedMessage`, and a copy of a signed bus
+message or inbox entry that its receiver's :class:`ReplayGuard` has already accepted (each carries a
+random nonce) is :class:`ReplayedMessage`.
 """
 
 from __future__ import annotations
