@@ -275,10 +275,14 @@ async def test_an_inbox_entry_written_again_is_delivered_once(redis: RedisServer
 async def test_unsigned_inbox_values_do_not_make_a_worker_refuse(redis: RedisServer) -> None:
     """The counter of an inbox set far too high, or to something that is no count, a key of another
     type in place of the inbox or its counter, an inbox whose last id is the largest there is: the next
-    forward is sent all the same, and the counter is trusted no further than the entries there."""
+    forward is sent all the same, and the counter is trusted no further than the entries there.  A
+    worker whose own inbox is of another type when it connects deletes it, and reads on."""
     server, bus = worker(redis.url)
+    await call(redis.port, "SET", "mcp-trio:inbox:b", "not a stream")
     async with MCPApp(server, ServerConfig(worker_id="b")).running():
         await eventually(lambda: bus.state == "connected", STARTUP, "connected")
+        assert await call(redis.port, "EXISTS", "mcp-trio:inbox:b") == 0
+        assert (bus.statistics()["inbox_forged"], bus.statistics()["failures"]) == (1, 0)
         keys = ClusterKeys.of(None)
         await call(redis.port, "SET", "mcp-trio:worker:ghost", "x", "PX", "60000")
         session_tag = keys.tag(b"session", b"ghost.s1")
