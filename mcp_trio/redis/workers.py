@@ -461,7 +461,11 @@ class WorkerLink:
 
     async def _inbox_reader(self, reader: coredis.Redis[bytes], key: str, start: bytes) -> None:
         """XREAD BLOCK on this worker's inbox (on a connection of its own), a few entries at a time;
-        each batch read is handled, then deleted (with its bytes taken off the inbox's counter)."""
+        each batch read is handled, then deleted (with its bytes taken off the inbox's counter).  What
+        is left in the stream after a batch is unread, so each read after the first starts at the
+        stream's beginning: an entry id far ahead (a writer without the key ring can add one) or a
+        stream deleted and made again cannot make the reader skip entries.  (An entry handled but left
+        in the stream by a lost connection is read again, and refused as a replay.)"""
         assert self.worker_id is not None
         counter = inbox_bytes_key(self.prefix, self.worker_id)
         last = start
@@ -486,9 +490,8 @@ class WorkerLink:
                 bounds = (size, INBOX_MESSAGE_LIMIT, self._inbox_ttl_ms())
                 args: list[str | bytes] = [*map(str, bounds), *read]
                 with trio.fail_after(self.command_timeout):
-                    left = await reader.eval(_TAKE, keys=[key, counter], args=args)
-                if left == 0:  # deleted: the next entries are a new stream's, whatever their ids
-                    last = self._inbox_last = b"0-0"
+                    await reader.eval(_TAKE, keys=[key, counter], args=args)
+                last = b"0-0"
 
     def _on_inbox_entry(self, fields: object) -> int:
         """Handle one inbox entry; the bytes it counted in the inbox (0 for one that was not signed,
