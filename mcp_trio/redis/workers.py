@@ -32,6 +32,7 @@ from .._protocol.cluster import (
     sessions_key,
 )
 from .connection import State, as_bytes, leaf_of, load_coredis, logger, stream_id
+from .inboxscripts import FORWARD, KNOWN, TAKE
 
 if TYPE_CHECKING:
     import coredis
@@ -44,91 +45,6 @@ Deliver = Callable[[str, bytes, str], bool]
 session it names, sent by the principal of the given tag; False if this worker has no such session or
 it belongs to another principal (the message is dropped and counted)."""
 
-_INBOX_STATE = """
-local function inbox_state(stream, counter, limit, ttl)
-  if redis.call('TYPE', stream)['ok'] ~= 'stream' or redis.call('XLEN', stream) == 0 then
-    redis.call('DEL', stream, counter)
-    return 0, 0
-  end
-  local entries = redis.call('XLEN', stream)
-  local kind = redis.call('TYPE', counter)['ok']
-  if kind == 'none' then return entries, 0 end
-  local raw = ''
-  if kind == 'string' then raw = redis.call('GET', counter) end
-  local held = 0
-  if #raw <= 15 and string.match(raw, '^%d+$') then held = tonumber(raw) end
-  held = math.min(held, entries * limit)
-  if raw ~= tostring(held) then
-    redis.call('DEL', counter)
-    redis.call('SET', counter, held, 'PX', ttl)
-  end
-  return entries, held
-end
-"""
-"""The Lua function the inbox's scripts share: the entries of an inbox (``stream``) and the bytes they
-hold (``counter``), trusted no further than the stream can hold (``limit``, the largest body, per entry).
-Neither key is signed, so a writer without the key ring could make an inbox look full for good; here a
-value that is not an inbox is deleted (a stream of another type, a counter that is not a count), an
-empty inbox is deleted with its counter (which also forgets a last entry id set far ahead), and a
-counter above ``limit`` per entry is lowered to that.  Entries a writer added are counted (until the
-reader drops them, at once), never their bytes."""
-_FORWARD = (
-    _INBOX_STATE
-    + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local pairs = tonumber(ARGV[5])
-local found = false
-for i = 0, pairs - 1 do
-  local owner = redis.call('HGET', KEYS[2], ARGV[6 + 2 * i])
-  if owner and owner == ARGV[7 + 2 * i] then found = true end
-end
-if not found then return -1 end
-local size = tonumber(ARGV[4])
-local entries, held = inbox_state(KEYS[3], KEYS[4], tonumber(ARGV[6 + 2 * pairs]), ARGV[3])
-if entries >= tonumber(ARGV[1]) then return -2 end
-if held + size > tonumber(ARGV[2]) then return -2 end
-local f = 7 + 2 * pairs
-redis.call('XADD', KEYS[3], '*', 'v', ARGV[f], 'kid', ARGV[f + 1], 'sig', ARGV[f + 2], 'ts', ARGV[f + 3],
-  'nonce', ARGV[f + 4], 'session', ARGV[f + 5], 'principal', ARGV[f + 6], 'body', ARGV[f + 7])
-redis.call('INCRBY', KEYS[4], size)
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-redis.call('PEXPIRE', KEYS[4], ARGV[3])
-return 1
-"""
-)
-"""Add an entry to a worker's inbox, atomically, only if the worker is alive (its heartbeat key), has
-the session (its tag, under one of the forwarder's keys, is a field of the worker's session hash) with
-the same principal (the field's value), and the inbox holds fewer than ARGV[1] entries and ARGV[2]
-bytes with this one (as :data:`_INBOX_STATE` counts them, with the largest body ARGV[6 + 2 * pairs]):
-1 sent, 0 gone, -1 unknown session, -2 full.  The inbox and its byte counter expire ARGV[3] ms after
-the last entry added."""
-_KNOWN = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-for i = 1, #ARGV, 2 do
-  local owner = redis.call('HGET', KEYS[2], ARGV[i])
-  if owner and owner == ARGV[i + 1] then return 1 end
-end
-return -1
-"""
-"""The first check of :data:`_FORWARD`, without the body: 1 known, 0 gone, -1 unknown.  (So that a
-flood of bodies for made-up sessions does not even travel to Redis.)"""
-_TAKE = (
-    _INBOX_STATE
-    + """
-if #ARGV > 3 and redis.call('TYPE', KEYS[1])['ok'] == 'stream' then
-  redis.call('XDEL', KEYS[1], unpack(ARGV, 4))
-end
-local entries, held = inbox_state(KEYS[1], KEYS[2], tonumber(ARGV[2]), ARGV[3])
-if entries == 0 then return 0 end
-local size = tonumber(ARGV[1])
-if size > 0 and held > 0 then redis.call('SET', KEYS[2], math.max(0, held - size), 'KEEPTTL') end
-return 1
-"""
-)
-"""Delete the inbox entries read (ids ARGV[4..]) and their bytes (ARGV[1]) from the counter (as
-:data:`_INBOX_STATE` counts them, with the largest body ARGV[2] and the inbox's TTL ARGV[3] ms); an
-empty inbox is deleted with its counter (which also forgets bytes of entries that expired unread): 0
-then, else 1."""
 _RELEASE = """
 local beat = redis.call('GET', KEYS[1])
 if beat == ARGV[1] or beat == ARGV[1] .. ' draining' then return redis.call('DEL', KEYS[1], KEYS[2]) end
@@ -275,7 +191,7 @@ class WorkerLink:
         return bool(found)
 
     def _known_args(self, worker: str, session_id: str, principal: bytes) -> tuple[list[str], list[str]]:
-        """The keys and arguments of :data:`_KNOWN` (and the start of :data:`_FORWARD`'s): the
+        """The keys and arguments of :data:`KNOWN` (and the start of :data:`FORWARD`'s): the
         session's and the principal's tags under each key of the ring, the current key's first."""
         keys = self._keys
         pairs: list[str] = []
@@ -294,7 +210,7 @@ class WorkerLink:
         redis_keys, pairs = self._known_args(worker, session_id, principal)
         try:
             with trio.fail_after(self.command_timeout):
-                known = await client.eval(_KNOWN, keys=redis_keys, args=pairs)
+                known = await client.eval(KNOWN, keys=redis_keys, args=pairs)
         except Exception as exc:
             logger.debug("Redis: looking up a session of worker %s failed (%s)", worker, leaf_of(exc))
             return None
@@ -317,14 +233,14 @@ class WorkerLink:
         redis_keys = [*known_keys, inbox_key(self.prefix, worker), inbox_bytes_key(self.prefix, worker)]
         try:
             with trio.fail_after(self.command_timeout):
-                added = await client.eval(_KNOWN, keys=known_keys, args=pairs)
+                added = await client.eval(KNOWN, keys=known_keys, args=pairs)
                 if added == 1:  # checked again, with the inbox's bounds, as the entry is added
                     tag = pairs[1]  # the principal's, under the key that signs
                     fields = encode_inbox_entry(self._keys, worker, session_id, body, tag, time.time())
                     limits = [self.inbox_maxlen, self.inbox_max_bytes, self._inbox_ttl_ms(), len(body)]
                     args: list[str | bytes] = [*map(str, limits), str(len(pairs) // 2), *pairs]
                     args += [str(INBOX_MESSAGE_LIMIT), *(fields[name] for name in INBOX_FIELDS)]
-                    added = await client.eval(_FORWARD, keys=redis_keys, args=args)
+                    added = await client.eval(FORWARD, keys=redis_keys, args=args)
         except Exception as exc:
             logger.debug("Redis: forwarding to worker %s failed (%s)", worker, leaf_of(exc))
             self._worker_counts["forward_unavailable"] += 1
@@ -455,7 +371,7 @@ class WorkerLink:
         assert self.worker_id is not None
         counter = inbox_bytes_key(self.prefix, self.worker_id)
         args = ["0", str(INBOX_MESSAGE_LIMIT), str(self._inbox_ttl_ms())]
-        await client.eval(_TAKE, keys=[key, counter], args=args)
+        await client.eval(TAKE, keys=[key, counter], args=args)
         self._worker_counts["inbox_forged"] += 1
         self._log_malformed("inbox", "not a stream", self._worker_counts["inbox_forged"], forged=True)
 
@@ -490,7 +406,7 @@ class WorkerLink:
                 bounds = (size, INBOX_MESSAGE_LIMIT, self._inbox_ttl_ms())
                 args: list[str | bytes] = [*map(str, bounds), *read]
                 with trio.fail_after(self.command_timeout):
-                    await reader.eval(_TAKE, keys=[key, counter], args=args)
+                    await reader.eval(TAKE, keys=[key, counter], args=args)
                 last = b"0-0"
 
     def _on_inbox_entry(self, fields: object) -> int:
