@@ -147,16 +147,16 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
         """The bus's state and counters: notifications ``published`` to Redis, ``received`` from other
         workers and delivered here, ``echoes`` (its own, ignored), ``malformed`` (dropped), ``forged``
         (dropped: not signed by the key ring), ``replayed`` (dropped: a copy of a signed message
-        accepted before, or one signed before this bus was made), ``local_only`` (published while
-        Redis was unreachable, or of a kind the bus does not carry), ``dropped`` (the outbox was full),
-        ``connects``, ``failures`` (failed attempts and lost connections), ``key_id`` (of the key that
-        signs) and the ``last_error``.  A worker's link adds its ``worker_id``,
-        ``sessions_published``, what it forwarded (``forwarded``, ``forward_unknown``,
-        ``forward_full``, ``forward_gone``, ``forward_unavailable``) and what its inbox got
-        (``inbox_received``, ``inbox_delivered``, ``inbox_dropped``, ``inbox_malformed``,
-        ``inbox_forged``, ``inbox_replayed``) and what it did with sessions of other workers and its
-        own (``sessions_recorded`` in Redis, ``adopted``, ``released``, ``lost``, ``records_forged``,
-        ``adopt_unknown``, ``adopt_unavailable``, and ``draining``)."""
+        accepted before, or one signed before this bus was made; a worker's inbox counts its own as
+        ``inbox_replayed``), ``local_only`` (published while Redis was unreachable, or of a kind the
+        bus does not carry), ``dropped`` (the outbox was full), ``connects``,
+        ``failures`` (failed attempts and lost connections), ``key_id`` (of the key that signs) and the
+        ``last_error``.  A worker's link adds its ``worker_id``, ``sessions_published``, what it
+        forwarded (``forwarded``, ``forward_unknown``, ``forward_full``, ``forward_gone``,
+        ``forward_unavailable``) and what its inbox got (``inbox_received``, ``inbox_delivered``,
+        ``inbox_dropped``, ``inbox_malformed``, ``inbox_forged``) and what it did with sessions of
+        other workers and its own (``sessions_recorded`` in Redis, ``adopted``, ``released``,
+        ``lost``, ``records_forged``, ``adopt_unknown``, ``adopt_unavailable``, and ``draining``)."""
         stats: dict[str, Any] = {
             "state": self._state,
             "url": redact(self.url),
