@@ -14,6 +14,8 @@ from .._protocol.cluster import (
     INBOX_MESSAGE_LIMIT,
     ClusterKeys,
     ForgedMessage,
+    ReplayedMessage,
+    ReplayGuard,
     check_channel_prefix,
     check_instance_id,
     decode_bus_message,
@@ -56,7 +58,9 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
     (a key, or a sequence of keys: the first signs, every one verifies), else the ring in
     ``MCP_TRIO_REQUEST_STATE_SECRET``, the one the workers already share for ``requestState``; without
     either the bus refuses to be made.  A message that the ring does not verify (written by anything
-    without the secret, or older than five minutes) is dropped and counted as ``forged``.
+    without the secret, or older than five minutes) is dropped and counted as ``forged``; each signed
+    message carries a random nonce, and a copy of one this bus accepted before (published again) is
+    dropped and counted as ``replayed``.
 
     Its connection runs in :meth:`run`, which :meth:`MCPApp.run <mcp_trio.MCPApp.run>` (and so
     hypercorn's lifespan, ``serve`` and ``serve_h11``) starts in the app's nursery: it ends with the
@@ -128,6 +132,8 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
         self._malformed_logged_at: float | None = None
         self._live: coredis.Redis[bytes] | None = None
         """The connected client, while there is one (what :meth:`forward_to_worker` uses)."""
+        self._seen = ReplayGuard(time.time())
+        """The nonces of the messages accepted from the channel (each is delivered once)."""
         self._counts = dict.fromkeys(
             (
                 "published",
@@ -135,6 +141,7 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
                 "echoes",
                 "malformed",
                 "forged",
+                "replayed",
                 "local_only",
                 "dropped",
                 "connects",
@@ -146,8 +153,10 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
     def statistics(self) -> dict[str, Any]:
         """The bus's state and counters: notifications ``published`` to Redis, ``received`` from other
         workers and delivered here, ``echoes`` (its own, ignored), ``malformed`` (dropped), ``forged``
-        (dropped: not signed by the key ring), ``local_only`` (published while Redis was unreachable,
-        or of a kind the bus does not carry), ``dropped`` (the outbox was full), ``connects``,
+        (dropped: not signed by the key ring), ``replayed`` (dropped: a copy of a signed message
+        accepted before, or one signed before this bus was made; a worker's inbox counts its own as
+        ``inbox_replayed``), ``local_only`` (published while Redis was unreachable, or of a kind the
+        bus does not carry), ``dropped`` (the outbox was full), ``connects``,
         ``failures`` (failed attempts and lost connections), ``key_id`` (of the key that signs) and the
         ``last_error``.  A worker's link adds its ``worker_id``, ``sessions_published``, what it
         forwarded (``forwarded``, ``forward_unknown``, ``forward_full``, ``forward_gone``,
@@ -262,8 +271,13 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
             return  # subscription acknowledgements and the like
         try:
             found = decode_bus_message(
-                open_bus_message(self._keys, self.channel, item.get("data"), time.time())
+                open_bus_message(self._keys, self.channel, item.get("data"), time.time(), seen=self._seen)
             )
+        except ReplayedMessage as exc:
+            self._counts["replayed"] += 1
+            what = f"message on {self.channel}"
+            self._log_malformed(what, str(exc), self._counts["replayed"], replayed=True)
+            return
         except ForgedMessage as exc:
             self._counts["forged"] += 1
             self._log_malformed(f"message on {self.channel}", str(exc), self._counts["forged"], forged=True)
@@ -278,14 +292,16 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
         self._counts["received"] += 1
         self.deliver(found.message, found.uri)
 
-    def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
+    def _log_malformed(
+        self, what: str, reason: str, so_far: int, *, forged: bool = False, replayed: bool = False
+    ) -> None:
         """One WARNING line per :data:`MALFORMED_LOG_INTERVAL` at most (the others are only counted):
         what was dropped, why, and how many so far."""
         now = trio.current_time()
         last = self._malformed_logged_at
         if last is None or now - last >= MALFORMED_LOG_INTERVAL:
             self._malformed_logged_at = now
-            kind = "an unauthenticated" if forged else "a malformed"
+            kind = "a replayed" if replayed else "an unauthenticated" if forged else "a malformed"
             logger.warning(
                 "Redis notification bus: dropped %s %s (%s; %d so far)", kind, what, reason, so_far
             )

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from .._protocol.cluster import (
+    INBOX_FIELDS,
+    INBOX_MESSAGE_LIMIT,
     PRINCIPAL_TAG,
     SESSION_TAG,
     ClusterKeys,
     ForgedMessage,
+    ReplayedMessage,
+    ReplayGuard,
     check_worker_id,
     decode_inbox_entry,
     encode_inbox_entry,
@@ -27,7 +31,8 @@ from .._protocol.cluster import (
     inbox_key,
     sessions_key,
 )
-from .connection import State, as_bytes, leaf_of, logger, stream_id
+from .connection import State, as_bytes, leaf_of, load_coredis, logger, stream_id
+from .inboxscripts import FORWARD, KNOWN, TAKE
 
 if TYPE_CHECKING:
     import coredis
@@ -43,53 +48,6 @@ Deliver = Callable[[str, bytes, str], bool]
 session it names, sent by the principal of the given tag; False if this worker has no such session or
 it belongs to another principal (the message is dropped and counted)."""
 
-_FORWARD = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local pairs = tonumber(ARGV[5])
-local found = false
-for i = 0, pairs - 1 do
-  local owner = redis.call('HGET', KEYS[2], ARGV[6 + 2 * i])
-  if owner and owner == ARGV[7 + 2 * i] then found = true end
-end
-if not found then return -1 end
-local size = tonumber(ARGV[4])
-if redis.call('XLEN', KEYS[3]) >= tonumber(ARGV[1]) then return -2 end
-if tonumber(redis.call('GET', KEYS[4]) or '0') + size > tonumber(ARGV[2]) then return -2 end
-local f = 6 + 2 * pairs
-redis.call('XADD', KEYS[3], '*', 'v', ARGV[f], 'kid', ARGV[f + 1], 'sig', ARGV[f + 2], 'ts', ARGV[f + 3],
-  'session', ARGV[f + 4], 'principal', ARGV[f + 5], 'body', ARGV[f + 6])
-redis.call('INCRBY', KEYS[4], size)
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-redis.call('PEXPIRE', KEYS[4], ARGV[3])
-return 1
-"""
-"""Add an entry to a worker's inbox, atomically, only if the worker is alive (its heartbeat key), has
-the session (its tag, under one of the forwarder's keys, is a field of the worker's session hash) with
-the same principal (the field's value), and the inbox holds fewer than ARGV[1] entries and ARGV[2]
-bytes with this one: 1 sent, 0 gone, -1 unknown session, -2 full.  The inbox and its byte counter
-expire ARGV[3] ms after the last entry added."""
-_KNOWN = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-for i = 1, #ARGV, 2 do
-  local owner = redis.call('HGET', KEYS[2], ARGV[i])
-  if owner and owner == ARGV[i + 1] then return 1 end
-end
-return -1
-"""
-"""The first check of :data:`_FORWARD`, without the body: 1 known, 0 gone, -1 unknown.  (So that a
-flood of bodies for made-up sessions does not even travel to Redis.)"""
-_TAKE = """
-local size = tonumber(ARGV[1])
-if #ARGV > 1 then redis.call('XDEL', KEYS[1], unpack(ARGV, 2)) end
-if redis.call('XLEN', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[2])
-elseif size > 0 then
-  redis.call('DECRBY', KEYS[2], size)
-end
-return 1
-"""
-"""Delete the inbox entries read (ids ARGV[2..]) and their bytes (ARGV[1]) from the counter; an empty
-inbox is deleted with its counter (which also forgets bytes of entries that expired unread)."""
 _RELEASE = """
 local beat = redis.call('GET', KEYS[1])
 if beat and string.match(beat, '^(%S+) ') == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end
@@ -131,7 +89,9 @@ class WorkerLink:
     def _client(self) -> coredis.Redis[bytes]:
         raise NotImplementedError
 
-    def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
+    def _log_malformed(
+        self, what: str, reason: str, so_far: int, *, forged: bool = False, replayed: bool = False
+    ) -> None:
         raise NotImplementedError
 
 
@@ -172,9 +132,12 @@ class WorkerLink:
                 "inbox_dropped",
                 "inbox_malformed",
                 "inbox_forged",
+                "inbox_replayed",
             ),
             0,
         )
+        self._inbox_seen = ReplayGuard(time.time())
+        """The nonces of the inbox entries accepted (each is delivered once)."""
 
     def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
         """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
@@ -228,7 +191,7 @@ class WorkerLink:
         return bool(found)
 
     def _known_args(self, worker: str, session_id: str, principal: bytes) -> tuple[list[str], list[str]]:
-        """The keys and arguments of :data:`_KNOWN` (and the start of :data:`_FORWARD`'s): the
+        """The keys and arguments of :data:`KNOWN` (and the start of :data:`FORWARD`'s): the
         session's and the principal's tags under each key of the ring, the current key's first."""
         keys = self._keys
         pairs: list[str] = []
@@ -247,7 +210,7 @@ class WorkerLink:
         redis_keys, pairs = self._known_args(worker, session_id, principal)
         try:
             with trio.fail_after(self.command_timeout):
-                known = await client.eval(_KNOWN, keys=redis_keys, args=pairs)
+                known = await client.eval(KNOWN, keys=redis_keys, args=pairs)
         except Exception as exc:
             logger.debug("Redis: looking up a session of worker %s failed (%s)", worker, leaf_of(exc))
             return None
@@ -270,15 +233,14 @@ class WorkerLink:
         redis_keys = [*known_keys, inbox_key(self.prefix, worker), inbox_bytes_key(self.prefix, worker)]
         try:
             with trio.fail_after(self.command_timeout):
-                added = await client.eval(_KNOWN, keys=known_keys, args=pairs)
+                added = await client.eval(KNOWN, keys=known_keys, args=pairs)
                 if added == 1:  # checked again, with the inbox's bounds, as the entry is added
                     tag = pairs[1]  # the principal's, under the key that signs
                     fields = encode_inbox_entry(self._keys, worker, session_id, body, tag, time.time())
-                    limits = [self.inbox_maxlen, self.inbox_max_bytes, int(self.inbox_ttl * 1000), len(body)]
-                    names = ("v", "kid", "sig", "ts", "session", "principal", "body")
+                    limits = [self.inbox_maxlen, self.inbox_max_bytes, self._inbox_ttl_ms(), len(body)]
                     args: list[str | bytes] = [*map(str, limits), str(len(pairs) // 2), *pairs]
-                    args += [fields[name] for name in names]
-                    added = await client.eval(_FORWARD, keys=redis_keys, args=args)
+                    args += [str(INBOX_MESSAGE_LIMIT), *(fields[name] for name in INBOX_FIELDS)]
+                    added = await client.eval(FORWARD, keys=redis_keys, args=args)
         except Exception as exc:
             logger.debug("Redis: forwarding to worker %s failed (%s)", worker, leaf_of(exc))
             self._worker_counts["forward_unavailable"] += 1
@@ -297,7 +259,7 @@ class WorkerLink:
         assert self.worker_id is not None
         key = inbox_key(self.prefix, self.worker_id)
         with trio.fail_after(self.command_timeout):
-            tail = await client.xrevrange(key, count=1)
+            tail = await self._inbox_tail(client, key)
         tail_id = as_bytes(tail[0].identifier) if tail else b"0-0"
         last = self._inbox_last
         # Go on from the last entry read if the stream still has it (a lost connection: catch up);
@@ -332,6 +294,9 @@ class WorkerLink:
 
     def _ttl_ms(self) -> int:
         return max(1, int(self.heartbeat_ttl * 1000))
+
+    def _inbox_ttl_ms(self) -> int:
+        return max(1, int(self.inbox_ttl * 1000))
 
     async def _beat(self, client: coredis.Redis[bytes]) -> None:
         """Renew the heartbeat (signed, see ``sessions``), and learn what it replaced: another value
@@ -395,15 +360,44 @@ class WorkerLink:
                     await client.hset(target, added)
                     await client.pexpire(target, self._ttl_ms())
 
+    async def _inbox_tail(self, client: coredis.Redis[bytes], key: str) -> Any:
+        """The last entry of this worker's inbox (XREVRANGE), once a value of another type under its
+        key (no worker writes one) is deleted."""
+        try:
+            return await client.xrevrange(key, count=1)
+        except load_coredis().exceptions.WrongTypeError:
+            await self._clear_inbox(client, key)
+            return await client.xrevrange(key, count=1)
+
+    async def _clear_inbox(self, client: coredis.Redis[bytes], key: str) -> None:
+        """Delete what is under the inbox's key if it is not a stream (what a writer without the key
+        ring may put there, so that the inbox cannot be read), counted as ``inbox_forged``."""
+        assert self.worker_id is not None
+        counter = inbox_bytes_key(self.prefix, self.worker_id)
+        args = ["0", str(INBOX_MESSAGE_LIMIT), str(self._inbox_ttl_ms())]
+        await client.eval(TAKE, keys=[key, counter], args=args)
+        self._worker_counts["inbox_forged"] += 1
+        self._log_malformed("inbox", "not a stream", self._worker_counts["inbox_forged"], forged=True)
+
     async def _inbox_reader(self, reader: coredis.Redis[bytes], key: str, start: bytes) -> None:
         """XREAD BLOCK on this worker's inbox (on a connection of its own), a few entries at a time;
-        each batch read is handled, then deleted (with its bytes taken off the inbox's counter)."""
+        each batch read is handled, then deleted (with its bytes taken off the inbox's counter).  What
+        is left in the stream after a batch is unread, so each read after the first starts at the
+        stream's beginning: an entry id far ahead (a writer without the key ring can add one) or a
+        stream deleted and made again cannot make the reader skip entries.  (An entry handled but left
+        in the stream by a lost connection is read again, and refused as a replay.)"""
         assert self.worker_id is not None
         counter = inbox_bytes_key(self.prefix, self.worker_id)
         last = start
         block_ms = max(1, int(min(1.0, self.command_timeout / 2) * 1000))
         while True:
-            reply = await reader.xread({key: last}, count=_INBOX_BATCH, block=block_ms)
+            try:
+                reply = await reader.xread({key: last}, count=_INBOX_BATCH, block=block_ms)
+            except load_coredis().exceptions.WrongTypeError:
+                with trio.fail_after(self.command_timeout):
+                    await self._clear_inbox(reader, key)
+                last = self._inbox_last = b"0-0"
+                continue
             read: list[bytes] = []
             size = 0
             for entries in (reply or {}).values():
@@ -413,8 +407,11 @@ class WorkerLink:
                     read.append(last)
                     size += self._on_inbox_entry(entry.field_values)
             if read:
+                bounds = (size, INBOX_MESSAGE_LIMIT, self._inbox_ttl_ms())
+                args: list[str | bytes] = [*map(str, bounds), *read]
                 with trio.fail_after(self.command_timeout):
-                    await reader.eval(_TAKE, keys=[key, counter], args=[str(size), *read])
+                    await reader.eval(TAKE, keys=[key, counter], args=args)
+                last = b"0-0"
 
     def _on_inbox_entry(self, fields: object) -> int:
         """Handle one inbox entry; the bytes it counted in the inbox (0 for one that was not signed,
@@ -422,7 +419,11 @@ class WorkerLink:
         assert self.worker_id is not None and self._deliver is not None
         self._worker_counts["inbox_received"] += 1
         try:
-            entry = decode_inbox_entry(fields, self.worker_id, self._keys, time.time())
+            entry = decode_inbox_entry(fields, self.worker_id, self._keys, time.time(), seen=self._inbox_seen)
+        except ReplayedMessage as exc:
+            self._worker_counts["inbox_replayed"] += 1
+            self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_replayed"], replayed=True)
+            return 0
         except ForgedMessage as exc:
             self._worker_counts["inbox_forged"] += 1
             self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_forged"], forged=True)
