@@ -113,8 +113,7 @@ class MCPApp:
             # here, not in __init__: a bus given to the server after the app was made counts
             link: WorkerLink = bus  # type: ignore[assignment]
             forwarding = self._legacy.forwarding = Forwarding(link, self.config.worker_id, self._manager)
-            leases = getattr(bus, "session_leases", None)
-            if leases is not None:  # it keeps session records: adoption
+            if (leases := getattr(bus, "session_leases", None)) is not None:  # it keeps session records
                 self._legacy.ownership = Ownership(
                     leases,
                     forwarding,
