@@ -35,7 +35,7 @@ from .connection import (
 )
 from .heartbeat import Heartbeat
 from .sessions import SessionLeases
-from .workers import WorkerLink
+from .workers import Deliver, WorkerLink
 
 if TYPE_CHECKING:
     import coredis
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisNotificationBus"]
 
 
-class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
+class RedisNotificationBus(RedisLink, LocalNotificationBus):
     """A :class:`~mcp_trio.server.NotificationBus` shared by every worker subscribed to one Redis channel.
 
     A notification published in this worker reaches its own peers at once (as with
@@ -112,7 +112,6 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
             )
         LocalNotificationBus.__init__(self)
         RedisLink.__init__(self, url, retry_initial, retry_max)
-        self._init_worker_link(heartbeat_interval, heartbeat_ttl, inbox_maxlen, inbox_max_bytes, inbox_ttl)
         self._keys = ClusterKeys.of(secret)
         """The cluster's key ring: signs what this bus writes, verifies what it reads."""
         self.prefix = check_channel_prefix(channel_prefix)
@@ -124,7 +123,24 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
             self._keys, self.prefix, self.heart, self._connected_client, command_timeout
         )
         """The records, leases and epochs of this worker's sessions, for their adoption by other
-        workers (see :mod:`mcp_trio.redis.sessions`)."""
+        workers (``mcp_trio.redis.sessions``; see docs/deploy/workers)."""
+        self.worker_link = WorkerLink(
+            self._keys,
+            self.prefix,
+            self.heart,
+            self.session_leases,
+            self._connected_client,
+            self._client,
+            self._log_malformed,
+            command_timeout,
+            heartbeat_interval,
+            heartbeat_ttl,
+            inbox_maxlen,
+            inbox_max_bytes,
+            inbox_ttl,
+        )
+        """This worker's heartbeat, session hash, inbox and forwarding, once :meth:`attach_worker`
+        made the bus a worker's link (``mcp_trio.redis.workers``)."""
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._outbox_send, self._outbox = trio.open_memory_channel[bytes](outbox)
@@ -175,10 +191,8 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
             "last_error": self._last_error,
             **self._counts,
         }
-        if self.worker_id is not None:
-            stats["worker_id"] = self.worker_id
-            stats["sessions_published"] = len(self._sessions)
-            stats.update(self._worker_counts)
+        if self.worker_link.worker_id is not None:
+            stats.update(self.worker_link.statistics())
             stats.update(self.session_leases.statistics())
             stats["draining"] = self.heart.draining
         return stats
@@ -235,14 +249,30 @@ class RedisNotificationBus(WorkerLink, RedisLink, LocalNotificationBus):
                 channels=[self.channel], ignore_subscribe_messages=True, retry_policy=retry
             ) as pubsub:
                 async with trio.open_nursery() as nursery:
-                    if self.worker_id is not None:
-                        await nursery.start(self._worker_link, client)
+                    if self.worker_link.worker_id is not None:
+                        await nursery.start(self.worker_link.run, client)
                     self._connected(client, f" ({self.channel})")
                     nursery.start_soon(self._publisher, client)
                     async for item in pubsub:
                         self._on_item(item)
                     nursery.cancel_scope.cancel()
                 raise ConnectionError("the subscription ended")
+
+    def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
+        """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
+        ``worker_id``).  While connected it keeps
+
+        - the heartbeat key ``<prefix>:worker:<id>`` (signed, TTL ``heartbeat_ttl``, renewed every
+          ``heartbeat_interval``);
+        - the hash ``<prefix>:sessions:<id>`` of its live sessions, with the same TTL: a keyed hash
+          of each session id -> a keyed hash of its principal's identity, so that another worker
+          forwards only what is for a session this one has, sent by that session's principal, and
+          no session id or principal is stored in Redis;
+        - the records and leases of its sessions (``session_leases``);
+        - and reads the stream ``<prefix>:inbox:<id>``, hands each entry signed by the key ring to
+          ``deliver``, and deletes what it read.  The stream and its byte counter
+          ``<prefix>:inbox-bytes:<id>`` expire ``inbox_ttl`` after the last entry added."""
+        self.worker_link.attach_worker(worker_id, deliver)
 
     def _connected_client(self) -> coredis.Redis[bytes] | None:
         return self._live if self._state == "connected" else None

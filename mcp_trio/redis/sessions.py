@@ -1,7 +1,8 @@
 """The 2025 sessions a worker keeps in Redis so that another worker can adopt them: their signed
 records, their signed leases and their epochs (fencing tokens).
 
-:class:`SessionLeases` is part of :class:`~mcp_trio.redis.RedisNotificationBus` (with
+:class:`SessionLeases` is a collaborator of :class:`~mcp_trio.redis.RedisNotificationBus`
+(``session_leases``, with the bus's :class:`~mcp_trio.redis.heartbeat.Heartbeat` and
 :class:`~mcp_trio.redis.workers.WorkerLink`, once the bus links a worker).  Each live session of this
 worker has a record (``<prefix>:session:<tag>``: what ``initialize`` agreed, its log level and
 subscriptions, its owner key) and a lease (``<prefix>:lease:<tag>``: the session's epoch, held by this

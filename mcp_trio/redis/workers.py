@@ -1,9 +1,10 @@
 """A worker's link through Redis: its heartbeat, the hash of its live sessions, its inbox, and the
 forwarding of a session's messages to the worker that has the session.
 
-:class:`WorkerLink` is the part of :class:`~mcp_trio.redis.RedisNotificationBus` that
-:meth:`~WorkerLink.attach_worker` turns on; the bus's connection runs :meth:`~WorkerLink._worker_link`
-while it is connected.
+A :class:`~mcp_trio.redis.RedisNotificationBus` has one (``worker_link``), beside its session
+leases (:mod:`.sessions`) and its heartbeat (:mod:`.heartbeat`), the collaborators it hands its
+connection to: :meth:`~WorkerLink.attach_worker` turns it on, and the bus's connection runs
+:meth:`~WorkerLink.run` while it is connected.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .._protocol.cluster import (
     inbox_key,
     sessions_key,
 )
-from .connection import State, as_bytes, leaf_of, load_coredis, logger, stream_id
+from .connection import as_bytes, leaf_of, load_coredis, logger, stream_id
 from .inboxscripts import FORWARD, KNOWN, TAKE
 
 if TYPE_CHECKING:
@@ -72,37 +73,42 @@ _INBOX_BATCH = 16
 """Inbox entries read per XREAD (each up to 4 MiB)."""
 
 
+LogMalformed = Callable[..., None]
+"""The bus's rate-limited log of a malformed message: ``(what, reason, so_far, *, forged, replayed)``."""
+
+
 class WorkerLink:
     """A worker's heartbeat, session hash, inbox and forwarding: the part of a notification bus that
-    :meth:`attach_worker` turns on."""
+    :meth:`attach_worker` turns on (:attr:`RedisNotificationBus.worker_link
+    <mcp_trio.redis.RedisNotificationBus.worker_link>`)."""
 
-    # What the bus that this link is part of provides:
-    _keys: ClusterKeys
-    _live: coredis.Redis[bytes] | None
-    _state: State
-    prefix: str
-    instance_id: str
-    command_timeout: float
-    heart: Heartbeat
-    session_leases: SessionLeases
-
-    def _client(self) -> coredis.Redis[bytes]:
-        raise NotImplementedError
-
-    def _log_malformed(
-        self, what: str, reason: str, so_far: int, *, forged: bool = False, replayed: bool = False
-    ) -> None:
-        raise NotImplementedError
-
-
-    def _init_worker_link(
+    def __init__(
         self,
+        keys: ClusterKeys,
+        prefix: str,
+        heart: Heartbeat,
+        leases: SessionLeases,
+        connected: Callable[[], coredis.Redis[bytes] | None],
+        new_client: Callable[[], coredis.Redis[bytes]],
+        log_malformed: LogMalformed,
+        command_timeout: float,
         heartbeat_interval: float,
         heartbeat_ttl: float,
         inbox_maxlen: int,
         inbox_max_bytes: int,
         inbox_ttl: float,
     ) -> None:
+        self._keys = keys
+        self.prefix = prefix
+        self.instance_id = heart.instance_id
+        self.heart = heart
+        self.session_leases = leases
+        self._connected = connected
+        """The bus's connected client, or None while it has none."""
+        self._client = new_client
+        """A client of its own (the inbox reader's blocking reads)."""
+        self._log_malformed = log_malformed
+        self.command_timeout = command_timeout
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_ttl = heartbeat_ttl
         self.inbox_maxlen = inbox_maxlen
@@ -139,19 +145,13 @@ class WorkerLink:
         self._inbox_seen = ReplayGuard(time.time())
         """The nonces of the inbox entries accepted (each is delivered once)."""
 
-    def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
-        """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
-        ``worker_id``).  While connected it keeps
+    def statistics(self) -> dict[str, Any]:
+        return {"worker_id": self.worker_id, "sessions_published": len(self._sessions), **self._worker_counts}
 
-        - the heartbeat key ``<prefix>:worker:<id>`` (TTL ``heartbeat_ttl``, refreshed every
-          ``heartbeat_interval``);
-        - the hash ``<prefix>:sessions:<id>`` of its live sessions (:meth:`session_opened`), with the
-          same TTL: a keyed hash of each session id -> a keyed hash of its principal's identity, so
-          that another worker forwards only what is for a session this one has, sent by that
-          session's principal, and no session id or principal is stored in Redis;
-        - and reads the stream ``<prefix>:inbox:<id>``, hands each entry signed by the key ring to
-          ``deliver``, and deletes what it read.  The stream and its byte counter
-          ``<prefix>:inbox-bytes:<id>`` expire ``inbox_ttl`` after the last entry added."""
+    def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
+        """Turn this link on for the worker ``worker_id`` (see
+        :meth:`RedisNotificationBus.attach_worker <mcp_trio.redis.RedisNotificationBus.attach_worker>`):
+        ``deliver`` gets each forwarded body of its inbox."""
         check_worker_id(worker_id)
         if self.worker_id is not None and self.worker_id != worker_id:
             raise RuntimeError("this RedisNotificationBus already serves another worker")
@@ -179,8 +179,8 @@ class WorkerLink:
 
     async def worker_alive(self, worker: str) -> bool | None:
         """Whether ``worker``'s heartbeat key exists; None if Redis cannot tell now."""
-        client = self._live
-        if client is None or self._state != "connected":
+        client = self._connected()
+        if client is None:
             return None
         try:
             with trio.fail_after(self.command_timeout):
@@ -204,8 +204,8 @@ class WorkerLink:
     async def has_session(self, worker: str, session_id: str, principal: bytes) -> bool | None:
         """Whether ``worker`` is alive and has the session ``session_id`` of the principal of identity
         ``principal`` (in its session hash); None if Redis cannot tell now."""
-        client = self._live
-        if client is None or self._state != "connected":
+        client = self._connected()
+        if client is None:
             return None
         redis_keys, pairs = self._known_args(worker, session_id, principal)
         try:
@@ -225,8 +225,8 @@ class WorkerLink:
         ``sent``; ``unknown`` (no such session there, or another principal's); ``full`` (the inbox
         holds ``inbox_maxlen`` entries or ``inbox_max_bytes`` bytes); ``gone`` (no heartbeat);
         ``unavailable`` (Redis cannot be reached now).  Nothing is added but when ``sent``."""
-        client = self._live
-        if client is None or self._state != "connected":
+        client = self._connected()
+        if client is None:
             self._worker_counts["forward_unavailable"] += 1
             return "unavailable"
         known_keys, pairs = self._known_args(worker, session_id, principal)
@@ -250,7 +250,7 @@ class WorkerLink:
         self._worker_counts["forwarded" if outcome == "sent" else f"forward_{outcome}"] += 1
         return outcome
 
-    async def _worker_link(
+    async def run(
         self, client: coredis.Redis[bytes], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """The heartbeat, the session hash and the inbox reader of one connection.  Started once the

@@ -725,7 +725,8 @@ async def test_an_inbox_nobody_reads_is_bounded_and_expires(redis: RedisServer) 
     count or bytes are refused, and what is there expires; a session it does not have, or another
     principal's, gets nothing written."""
     server, bus = worker(redis.url)
-    bus.inbox_maxlen = 3
+    link = bus.worker_link
+    link.inbox_maxlen = 3
     async with MCPApp(server, ServerConfig(worker_id="b")).running():
         await eventually(lambda: bus.state == "connected", STARTUP, "connected")
         keys = ClusterKeys.of(None)
@@ -735,20 +736,20 @@ async def test_an_inbox_nobody_reads_is_bounded_and_expires(redis: RedisServer) 
             redis.port, "HSET", "mcp-trio:sessions:ghost", session_tag, keys.tag(b"principal", b"none")
         )
         small = padded_answer(100)
-        assert await bus.forward_to_worker("ghost", "ghost.other", small, b"none") == "unknown"
-        assert await bus.forward_to_worker("ghost", "ghost.s1", small, b"str:bob") == "unknown"
-        assert await bus.forward_to_worker("nobody", "nobody.s1", small, b"none") == "gone"
+        assert await link.forward_to_worker("ghost", "ghost.other", small, b"none") == "unknown"
+        assert await link.forward_to_worker("ghost", "ghost.s1", small, b"str:bob") == "unknown"
+        assert await link.forward_to_worker("nobody", "nobody.s1", small, b"none") == "gone"
         assert await call(redis.port, "EXISTS", "mcp-trio:inbox:ghost") == 0
-        outcomes = [await bus.forward_to_worker("ghost", "ghost.s1", small, b"none") for _ in range(4)]
+        outcomes = [await link.forward_to_worker("ghost", "ghost.s1", small, b"none") for _ in range(4)]
         assert outcomes == ["sent", "sent", "sent", "full"]
         assert await call(redis.port, "XLEN", "mcp-trio:inbox:ghost") == 3
         assert int(await call(redis.port, "GET", "mcp-trio:inbox-bytes:ghost")) == 3 * len(small)
         for key in ("mcp-trio:inbox:ghost", "mcp-trio:inbox-bytes:ghost"):
-            assert 0 < await call(redis.port, "PTTL", key) <= bus.inbox_ttl * 1000
+            assert 0 < await call(redis.port, "PTTL", key) <= link.inbox_ttl * 1000
         await call(redis.port, "DEL", "mcp-trio:inbox:ghost", "mcp-trio:inbox-bytes:ghost")
         big = padded_answer(1536 * 1024)
-        bus.inbox_maxlen, bus.inbox_max_bytes = 100, 4 * 1024 * 1024
-        outcomes = [await bus.forward_to_worker("ghost", "ghost.s1", big, b"none") for _ in range(3)]
+        link.inbox_maxlen, link.inbox_max_bytes = 100, 4 * 1024 * 1024
+        outcomes = [await link.forward_to_worker("ghost", "ghost.s1", big, b"none") for _ in range(3)]
         assert outcomes == ["sent", "sent", "full"]  # 4 MiB hold two of 1.5 MiB
         stats = bus.statistics()
         assert (stats["forwarded"], stats["forward_full"], stats["forward_unknown"]) == (5, 2, 2), stats

@@ -101,16 +101,16 @@ def keys_of(bus: RedisNotificationBus, session_id: str) -> tuple[str, str]:
 async def stop_beating(bus: RedisNotificationBus, port: int) -> None:
     """The worker's heartbeat stops (its loop sleeps an hour after its next beat) and is gone from
     Redis, as a paused worker's expires: it does not know."""
-    bus.heartbeat_interval = 3600.0
+    bus.worker_link.heartbeat_interval = 3600.0
     await trio.sleep(1.2)  # its loop's current sleep ends (1 s), it beats once more, then sleeps long
-    assert bus.worker_id is not None
-    await call(port, "DEL", heartbeat_key(bus.prefix, bus.worker_id))
+    assert bus.worker_link.worker_id is not None
+    await call(port, "DEL", heartbeat_key(bus.prefix, bus.worker_link.worker_id))
 
 
 async def just_beaten(bus: RedisNotificationBus, port: int) -> None:
     """Until the worker's heartbeat was renewed (its next beat is a heartbeat interval away)."""
-    assert bus.worker_id is not None
-    key = heartbeat_key(bus.prefix, bus.worker_id)
+    assert bus.worker_link.worker_id is not None
+    key = heartbeat_key(bus.prefix, bus.worker_link.worker_id)
     before = await call(port, "GET", key)
     with trio.fail_after(5):
         while await call(port, "GET", key) == before:  # noqa: ASYNC110 - Redis has no event for it
@@ -182,7 +182,7 @@ async def test_what_a_writer_without_the_key_writes_moves_no_session(redis: Redi
         beat = heartbeat_key(a.bus.prefix, "a")
         signed_lease = await call(redis.port, "GET", lease)
         signed_record = await call(redis.port, "GET", record)
-        assert b.bus.worker_id is not None
+        assert b.bus.worker_link.worker_id is not None
 
         # A lease of its own (the unsigned form of earlier releases, or a signed one with an epoch
         # changed): refused as forged; b does not adopt (404), a keeps serving.
@@ -206,7 +206,7 @@ async def test_what_a_writer_without_the_key_writes_moves_no_session(redis: Redi
         # not beating, waits a heartbeat interval and a half, and by then a has beaten: not taken.
         await just_beaten(a.bus, redis.port)
         old = await call(redis.port, "GET", beat)
-        await trio.sleep(a.bus.heartbeat_ttl + 0.2)
+        await trio.sleep(a.bus.heart.ttl + 0.2)
         for tamper in (("DEL", beat), ("SET", beat, old, "PX", "60000")):
             await just_beaten(a.bus, redis.port)
             await call(redis.port, *tamper)

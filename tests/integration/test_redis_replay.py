@@ -293,7 +293,7 @@ async def test_unsigned_inbox_values_do_not_make_a_worker_refuse(redis: RedisSer
         small = padded_answer(100)
 
         async def forward() -> str:
-            return await bus.forward_to_worker("ghost", "ghost.s1", small, b"none")
+            return await bus.worker_link.forward_to_worker("ghost", "ghost.s1", small, b"none")
 
         # an empty inbox with a huge counter (no TTL): reset
         await call(redis.port, "SET", counter, str(10**15))
@@ -309,7 +309,7 @@ async def test_unsigned_inbox_values_do_not_make_a_worker_refuse(redis: RedisSer
             assert await forward() == "sent", value
             held = int(await call(redis.port, "GET", counter))
             assert held <= entries * INBOX_MESSAGE_LIMIT + len(small), (value, held)
-            assert 0 < await call(redis.port, "PTTL", counter) <= bus.inbox_ttl * 1000
+            assert 0 < await call(redis.port, "PTTL", counter) <= bus.worker_link.inbox_ttl * 1000
         # keys of another type in their place
         await call(redis.port, "DEL", counter)
         await call(redis.port, "HSET", counter, "f", "v")
@@ -327,7 +327,7 @@ async def test_unsigned_inbox_values_do_not_make_a_worker_refuse(redis: RedisSer
         assert await forward() == "sent"
         # the real bounds still hold: entries counted, and bytes of what was sent
         await call(redis.port, "DEL", inbox, counter)
-        bus.inbox_maxlen = 2
+        bus.worker_link.inbox_maxlen = 2
         assert [await forward() for _ in range(3)] == ["sent", "sent", "full"]
         assert int(await call(redis.port, "GET", counter)) == 2 * len(small)
         stats = bus.statistics()
