@@ -125,19 +125,22 @@ async def test_a_head_in_parts_within_read_timeout_is_served() -> None:
 
 async def test_one_address_beyond_its_cap_is_refused_and_others_are_served() -> None:
     config = H11Config(max_connections=100, max_connections_per_address=2)
-    async with running(build_app(), config) as (_, port, _stop, _):
-        async with client(port, "127.0.0.2") as first, client(port, "127.0.0.2") as second:
-            assert await served(first) and await served(second)
-            async with client(port, "127.0.0.2") as third:
-                assert await refused(third)
-            async with client(port) as other:  # 127.0.0.1: its own count
-                assert await served(other)
-            await first.aclose()
-            # its count is released once the server has closed its side: a new one gets in
-            with trio.fail_after(3):
-                while not (await status_line(port, "127.0.0.2")).startswith(ANSWER):
-                    await trio.sleep(0.05)
-            assert await served(second)
+    async with (
+        running(build_app(), config) as (_, port, _stop, _),
+        client(port, "127.0.0.2") as first,
+        client(port, "127.0.0.2") as second,
+    ):
+        assert await served(first) and await served(second)
+        async with client(port, "127.0.0.2") as third:
+            assert await refused(third)
+        async with client(port) as other:  # 127.0.0.1: its own count
+            assert await served(other)
+        await first.aclose()
+        # its count is released once the server has closed its side: a new one gets in
+        with trio.fail_after(3):
+            while not (await status_line(port, "127.0.0.2")).startswith(ANSWER):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        assert await served(second)
 
 
 async def status_line(port: int, source: str) -> bytes:
