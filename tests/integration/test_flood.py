@@ -118,6 +118,7 @@ async def legitimate_session(url: str, n: int) -> None:
         await client.delete()
 
 
+@pytest.mark.deadline(90)
 @pytest.mark.usefixtures("descriptors_for_the_flood")
 @pytest.mark.parametrize("http", ["h11", "hypercorn"])
 async def test_a_slow_flood_from_one_address_does_not_shut_others_out(http: str) -> None:
