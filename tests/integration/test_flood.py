@@ -13,6 +13,10 @@ of which must succeed within :data:`CALL_BOUND`.
   idle timer runs until a request is whole), and waits out ``EMFILE`` at accept (``trio.serve_listeners``).
 
 After the flood, the server's sockets go back to what they were before it.
+
+Each test names its server (``--http``): the module uses ``mcp_http.serve_demo`` through the module, so
+that the test command's second pass (``MCP_TRIO_TEST_HTTP=h11``, which keeps the modules that import
+``serve_demo`` itself) does not run it twice.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from dataclasses import dataclass
 
 import pytest
 import trio
-from mcp_http import MCPClient, count_sockets, coverage_paused, http_client, serve_demo, wait_until
+import mcp_http
+from mcp_http import MCPClient, count_sockets, coverage_paused, http_client, wait_until
 
 FLOOD = 1500
 FLOOD_SOURCE = "127.0.0.2"
@@ -122,7 +127,7 @@ async def legitimate_session(url: str, n: int) -> None:
 @pytest.mark.usefixtures("descriptors_for_the_flood")
 @pytest.mark.parametrize("http", ["h11", "hypercorn"])
 async def test_a_slow_flood_from_one_address_does_not_shut_others_out(http: str) -> None:
-    async with serve_demo("--http", http, measure_coverage=False, descriptors=SERVER_DESCRIPTORS) as server:
+    async with mcp_http.serve_demo("--http", http, measure_coverage=False, descriptors=SERVER_DESCRIPTORS) as server:
         limit = resource.prlimit(server.pid, resource.RLIMIT_NOFILE)
         assert limit == (SERVER_DESCRIPTORS, SERVER_DESCRIPTORS), limit
         baseline = count_sockets(server.pid)
@@ -169,7 +174,7 @@ async def test_when_descriptors_run_out_the_oldest_idle_connections_make_room() 
     ``accept`` fail (EMFILE); the server closes the oldest idle ones, in the order they were opened, and
     a new client still gets its session."""
     flags = ("--http", "h11", "--max-connections", "0", "--max-connections-per-address", "0")
-    async with serve_demo(*flags, measure_coverage=False, descriptors=128) as server:
+    async with mcp_http.serve_demo(*flags, measure_coverage=False, descriptors=128) as server:
         idle: list[socket.socket] = []
         try:
             for _ in range(150):
