@@ -6,6 +6,7 @@ a server whose descriptor limit is 1024: ``tests/integration/test_flood.py``.
 
 from __future__ import annotations
 
+import errno
 import resource
 import sys
 
@@ -13,7 +14,7 @@ import pytest
 import trio
 
 from mcp_trio._http.h11_limits import ConnectionLimits, address_key, default_caps
-from mcp_trio._http.h11_server import connection_limits
+from mcp_trio._http.h11_server import _make_room, connection_limits
 from mcp_trio.server import H11Config
 
 
@@ -146,3 +147,51 @@ async def test_waiting_for_a_release() -> None:
             await limits.wait_released()
     assert limits.total == 0
     assert limits.admit("x")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--max-connections", "3"], "are options of --http h11"),
+        (["demo", "--http", "h11", "--stdio", "--max-connections-per-address", "3"], "options of --http h11"),
+        (["demo", "--http", "h11", "--max-connections", "-1"], "expected 0 or more, got -1"),
+        (["demo", "--http", "h11", "--max-connections-per-address", "many"], "expected a whole number"),
+    ],
+)
+def test_the_caps_on_the_command_line_are_checked(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mcp_trio._cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+async def test_out_of_descriptors_the_oldest_idle_connection_makes_room() -> None:
+    """``accept`` failed with EMFILE: the oldest sheddable connection is closed and the accept loop waits
+    until its socket is; with none to close, it waits 0.1 s."""
+    limits = ConnectionLimits(max_total=10, max_per_address=10)
+    old, new = FakeConnection("old"), FakeConnection("new")
+    for connection in (old, new):
+        assert limits.admit("x")
+        limits.idle(connection)
+    error = OSError(errno.EMFILE, "Too many open files")
+
+    async def closes_when_shed() -> None:
+        while not old.shed_calls:  # noqa: ASYNC110 - the fake connection has no event
+            await trio.sleep(0.01)
+        limits.release("x", shed=True)
+
+    with trio.fail_after(2):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(closes_when_shed)
+            await _make_room(limits, error)
+    assert (old.shed_calls, new.shed_calls, limits.total) == (1, 0, 1)
+    limits.busy(new)
+    start = trio.current_time()
+    with trio.fail_after(2):
+        await _make_room(limits, error)  # nothing to shed
+    assert trio.current_time() - start >= 0.1
+    assert new.shed_calls == 0
