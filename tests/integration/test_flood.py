@@ -25,9 +25,9 @@ import resource
 import socket
 from dataclasses import dataclass
 
+import mcp_http
 import pytest
 import trio
-import mcp_http
 from mcp_http import MCPClient, count_sockets, coverage_paused, http_client, wait_until
 
 FLOOD = 1500
@@ -127,7 +127,8 @@ async def legitimate_session(url: str, n: int) -> None:
 @pytest.mark.usefixtures("descriptors_for_the_flood")
 @pytest.mark.parametrize("http", ["h11", "hypercorn"])
 async def test_a_slow_flood_from_one_address_does_not_shut_others_out(http: str) -> None:
-    async with mcp_http.serve_demo("--http", http, measure_coverage=False, descriptors=SERVER_DESCRIPTORS) as server:
+    flags = ("--http", http)
+    async with mcp_http.serve_demo(*flags, measure_coverage=False, descriptors=SERVER_DESCRIPTORS) as server:
         limit = resource.prlimit(server.pid, resource.RLIMIT_NOFILE)
         assert limit == (SERVER_DESCRIPTORS, SERVER_DESCRIPTORS), limit
         baseline = count_sockets(server.pid)
