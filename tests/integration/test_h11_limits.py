@@ -8,11 +8,13 @@ descriptor limit is 1024, on both servers: ``test_flood.py``.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-from test_h11_server import INIT, build_app, post, read_responses, running
+from test_h11_server import INIT, build_app, post, read_responses, read_until_closed, running
 
 from mcp_trio.server import H11Config
 
@@ -146,15 +148,8 @@ async def test_one_address_beyond_its_cap_is_refused_and_others_are_served() -> 
 async def status_line(port: int, source: str) -> bytes:
     """The status line a health check on a new connection from ``source`` gets (b"" if reset at once)."""
     async with client(port, source) as stream:
-        data = b""
         with trio.fail_after(3):
-            try:
-                await stream.send_all(GET)
-                while b"\r\n" not in data and (chunk := await stream.receive_some(65536)):
-                    data += chunk
-            except trio.BrokenResourceError:
-                pass
-        return data.partition(b"\r\n")[0]
+            return await status_line_of(stream)
 
 
 async def test_at_the_total_cap_the_oldest_idle_or_incomplete_connection_makes_room() -> None:
@@ -199,3 +194,78 @@ async def test_a_connection_serving_a_request_is_never_shed() -> None:
             data = await read_responses(stream, 1)
             assert data.startswith(b"HTTP/1.1 200 "), data[:300]
             assert b'"protocolVersion"' in data
+
+
+async def test_no_count_is_left_behind_whatever_ends_a_connection() -> None:
+    """Connections from one address that end every way (a reset at once, in the head, in the body,
+    after a response; a close while idle; a malformed request; a shed one) each give their count back:
+    the address can then open its whole quota again."""
+    config = H11Config(max_connections=4, max_connections_per_address=3)
+    body = json.dumps(INIT).encode()
+    request = post(b"/mcp", body)
+    async with running(build_app(json_response=True), config) as (_, port, _stop, _):
+
+        async def reset(stream: trio.SocketStream) -> None:
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+
+        for _ in range(5):
+            async with client(port, "127.0.0.2") as stream:
+                await reset(stream)
+            async with client(port, "127.0.0.2") as stream:
+                await stream.send_all(b"POST /mcp HTT")
+                await reset(stream)
+            async with client(port, "127.0.0.2") as stream:
+                await stream.send_all(request[:-10])
+                await reset(stream)
+            async with client(port, "127.0.0.2") as stream:
+                assert await served(stream)
+                await reset(stream)
+            async with client(port, "127.0.0.2") as stream:
+                assert await served(stream)  # then closed while idle
+            async with client(port, "127.0.0.2") as stream:
+                await stream.send_all(b"NOT HTTP\r\n\r\n")
+                assert (await read_until_closed(stream)).startswith(b"HTTP/1.1 400 ")
+            await shed_one(port)
+        # all of them closed: 127.0.0.2 may hold its three again, at once
+        with trio.fail_after(5):
+            while True:
+                async with (
+                    client(port, "127.0.0.2") as a,
+                    client(port, "127.0.0.2") as b,
+                    client(port, "127.0.0.2") as c,
+                ):
+                    lines = [await status_line_of(stream) for stream in (a, b, c)]
+                if all(line.startswith(ANSWER) for line in lines):
+                    break
+                await trio.sleep(0.05)
+        await shed_one(port)  # and the total cap is still 4 (no shed connection is still counted)
+
+
+async def shed_one(port: int) -> None:
+    """Four idle connections (the total cap), each from an address of its own (under the per-address cap),
+    then a fifth: the oldest is closed to make room."""
+    async with (
+        client(port, "127.0.0.3") as a,
+        client(port, "127.0.0.4") as b,
+        client(port, "127.0.0.5") as c,
+        client(port, "127.0.0.6") as d,
+    ):
+        for stream in (a, b, c, d):
+            assert await served(stream)
+        await trio.sleep(0.1)  # their tasks wait for the next request (idle) again
+        async with client(port, "127.0.0.7") as e:
+            assert await served(e)
+            assert await closed_without_answer(a)
+            assert await still_open(b, 0.05)
+
+
+async def status_line_of(stream: trio.SocketStream) -> bytes:
+    data = b""
+    try:
+        await stream.send_all(GET)
+        while b"\r\n" not in data and (chunk := await stream.receive_some(65536)):
+            data += chunk
+    except trio.BrokenResourceError:
+        pass
+    return data.partition(b"\r\n")[0]
