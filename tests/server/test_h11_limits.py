@@ -7,14 +7,17 @@ a server whose descriptor limit is 1024: ``tests/integration/test_flood.py``.
 from __future__ import annotations
 
 import errno
+import functools
 import resource
 import sys
 
 import pytest
 import trio
 
+from mcp_trio import MCPApp, serve
 from mcp_trio._http.h11_limits import ConnectionLimits, address_key, default_caps
 from mcp_trio._http.h11_server import _make_room, connection_limits
+from mcp_trio.demo import build_demo_server
 from mcp_trio.server import H11Config
 
 
@@ -195,3 +198,27 @@ async def test_out_of_descriptors_the_oldest_idle_connection_makes_room() -> Non
         await _make_room(limits, error)  # nothing to shed
     assert trio.current_time() - start >= 0.1
     assert new.shed_calls == 0
+
+
+async def test_the_operations_listener_keeps_16_connections_from_one_address() -> None:
+    """The operations listener's own caps (64, 16 from one address): a flood of it from one address
+    leaves the MCP endpoint's descriptors alone."""
+    app = MCPApp(build_demo_server())
+    admin: list[str] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            options = {"http": "h11", "admin_bind": "127.0.0.1:0", "admin_started": admin.extend}
+            await nursery.start(functools.partial(serve, app, "127.0.0.1", 0, **options))
+            port = int(admin[0].rsplit(":", 1)[1])
+            held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(16)]
+            try:
+                over = await trio.open_tcp_stream("127.0.0.1", port)
+                async with over:
+                    answer = b""
+                    while chunk := await over.receive_some(65536):
+                        answer += chunk
+                assert answer.startswith(b"HTTP/1.1 503 "), answer
+            finally:
+                for stream in held:
+                    await stream.aclose()
+            nursery.cancel_scope.cancel()
