@@ -62,7 +62,8 @@ class H11Config:
     max_connections: int | None = None
     """Connections open at once.  Beyond, the oldest connection that is idle or has not sent a whole
     request head is closed to make room, else the new one is refused (503).  None: from the descriptor
-    limit when the server starts (:func:`~.h11_limits.default_caps`: 896 with 1024); 0: no cap."""
+    limit when the server starts (an eighth of the descriptors, at least 64, left free: 896 with
+    1024); 0: no cap."""
     max_connections_per_address: int | None = None
     """Connections open at once from one client address (IPv4-mapped IPv6 counts as its IPv4 address);
     beyond, a new one is refused (503).  None: a quarter of ``max_connections`` (224 with 1024
