@@ -83,6 +83,8 @@ class SessionLink(Protocol):
 
     def epoch_of(self, session_id: str) -> int | None: ...
 
+    def fence(self, session_id: str) -> tuple[str, bytes] | None: ...
+
 
 def record_of(session: Session) -> bytes:
     """The session's record as its worker writes it to Redis."""
@@ -125,6 +127,8 @@ class Ownership:
         link.on_lost = self._lost
         manager.on_change = self._record
         manager.on_forget = self._forget
+        if hasattr(manager.event_store, "fence"):  # a store in Redis: a stale owner's writes fenced off
+            manager.event_store.fence = link.fence  # type: ignore[union-attr]
         forwarding.on_release = self._release_asked
 
     # -- this worker's sessions -----------------------------------------------------------------

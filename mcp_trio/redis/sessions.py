@@ -24,6 +24,7 @@ session's lease before it serves the session again (:meth:`SessionLeases.must_co
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
@@ -54,6 +55,9 @@ if TYPE_CHECKING:
     import coredis
 
 __all__ = ["Claim", "Confirmed", "SessionLeases"]
+
+_FORMER = 4096
+"""Leases of sessions handed over or lost that a worker keeps (to fence off their late writes)."""
 
 Confirmed = Literal["mine", "lost", "unavailable", "outage"]
 
@@ -113,6 +117,9 @@ class SessionLeases:
         self.on_lost: Callable[[str], None] | None = None
         """Called with a session of this worker that another worker holds the lease of now (adopted
         while this worker could not reach Redis, or was paused): this worker lets it go."""
+        self._former: OrderedDict[str, bytes] = OrderedDict()
+        """The leases of the last sessions this worker handed over or lost (what fences off a late
+        write of theirs: see :meth:`fence`)."""
         self._confirmed: dict[str, int] = {}
         """The heartbeat's term in which each session of this worker was last confirmed (or taken)."""
         self._lease_counts = dict.fromkeys(
@@ -159,6 +166,23 @@ class SessionLeases:
         self._held[session_id] = (epoch, lease)
         self._confirmed[session_id] = self.heart.term
         return lease
+
+    def fence(self, session_id: str) -> tuple[str, bytes] | None:
+        """The key of the lease of ``session_id`` and the lease this worker holds it under (or held,
+        if it handed the session over or lost it lately): a write for the session is made only if
+        Redis holds no other lease there (the event store's writes are fenced so)."""
+        held = self._held.get(session_id)
+        lease = held[1] if held is not None else self._former.get(session_id)
+        return None if lease is None else (lease_key(self.prefix, self._tags(session_id)[0]), lease)
+
+    def _forget_lease(self, session_id: str) -> None:
+        """This worker does not hold ``session_id`` any more (handed over, or lost)."""
+        held = self._held.pop(session_id, None)
+        self._confirmed.pop(session_id, None)
+        if held is not None:
+            self._former[session_id] = held[1]
+            while len(self._former) > _FORMER:
+                self._former.popitem(last=False)
 
     def epoch_of(self, session_id: str) -> int | None:
         """The epoch under which this worker holds ``session_id`` (None: it does not)."""
@@ -361,8 +385,8 @@ class SessionLeases:
         heartbeat stops)."""
         self._records.pop(session_id, None)
         self._record_changes.pop(session_id, None)
-        self._confirmed.pop(session_id, None)
-        held = self._held.pop(session_id, None)
+        held = self._held.get(session_id)
+        self._forget_lease(session_id)
         client = self._live()
         if held is None or client is None:
             return False
@@ -449,8 +473,7 @@ class SessionLeases:
                     self._confirmed[session_id] = term
 
     def _lost(self, session_id: str) -> None:
-        self._confirmed.pop(session_id, None)
-        self._held.pop(session_id, None)
+        self._forget_lease(session_id)
         if self._records.pop(session_id, None) is None:
             return
         self._record_changes.pop(session_id, None)
