@@ -532,6 +532,21 @@ def legacy_headers(session_id: str) -> dict[str, str]:
     return {**POST_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
 
 
+async def initialized_session(asgi: Any) -> str:
+    """A 2025 session made by ``initialize`` through an in-process client; its id."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
+    }
+    response = await asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
+    assert response.status == 200, await response.read()
+    await response.read()
+    session_id: str = response.headers["mcp-session-id"]
+    return session_id
+
+
 async def test_a_flood_of_answers_for_made_up_sessions_leaves_redis_flat(
     redis: RedisServer, linux: None
 ) -> None:

@@ -21,8 +21,7 @@ from typing import Any
 
 import test_redis
 import trio
-from mcp_http import POST_HEADERS
-from test_redis import INFO, STARTUP, RedisServer, call, eventually, legacy_headers, worker
+from test_redis import STARTUP, RedisServer, call, eventually, initialized_session, legacy_headers, worker
 
 from mcp_trio import MCPApp, ServerConfig
 from mcp_trio._protocol.cluster import SESSION_TAG, heartbeat_key, lease_key, record_key
@@ -69,17 +68,8 @@ async def two_apps(url: str) -> AsyncIterator[tuple[Worker, Worker]]:
 
 
 async def open_session(at: Worker) -> str:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
-    }
     with trio.fail_after(STEP):
-        response = await at.asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
-        assert response.status == 200, await response.read()
-        await response.read()
-    session_id = response.headers["mcp-session-id"]
+        session_id = await initialized_session(at.asgi)
     status, _ = await at.post(session_id, {"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert status == 202
     return session_id

@@ -14,7 +14,6 @@ after the test).  Without it the tests are skipped when run by hand, and fail un
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,9 +21,7 @@ from typing import Any
 
 import test_redis
 import trio
-from mcp_http import POST_HEADERS
 from test_redis import (
-    INFO,
     OTHER_KEYS,
     STARTUP,
     TOOLS,
@@ -34,6 +31,7 @@ from test_redis import (
     bus_of,
     call,
     eventually,
+    initialized_session,
     legacy_headers,
     padded_answer,
     sessions_in_redis,
@@ -219,18 +217,6 @@ async def test_a_task_signal_published_again_is_handed_over_once(redis: RedisSer
 # -- a worker's inbox -------------------------------------------------------------------------------
 
 
-async def initialized_session(asgi: Any) -> str:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
-    }
-    response = await asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
-    assert response.status == 200, await response.read()
-    await response.read()
-    session_id: str = response.headers["mcp-session-id"]
-    return session_id
 
 
 @asynccontextmanager
