@@ -34,6 +34,9 @@ __all__ = ["serve", "wait_for_signal"]
 logger = logging.getLogger("mcp_trio.serve")
 ADMIN_SHUTDOWN_GRACE = 1.0
 """Seconds the operations listener's responses under way get once the public listener has closed."""
+ADMIN_MAX_CONNECTIONS = 64
+"""Connections the operations listener keeps open at once (16 from one address): scrapers and probes
+need a few, and a flood of it leaves the descriptors to the public listener."""
 
 
 async def wait_for_signal(signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> None:
@@ -347,7 +350,9 @@ async def _serve_with_admin(
                         host,
                         port,
                         config=H11Config(
-                            shutdown_grace=ADMIN_SHUTDOWN_GRACE, write_timeout=app.config.write_timeout
+                            shutdown_grace=ADMIN_SHUTDOWN_GRACE,
+                            write_timeout=app.config.write_timeout,
+                            max_connections=ADMIN_MAX_CONNECTIONS,
                         ),
                         shutdown_trigger=stop.wait,
                     )

@@ -157,12 +157,15 @@ async def run_server(
     admin_bind: str | None = None,
     admin_allowed_hosts: tuple[str, ...] = (),
     admin_public: bool = False,
+    max_connections: int | None = None,
+    max_connections_per_address: int | None = None,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM; print each bound URL, once, when listening.  ``tls``:
     (certfile, keyfile) to serve HTTPS, and HTTP/2 to clients that offer it (hypercorn only);
     ``allow_stock_hypercorn``, ``admin_bind``, ``admin_allowed_hosts``, ``admin_public``: as
     :func:`mcp_trio.serve` (the operations listener's URL is printed first: ``mcp-trio: operations
-    listener on URL``)."""
+    listener on URL``); ``max_connections``, ``max_connections_per_address``: the h11 server's
+    (:class:`~mcp_trio.server.H11Config`)."""
     # The signal handler is in place before the servers start, so a SIGINT right after the
     # "serving on" line is a clean stop (a trigger opened by the server's own task could come too late).
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -186,6 +189,7 @@ async def run_server(
                 "admin_allowed_hosts": admin_allowed_hosts,
                 "admin_public": admin_public,
             },
+            {"max_connections": max_connections, "max_connections_per_address": max_connections_per_address},
         )
 
 
@@ -198,8 +202,10 @@ async def _run_server(
     tls: tuple[str, str] | None,
     allow_stock_hypercorn: bool,
     admin: dict[str, Any] | None = None,
+    h11_options: dict[str, Any] | None = None,
 ) -> None:
-    """``admin``: the operations listener's options of :func:`mcp_trio.serve` (None: no listener)."""
+    """``admin``: the operations listener's options of :func:`mcp_trio.serve` (None: no listener);
+    ``h11_options``: fields of the h11 server's ``H11Config``."""
     from .._serve import serve
 
     run: Callable[..., Awaitable[None]]
@@ -215,7 +221,7 @@ async def _run_server(
             host.strip("[]") or "127.0.0.1",
             int(port),
             http="h11",
-            config=H11Config(shutdown_grace=app.config.shutdown_grace),
+            config=H11Config(shutdown_grace=app.config.shutdown_grace, **(h11_options or {})),
             shutdown_trigger=wait_for_signal,
         )
     else:
@@ -312,6 +318,13 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         if not port.isdigit():
             parser.error(f"--bind: expected HOST:PORT, got {args.bind!r}")
     tls = _tls_files(parser, args)
+    if (args.http != "h11" or args.stdio) and (
+        args.max_connections is not None or args.max_connections_per_address is not None
+    ):
+        parser.error(
+            "--max-connections and --max-connections-per-address are options of --http h11 (hypercorn "
+            "bounds connections by its own timeouts: see the embedded server's page of the docs)"
+        )
     if args.http == "hypercorn" and not args.stdio and not args.allow_stock_hypercorn:
         from .._http.hypercorn_server import hypercorn_fixes_available, refusal
 
@@ -433,6 +446,8 @@ def _run(
             admin_bind=args.admin_bind,
             admin_allowed_hosts=tuple(args.admin_allowed_host or ()),
             admin_public=args.admin_bind_public,
+            max_connections=args.max_connections,
+            max_connections_per_address=args.max_connections_per_address,
         )
     )
 

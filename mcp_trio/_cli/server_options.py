@@ -86,6 +86,23 @@ def add_server_options(cmd: argparse.ArgumentParser) -> None:
         help="HTTP server: hypercorn's trio worker (default) or the embedded Trio + h11 server",
     )
     cmd.add_argument(
+        "--max-connections",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="--http h11: connections open at once; beyond, the oldest idle one (or one still sending its "
+        "request head) is closed to make room, else the new one gets 503 (default: from the descriptor "
+        "limit, 896 with 1024; 0: no cap)",
+    )
+    cmd.add_argument(
+        "--max-connections-per-address",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="--http h11: connections open at once from one client address; beyond, 503 (default: a "
+        "quarter of --max-connections; 0: no cap, as behind a reverse proxy)",
+    )
+    cmd.add_argument(
         "--no-hypercorn-fast-path",
         action="store_true",
         help="run hypercorn's request path as shipped (see the hypercorn page of the docs)",
@@ -171,6 +188,17 @@ def add_server_options(cmd: argparse.ArgumentParser) -> None:
     _add_origin_options(cmd)
     _add_worker_options(cmd)
     _add_oauth_options(cmd)
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
 
 
 _PROTECTION = {"auto": None, "on": True, "off": False}

@@ -16,8 +16,8 @@ its socket reader.
   ``receive()``;
 - after an answer sent before the request body was all read (413, 4xx, 408) or a parse error, the
   close lingers (:mod:`.linger`), so that the close does not reset the connection under the answer;
-- an idle keep-alive connection is closed after ``keep_alive_timeout``; a request head must arrive
-  within ``read_timeout`` once it has begun; heads are limited to ``max_head_size`` bytes;
+- an idle connection closes after ``keep_alive_timeout``, a head not whole ``read_timeout`` after its
+  first byte (until then it may be shed: :mod:`.h11_limits`); heads are limited to ``max_head_size``;
 - a WebSocket upgrade is handed to :mod:`.h11_websocket` (wsproto); the connection ends with it.
 
 What clients do wrong is logged through :data:`peer_log` (one line each, at most ten a minute, no
@@ -46,6 +46,7 @@ from .h11_websocket import H11WebSocket, is_websocket_upgrade
 from .linger import half_close, linger_and_close
 
 if TYPE_CHECKING:
+    from .h11_limits import ConnectionLimits
     from .h11_server import H11Config
 
 __all__ = ["H11Connection", "peer_log"]
@@ -72,7 +73,6 @@ class H11Connection:
         "_disconnected",
         "_fd",
         "_hook",
-        "_idle",
         "_pending_start",
         "_reader",
         "_request",
@@ -82,6 +82,8 @@ class H11Connection:
         "client",
         "config",
         "conn",
+        "is_shed",
+        "limits",
         "server_addr",
         "stream",
         "write_timeout",
@@ -94,6 +96,7 @@ class H11Connection:
         config: H11Config,
         server_addr: Any,
         client: Any,
+        limits: ConnectionLimits,
     ) -> None:
         self.stream = stream
         self.app = app
@@ -101,8 +104,8 @@ class H11Connection:
         self.server_addr = server_addr
         self.client = client
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_head_size)
-        self._idle = False
-        """The connection waits for its next request (shutdown may close it)."""
+        self.limits = limits
+        self.is_shed = False
         self._request: h11.Request | None = None
         self._body_done = False
         self._disconnected = False
@@ -134,13 +137,16 @@ class H11Connection:
     async def _serve_requests(self, shutting_down: Callable[[], bool]) -> None:
         try:
             while not shutting_down():
+                self.limits.idle(self)  # sheddable until its next request head is whole
                 try:
                     event = await self._next_event(idle=True)
                 except h11.RemoteProtocolError as exc:
                     await self._refuse(exc)
                     return
+                finally:
+                    self.limits.busy(self)
                 if not isinstance(event, h11.Request):
-                    return  # end of file, a timeout, or shutdown while idle
+                    return  # end of file, a timeout, shed (shutdown sheds idle connections too)
                 ok = await self._serve(event)
                 if not ok or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
                     if self._answered_early():
@@ -150,9 +156,10 @@ class H11Connection:
         except _Gone:
             return
 
-    def close_if_idle(self) -> None:
-        if self._idle:
-            self._reader.interrupt()
+    def shed(self) -> None:
+        """Close now: idle, or its request head is not whole (:mod:`.h11_limits`; shutdown too)."""
+        self.is_shed = True
+        self._reader.interrupt()
 
     def _client_gone(self) -> None:
         """The reader saw the end of file (or a reset): a response under way whose request was all read
@@ -164,11 +171,12 @@ class H11Connection:
                 hook.fire()
 
     async def _next_event(self, *, idle: bool = False) -> Any:
-        """The next h11 event; ``None`` on end of file or timeout.  ``idle``: between requests (the
-        keep-alive timeout applies until the first byte, then the read timeout)."""
+        """The next h11 event; ``None`` on end of file, timeout or shedding.  ``idle``: between requests
+        (the keep-alive timeout until a head's first byte, then the read timeout for the whole head)."""
         conn = self.conn
         reader = self._reader
-        while True:
+        head_deadline = inf
+        while not self.is_shed:
             event = conn.next_event()
             if event is not h11.NEED_DATA:
                 if isinstance(event, h11.ConnectionClosed):
@@ -177,18 +185,19 @@ class H11Connection:
             if idle and not conn.trailing_data[0]:
                 if reader.eof:
                     return None
-                self._idle = True
-                try:
-                    came = await reader.wait(self.config.keep_alive_timeout)
-                finally:
-                    self._idle = False
+                came = await reader.wait(self.config.keep_alive_timeout)
             elif reader.eof:
                 conn.receive_data(b"")
                 continue
+            elif idle:  # a head has begun: the whole of it within read_timeout of its first byte
+                if head_deadline == inf:
+                    head_deadline = trio.current_time() + self.config.read_timeout
+                came = await reader.wait(head_deadline - trio.current_time())
             else:
                 came = await reader.wait(self.config.read_timeout)
-            if not came:  # timed out (or an idle connection closed by shutdown)
+            if not came:  # timed out (or an idle connection closed by shutdown, or shed)
                 return None
+        return None
 
     async def _refuse(self, exc: h11.RemoteProtocolError) -> None:
         """A request h11 cannot parse: answer with its status (400, 431...) if we still can, then close."""

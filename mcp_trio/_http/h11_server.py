@@ -10,9 +10,10 @@ it (its lifetime, its shutdown, its limits) comes in as arguments, which :func:`
 in from an ``MCPApp``.
 
 This module listens, accepts and shuts down; each connection is an :class:`~.h11_connection.H11Connection`
-(a serving task and a socket reader each).  Everything a connection does, from the accepted socket
-on, runs inside its containment: a client that resets at any moment (even before the server looked
-at the socket) ends its connection only.
+(a serving task and a socket reader each).  Everything a connection does runs inside its containment:
+a client that resets at any moment ends its connection only.  Each accepted connection is counted
+(:mod:`.h11_limits`) until its socket is closed: one over the caps is refused at once, and when
+descriptors run out (``accept`` fails with ``EMFILE``), the oldest idle connections make room.
 
 Only HTTP/1.1 (and 1.0) over plain TCP, WebSocket upgrades included (:mod:`.h11_websocket`): no TLS,
 no HTTP/2.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +32,8 @@ import trio
 
 from .._runtime.containment import contained
 from .binding import BindError
-from .h11_connection import H11Connection
+from .h11_connection import H11Connection, peer_log
+from .h11_limits import ConnectionLimits, address_key, default_caps, refuse
 
 __all__ = ["H11Config", "serve_h11"]
 
@@ -55,6 +58,16 @@ class H11Config:
     shutdown_grace: float = 5.0
     """After the app has closed its sessions, how long responses still under way may take (seconds)."""
     backlog: int | None = None
+    """The listening sockets' backlog (None: Trio's, the system's maximum)."""
+    max_connections: int | None = None
+    """Connections open at once.  Beyond, the oldest connection that is idle or has not sent a whole
+    request head is closed to make room, else the new one is refused (503).  None: from the descriptor
+    limit when the server starts (an eighth of the descriptors, at least 64, left free: 896 with
+    1024); 0: no cap."""
+    max_connections_per_address: int | None = None
+    """Connections open at once from one client address (IPv4-mapped IPv6 counts as its IPv4 address);
+    beyond, a new one is refused (503).  None: a quarter of ``max_connections`` (224 with 1024
+    descriptors); 0: no cap (behind a reverse proxy, whose address every connection has)."""
     write_timeout: float | None = None
     """A socket write that cannot complete within this closes its connection (seconds).  None: the
     app's ``config.write_timeout`` (as :func:`mcp_trio.serve` fills it in; no bound otherwise)."""
@@ -93,35 +106,48 @@ async def serve_h11(
     except OSError as exc:
         raise BindError.of(exc, f"[{host}]:{port}" if ":" in host else f"{host}:{port}") from exc
     urls = [_url(listener.socket.getsockname()) for listener in listeners]
-    connections: set[H11Connection] = set()
+    limits = connection_limits(config)
     shutting_down = False
     all_closed = trio.Event()
 
     def is_shutting_down() -> bool:
         return shutting_down
 
-    async def handle(stream: trio.SocketStream, nursery: trio.Nursery) -> None:
-        # Everything a connection does, from the accepted socket on, is inside its containment: a
-        # client can reset the connection before we look at it (then getpeername() raises ENOTCONN),
-        # and nothing a connection raises may end the server's nursery.
+    async def handle(
+        stream: trio.SocketStream, nursery: trio.Nursery, key: str, addresses: tuple[Any, Any]
+    ) -> None:
+        # Counted (under ``key``) from its accept until its socket is closed, whatever happens; nothing
+        # a connection raises may end the server's nursery.
         connection: H11Connection | None = None
         try:
             with contained("HTTP/1.1 connection"):
-                try:
-                    sock = stream.socket
-                    server_addr, client = _addr(sock.getsockname()), _addr(sock.getpeername())
-                except OSError:
-                    return  # reset (or otherwise gone) before it was served: nothing to answer
-                connection = H11Connection(stream, app, config, server_addr, client)
-                connections.add(connection)
+                connection = H11Connection(stream, app, config, *addresses, limits)
                 await connection.serve(is_shutting_down, nursery)
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
-            if connection is not None:
-                connections.discard(connection)
-                if shutting_down and not connections:
-                    all_closed.set()
+            limits.release(key, shed=connection is not None and connection.is_shed)
+            if shutting_down and not limits.total:
+                all_closed.set()
+
+    def admit(stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+        try:
+            sock = stream.socket
+            server_addr, client = _addr(sock.getsockname()), _addr(sock.getpeername())
+        except OSError:  # reset before we looked at it (ENOTCONN): nothing to answer
+            stream.socket.close()
+            return
+        key = address_key(client[0]) if client is not None else ""
+        if not limits.admit(key):
+            peer_log.log(logging.INFO, "refused a connection from %s: too many connections (503)", key)
+            refuse(stream)
+            return
+        try:
+            nursery.start_soon(handle, stream, nursery, key, (server_addr, client))
+        except BaseException:  # pragma: no cover - the nursery is closing: never counted as open
+            limits.release(key)
+            stream.socket.close()
+            raise
 
     async def accept(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         while True:
@@ -132,10 +158,9 @@ async def serve_h11(
             except OSError as exc:
                 if exc.errno not in _OUT_OF_RESOURCES:
                     raise
-                logger.warning("accept failed, retrying in 0.1 s: %r", exc)  # out of file descriptors...
-                await trio.sleep(0.1)
+                await _make_room(limits, exc)
                 continue
-            nursery.start_soon(handle, stream, nursery)
+            admit(stream, nursery)
 
     try:
         async with trio.open_nursery() as app_nursery:
@@ -155,11 +180,11 @@ async def serve_h11(
                 shutting_down = True
                 for listener in listeners:
                     await listener.aclose()
-                for connection in list(connections):
-                    connection.close_if_idle()
+                while limits.shed_oldest():  # idle connections close, and those without a whole head
+                    pass
                 if on_shutdown is not None:
                     await on_shutdown()  # an MCPApp's sessions end: their streams send their last events
-                if connections:
+                if limits.total:
                     with trio.move_on_after(config.shutdown_grace):
                         await all_closed.wait()
                 conn_nursery.cancel_scope.cancel()
@@ -168,6 +193,30 @@ async def serve_h11(
         with trio.CancelScope(shield=True):
             for listener in listeners:
                 await listener.aclose()
+
+
+def connection_limits(config: H11Config) -> ConnectionLimits:
+    """The caps of ``config``, the defaults filled in from the descriptor limit (0: no cap)."""
+    total, per_address = default_caps()
+    if config.max_connections is not None:
+        total = config.max_connections or sys.maxsize
+        per_address = max(1, total // 4)
+    if config.max_connections_per_address is not None:
+        per_address = config.max_connections_per_address or sys.maxsize
+    return ConnectionLimits(total, per_address)
+
+
+async def _make_room(limits: ConnectionLimits, exc: OSError) -> None:
+    """``accept`` failed for want of descriptors (or memory): close the oldest idle connection (or one
+    whose head is not whole) and wait until its socket is closed, then ``accept`` again; with none
+    to close, wait 0.1 s (as ``trio.serve_listeners`` does)."""
+    if limits.shed_oldest():
+        peer_log.log(logging.WARNING, "accept failed (%s): closing the oldest idle connection", exc)
+        with trio.move_on_after(1.0):
+            await limits.wait_released()
+        return
+    peer_log.log(logging.WARNING, "accept failed, retrying in 0.1 s: %r", exc)
+    await trio.sleep(0.1)
 
 
 def _addr(sockname: Any) -> tuple[str, int] | None:

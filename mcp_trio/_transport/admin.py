@@ -104,6 +104,7 @@ _REDIS_COUNTERS: tuple[tuple[str, str], ...] = (
     ("dropped", "messages dropped: the outbox was full"),
     ("malformed", "malformed messages dropped"),
     ("forged", "messages dropped: not signed by the key ring"),
+    ("replayed", "signed messages dropped: a copy of one accepted before"),
     ("forwarded", "messages forwarded to the worker owning a session"),
     ("adopted", "sessions of other workers adopted here"),
     ("released", "sessions handed over to other workers"),

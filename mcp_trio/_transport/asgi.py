@@ -110,12 +110,12 @@ class MCPApp:
         ``run`` raises that exception."""
         bus = self.server.notifications
         if self.config.worker_id is not None and callable(getattr(bus, "attach_worker", None)):
-            # here, not in __init__: a bus given to the server after the app was made counts
-            link: WorkerLink = bus  # type: ignore[assignment]
+            # here, not in __init__: a bus given to the server later counts (the Redis bus: its link)
+            link: WorkerLink = getattr(bus, "worker_link", bus)  # type: ignore[arg-type]
             forwarding = self._legacy.forwarding = Forwarding(link, self.config.worker_id, self._manager)
-            if callable(getattr(bus, "peek_session", None)):  # it keeps session records: adoption
+            if (leases := getattr(bus, "session_leases", None)) is not None:  # it keeps session records
                 self._legacy.ownership = Ownership(
-                    bus,  # type: ignore[arg-type]
+                    leases,
                     forwarding,
                     self._manager,
                     self._modern.principals,

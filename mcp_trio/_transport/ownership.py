@@ -55,8 +55,9 @@ Confirmed = Literal["mine", "lost", "unavailable", "outage"]
 """Whether a session's lease is still this worker's (see :meth:`SessionLink.confirm_session`)."""
 
 
-class SessionLink(WorkerLink, Protocol):
-    """A worker link that also keeps session records and leases (the Redis bus does)."""
+class SessionLink(Protocol):
+    """What keeps a worker's session records and leases, beside its worker link (the Redis bus's
+    ``session_leases``)."""
 
     session_ttl: float
     draining: bool
@@ -81,6 +82,8 @@ class SessionLink(WorkerLink, Protocol):
     async def confirm_session(self, session_id: str) -> Confirmed: ...
 
     def epoch_of(self, session_id: str) -> int | None: ...
+
+    def fence(self, session_id: str) -> tuple[str, bytes] | None: ...
 
 
 def record_of(session: Session) -> bytes:
@@ -111,6 +114,7 @@ class Ownership:
     ) -> None:
         self.link = link
         self.forwarding = forwarding
+        self.worker_link: WorkerLink = forwarding.link
         self.worker = forwarding.worker
         self.manager = manager
         self.principals = principals
@@ -123,6 +127,8 @@ class Ownership:
         link.on_lost = self._lost
         manager.on_change = self._record
         manager.on_forget = self._forget
+        if hasattr(manager.event_store, "fence"):  # a store in Redis: a stale owner's writes fenced off
+            manager.event_store.fence = link.fence  # type: ignore[union-attr]
         forwarding.on_release = self._release_asked
 
     # -- this worker's sessions -----------------------------------------------------------------
@@ -130,7 +136,7 @@ class Ownership:
     async def opened(self, session: Session) -> None:
         """A session made here: its record and lease are written before its ``initialize`` is
         answered (a worker killed right after does not lose it)."""
-        self.link.session_opened(session.session_id, principal_identity(session.principal))
+        self.worker_link.session_opened(session.session_id, principal_identity(session.principal))
         await self.link.session_recorded_now(session.session_id, record_of(session))
 
     def _record(self, session: SessionPeer) -> None:
@@ -140,7 +146,7 @@ class Ownership:
         self.link.session_recorded(session.session_id, record_of(session))
 
     def _forget(self, session: Session) -> None:
-        self.link.session_closed(session.session_id)
+        self.worker_link.session_closed(session.session_id)
         if session.custody is Custody.CLOSING:  # not handed over or lost: its record goes
             self.link.session_dropped(session.session_id)
 
@@ -199,7 +205,7 @@ class Ownership:
                     del self._adopting[session_id]
                     adopting.set()
             elif answers is not None and owner:
-                outcome = await self.link.forward_to_worker(owner, session_id, answers, identity)
+                outcome = await self.worker_link.forward_to_worker(owner, session_id, answers, identity)
                 if outcome == "sent":
                     await respond(send, 202, b"", content_type=None)
                     return None
@@ -210,7 +216,7 @@ class Ownership:
                     raise lives_elsewhere(owner)  # not ours to take back: the balancer sends it on
                 if not asked:
                     asked = True
-                    await self.link.forward_to_worker(owner, session_id, RELEASE_BODY, identity)
+                    await self.worker_link.forward_to_worker(owner, session_id, RELEASE_BODY, identity)
             if trio.current_time() >= deadline:
                 raise lives_elsewhere(owner or home)
             await trio.sleep(_POLL)
@@ -270,7 +276,7 @@ class Ownership:
         if GET_STREAM in positions:
             streams.get_stream.next_seq = max(streams.get_stream.next_seq, positions[GET_STREAM] + 1)
         streams.skip_to(max(positions, default=0) + 1)
-        self.link.session_opened(session_id, principal_identity(principal))
+        self.worker_link.session_opened(session_id, principal_identity(principal))
         self.link.session_recorded(session_id, record_of(session))
         logger.info("adopted session %.12s… from another worker", session_id)
         return session

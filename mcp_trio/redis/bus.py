@@ -14,6 +14,8 @@ from .._protocol.cluster import (
     INBOX_MESSAGE_LIMIT,
     ClusterKeys,
     ForgedMessage,
+    ReplayedMessage,
+    ReplayGuard,
     check_channel_prefix,
     check_instance_id,
     decode_bus_message,
@@ -31,8 +33,9 @@ from .connection import (
     probe,
     redact,
 )
+from .heartbeat import Heartbeat
 from .sessions import SessionLeases
-from .workers import WorkerLink
+from .workers import Deliver, WorkerLink
 
 if TYPE_CHECKING:
     import coredis
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisNotificationBus"]
 
 
-class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificationBus):
+class RedisNotificationBus(RedisLink, LocalNotificationBus):
     """A :class:`~mcp_trio.server.NotificationBus` shared by every worker subscribed to one Redis channel.
 
     A notification published in this worker reaches its own peers at once (as with
@@ -55,7 +58,9 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
     (a key, or a sequence of keys: the first signs, every one verifies), else the ring in
     ``MCP_TRIO_REQUEST_STATE_SECRET``, the one the workers already share for ``requestState``; without
     either the bus refuses to be made.  A message that the ring does not verify (written by anything
-    without the secret, or older than five minutes) is dropped and counted as ``forged``.
+    without the secret, or older than five minutes) is dropped and counted as ``forged``; each signed
+    message carries a random nonce, and a copy of one this bus accepted before (published again) is
+    dropped and counted as ``replayed``.
 
     Its connection runs in :meth:`run`, which :meth:`MCPApp.run <mcp_trio.MCPApp.run>` (and so
     hypercorn's lifespan, ``serve`` and ``serve_h11``) starts in the app's nursery: it ends with the
@@ -107,13 +112,35 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
             )
         LocalNotificationBus.__init__(self)
         RedisLink.__init__(self, url, retry_initial, retry_max)
-        self._init_worker_link(heartbeat_interval, heartbeat_ttl, inbox_maxlen, inbox_max_bytes, inbox_ttl)
-        self._init_session_leases()
         self._keys = ClusterKeys.of(secret)
         """The cluster's key ring: signs what this bus writes, verifies what it reads."""
         self.prefix = check_channel_prefix(channel_prefix)
         self.channel = f"{self.prefix}:notifications"
         self.instance_id = check_instance_id(instance_id or secrets.token_hex(8))
+        self.heart = Heartbeat(self._keys, self.prefix, self.instance_id, heartbeat_interval, heartbeat_ttl)
+        """This worker's heartbeat (once :meth:`attach_worker` made the bus a worker's link)."""
+        self.session_leases = SessionLeases(
+            self._keys, self.prefix, self.heart, self._connected_client, command_timeout
+        )
+        """The records, leases and epochs of this worker's sessions, for their adoption by other
+        workers (``mcp_trio.redis.sessions``; see docs/deploy/workers)."""
+        self.worker_link = WorkerLink(
+            self._keys,
+            self.prefix,
+            self.heart,
+            self.session_leases,
+            self._connected_client,
+            self._client,
+            self._log_malformed,
+            command_timeout,
+            heartbeat_interval,
+            heartbeat_ttl,
+            inbox_maxlen,
+            inbox_max_bytes,
+            inbox_ttl,
+        )
+        """This worker's heartbeat, session hash, inbox and forwarding, once :meth:`attach_worker`
+        made the bus a worker's link (``mcp_trio.redis.workers``)."""
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._outbox_send, self._outbox = trio.open_memory_channel[bytes](outbox)
@@ -121,6 +148,8 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
         self._malformed_logged_at: float | None = None
         self._live: coredis.Redis[bytes] | None = None
         """The connected client, while there is one (what :meth:`forward_to_worker` uses)."""
+        self._seen = ReplayGuard(time.time())
+        """The nonces of the messages accepted from the channel (each is delivered once)."""
         self._counts = dict.fromkeys(
             (
                 "published",
@@ -128,6 +157,7 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
                 "echoes",
                 "malformed",
                 "forged",
+                "replayed",
                 "local_only",
                 "dropped",
                 "connects",
@@ -139,8 +169,10 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
     def statistics(self) -> dict[str, Any]:
         """The bus's state and counters: notifications ``published`` to Redis, ``received`` from other
         workers and delivered here, ``echoes`` (its own, ignored), ``malformed`` (dropped), ``forged``
-        (dropped: not signed by the key ring), ``local_only`` (published while Redis was unreachable,
-        or of a kind the bus does not carry), ``dropped`` (the outbox was full), ``connects``,
+        (dropped: not signed by the key ring), ``replayed`` (dropped: a copy of a signed message
+        accepted before, or one signed before this bus was made; a worker's inbox counts its own as
+        ``inbox_replayed``), ``local_only`` (published while Redis was unreachable, or of a kind the
+        bus does not carry), ``dropped`` (the outbox was full), ``connects``,
         ``failures`` (failed attempts and lost connections), ``key_id`` (of the key that signs) and the
         ``last_error``.  A worker's link adds its ``worker_id``, ``sessions_published``, what it
         forwarded (``forwarded``, ``forward_unknown``, ``forward_full``, ``forward_gone``,
@@ -159,12 +191,10 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
             "last_error": self._last_error,
             **self._counts,
         }
-        if self.worker_id is not None:
-            stats["worker_id"] = self.worker_id
-            stats["sessions_published"] = len(self._sessions)
-            stats.update(self._worker_counts)
-            stats.update(self.lease_statistics())
-            stats["draining"] = self.draining
+        if self.worker_link.worker_id is not None:
+            stats.update(self.worker_link.statistics())
+            stats.update(self.session_leases.statistics())
+            stats["draining"] = self.heart.draining
         return stats
 
     # -- publishing ----------------------------------------------------------------------------
@@ -204,7 +234,7 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
 
     def _disconnected(self) -> None:
         self._discard_outbox()
-        self._link_lost()
+        self.heart.link_lost()
 
     async def _connect_and_serve(self) -> bool:
         """One connection, until it fails (never raises but cancellation); whether it got connected."""
@@ -219,14 +249,33 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
                 channels=[self.channel], ignore_subscribe_messages=True, retry_policy=retry
             ) as pubsub:
                 async with trio.open_nursery() as nursery:
-                    if self.worker_id is not None:
-                        await nursery.start(self._worker_link, client)
+                    if self.worker_link.worker_id is not None:
+                        await nursery.start(self.worker_link.run, client)
                     self._connected(client, f" ({self.channel})")
                     nursery.start_soon(self._publisher, client)
                     async for item in pubsub:
                         self._on_item(item)
                     nursery.cancel_scope.cancel()
                 raise ConnectionError("the subscription ended")
+
+    def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
+        """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
+        ``worker_id``).  While connected it keeps
+
+        - the heartbeat key ``<prefix>:worker:<id>`` (signed, TTL ``heartbeat_ttl``, renewed every
+          ``heartbeat_interval``);
+        - the hash ``<prefix>:sessions:<id>`` of its live sessions, with the same TTL: a keyed hash
+          of each session id -> a keyed hash of its principal's identity, so that another worker
+          forwards only what is for a session this one has, sent by that session's principal, and
+          no session id or principal is stored in Redis;
+        - the records and leases of its sessions (``session_leases``);
+        - and reads the stream ``<prefix>:inbox:<id>``, hands each entry signed by the key ring to
+          ``deliver``, and deletes what it read.  The stream and its byte counter
+          ``<prefix>:inbox-bytes:<id>`` expire ``inbox_ttl`` after the last entry added."""
+        self.worker_link.attach_worker(worker_id, deliver)
+
+    def _connected_client(self) -> coredis.Redis[bytes] | None:
+        return self._live if self._state == "connected" else None
 
     def _client(self) -> coredis.Redis[bytes]:
         return new_client(self.url, self.connect_timeout, self.command_timeout, self.instance_id)
@@ -252,8 +301,13 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
             return  # subscription acknowledgements and the like
         try:
             found = decode_bus_message(
-                open_bus_message(self._keys, self.channel, item.get("data"), time.time())
+                open_bus_message(self._keys, self.channel, item.get("data"), time.time(), seen=self._seen)
             )
+        except ReplayedMessage as exc:
+            self._counts["replayed"] += 1
+            what = f"message on {self.channel}"
+            self._log_malformed(what, str(exc), self._counts["replayed"], replayed=True)
+            return
         except ForgedMessage as exc:
             self._counts["forged"] += 1
             self._log_malformed(f"message on {self.channel}", str(exc), self._counts["forged"], forged=True)
@@ -268,14 +322,16 @@ class RedisNotificationBus(SessionLeases, WorkerLink, RedisLink, LocalNotificati
         self._counts["received"] += 1
         self.deliver(found.message, found.uri)
 
-    def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
+    def _log_malformed(
+        self, what: str, reason: str, so_far: int, *, forged: bool = False, replayed: bool = False
+    ) -> None:
         """One WARNING line per :data:`MALFORMED_LOG_INTERVAL` at most (the others are only counted):
         what was dropped, why, and how many so far."""
         now = trio.current_time()
         last = self._malformed_logged_at
         if last is None or now - last >= MALFORMED_LOG_INTERVAL:
             self._malformed_logged_at = now
-            kind = "an unauthenticated" if forged else "a malformed"
+            kind = "a replayed" if replayed else "an unauthenticated" if forged else "a malformed"
             logger.warning(
                 "Redis notification bus: dropped %s %s (%s; %d so far)", kind, what, reason, so_far
             )

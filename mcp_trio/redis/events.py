@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -145,6 +145,10 @@ class RedisEventStore(EventReads, RedisLink):
         self._live: coredis.Redis[bytes] | None = None
         self._lost = trio.Event()
         """Set by a read whose connection failed: :meth:`run` then reconnects."""
+        self.fence: Callable[[str], tuple[str, bytes] | None] | None = None
+        """Given a session id, the key of its lease and the lease this worker holds (or held) it under,
+        when the app's notification bus keeps sessions' leases in the same Redis (it sets this): a
+        write of a session whose lease is another worker's now is fenced off (``fenced``)."""
         self._queue: deque[_Op] = deque()
         self._queue_bytes = 0
         self._queued = 0
@@ -171,6 +175,7 @@ class RedisEventStore(EventReads, RedisLink):
                 "dropped",
                 "write_errors",
                 "resets",
+                "fenced",
                 "forged",
                 "replays_local",
                 "replays_redis",
@@ -279,7 +284,8 @@ class RedisEventStore(EventReads, RedisLink):
         ``evicted_streams``, ``evicted_bytes``), then: the Redis ``state``, events ``stored``, written
         to Redis (``written``; ``stale``: already there), ``dropped`` (the queue was full),
         ``write_errors`` (refused by Redis), ``resets`` (session hashes found not to hold together,
-        deleted), ``forged`` entries read, replays from memory and from Redis, reads that could not
+        deleted), ``fenced`` (operations of a session another worker holds now, not written),
+        ``forged`` entries read, replays from memory and from Redis, reads that could not
         reach Redis (``unavailable``), the queue (``outbox``, ``outbox_bytes``), ``batches`` written,
         ``connects``, ``failures`` and ``last_error``."""
         stats: dict[str, Any] = self._local.statistics()
@@ -359,18 +365,24 @@ class RedisEventStore(EventReads, RedisLink):
             str(self.max_bytes_per_session),
             str(EVENT_ENTRY_HEADER),
         ]
+        leases: dict[str, tuple[str, bytes]] = {}
         for session_id, event in batch:
             position = index.get(session_id)
             if position is None:
                 keys.append(events_key(self.prefix, self._keys.tag(SESSION_TAG, session_id.encode())))
                 position = index[session_id] = str(len(keys))
+                fence = None if self.fence is None else self.fence(session_id)
+                if fence is not None:
+                    keys.append(fence[0])
+                    leases[session_id] = (str(len(keys)), fence[1])
+            fenced = leases.get(session_id, ("", b""))
             if isinstance(event, str):
-                args += [position, event, "", "", ""]
+                args += [position, event, "", "", "", *fenced]
             else:
                 entry = seal_event_entry(
                     self._keys, keys[int(position) - 1], event.stream_id, event.seq, event.data
                 )
-                args += [position, "e", str(event.stream_id), str(event.seq), entry]
+                args += [position, "e", str(event.stream_id), str(event.seq), entry, *fenced]
         return keys, args
 
     # -- the writer ---------------------------------------------------------------------------------
@@ -424,8 +436,8 @@ class RedisEventStore(EventReads, RedisLink):
                 self._refused(batch, leaf_of(rest))
                 continue
             self._counts["batches"] += 1
-            if isinstance(reply, list) and len(reply) == 3 and all(isinstance(n, int) for n in reply):
-                for name, count in zip(("written", "stale", "resets"), reply, strict=True):
+            if isinstance(reply, list) and len(reply) == 4 and all(isinstance(n, int) for n in reply):
+                for name, count in zip(("written", "stale", "resets", "fenced"), reply, strict=True):
                     self._counts[name] += count
             self._done += len(batch)
             self._progressed()

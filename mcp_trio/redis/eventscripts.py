@@ -163,12 +163,18 @@ local function append(key, id, seq, value)
   return 'ok'
 end
 
+local fenced = 0
 local i = 6
-while i + 4 <= #ARGV do
+while i + 6 <= #ARGV do
   local key = KEYS[tonumber(ARGV[i])]
   local kind, id, seq, value = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
-  i = i + 5
-  if kind == 'd' then
+  local lease = nil
+  if ARGV[i + 5] ~= '' then lease = redis.call('GET', KEYS[tonumber(ARGV[i + 5])]) end
+  local held = ARGV[i + 6]
+  i = i + 7
+  if lease and lease ~= held then
+    fenced = fenced + 1
+  elseif kind == 'd' then
     redis.call('DEL', key)
   elseif kind == 't' then
     redis.call('PEXPIRE', key, ttl)
@@ -182,17 +188,19 @@ while i + 4 <= #ARGV do
     if outcome == 'ok' then written = written + 1 else stale = stale + 1 end
   end
 end
-return {written, stale, resets}
+return {written, stale, resets, fenced}
 """
 )
 """Apply a batch of operations, in order: ARGV[1] the TTL (ms), ARGV[2..5] the bounds (events per
-stream, streams per session, bytes per session) and the entry header's length, then five arguments
+stream, streams per session, bytes per session) and the entry header's length, then seven arguments
 per operation: the index of its key in KEYS, ``e`` (append an event: stream id, seq, entry), ``d``
-(delete the session's events) or ``t`` (refresh their TTL), the last two with three empty arguments.
-Each append enforces the session's bounds as :class:`~mcp_trio.server.InMemoryEventStore` does,
-dropping the oldest first, and refreshes the TTL.  Returns ``{written, stale, resets}``: an event whose
-stream already holds that seq or a later one is stale (a batch written again after its answer was lost
-writes nothing twice)."""
+(delete the session's events) or ``t`` (refresh their TTL), the last two with three empty arguments;
+then the index in KEYS of the session's lease and the lease this worker holds it under ('' and '' for
+none): an operation of a session whose lease is there and another is fenced off (skipped: a worker
+that lost the session writes nothing of it).  Each append enforces the session's bounds as
+:class:`~mcp_trio.server.InMemoryEventStore` does, dropping the oldest first, and refreshes the TTL.
+Returns ``{written, stale, resets, fenced}``: an event whose stream already holds that seq or a later
+one is stale (a batch written again after its answer was lost writes nothing twice)."""
 
 _FIRST_HASH = """
 local chosen = nil

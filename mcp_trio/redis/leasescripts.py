@@ -72,19 +72,17 @@ positions of the sessions another worker holds under the same or a later epoch (
 of those whose lease is gone or older (Redis lost it, or came back with older values: written again)."""
 CONFIRM = """
 local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then
-  if tonumber(string.match(cur, '^(%d+) ') or '0') >= tonumber(ARGV[4]) then return 0 end
+local found = 1
+if cur ~= ARGV[1] then
+  if cur and tonumber(string.match(cur, '^(%d+) ') or '0') >= tonumber(ARGV[4]) then return 0 end
+  found = 2
 end
-if cur ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[5]) end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-return 1
+return found
 """
 """Whether a session's lease is still this worker's (ARGV[1], of epoch ARGV[4]): 0 if another lease of
-this epoch or a later one is there.  Otherwise the lease is put back if it was gone or older (Redis lost
-it, or came back with older values: its record follows from the records' writer) and this worker's
-heartbeat is renewed (ARGV[2]) in the same step, so that no adoption seen under the old one can
-complete."""
+this epoch or a later one is there; 2 if it is gone or older (Redis lost it, or came back with older
+values: the records' writer puts it back); 1 if it is there.  Unless 0, this worker's heartbeat is
+renewed (ARGV[2]) in the same step, so that no adoption seen under the old one can complete."""
 CHUNK = 256
-FRESH = 0.5
-"""The fraction of the heartbeat TTL after its last renewal (on the monotonic clock) for which this
-worker takes its leases as sure; past it, a session's lease is confirmed before it is served."""
+"""Sessions per refresh script."""

@@ -1,7 +1,8 @@
 """The 2025 sessions a worker keeps in Redis so that another worker can adopt them: their signed
 records, their signed leases and their epochs (fencing tokens).
 
-:class:`SessionLeases` is part of :class:`~mcp_trio.redis.RedisNotificationBus` (with
+:class:`SessionLeases` is a collaborator of :class:`~mcp_trio.redis.RedisNotificationBus`
+(``session_leases``, with the bus's :class:`~mcp_trio.redis.heartbeat.Heartbeat` and
 :class:`~mcp_trio.redis.workers.WorkerLink`, once the bus links a worker).  Each live session of this
 worker has a record (``<prefix>:session:<tag>``: what ``initialize`` agreed, its log level and
 subscriptions, its owner key) and a lease (``<prefix>:lease:<tag>``: the session's epoch, held by this
@@ -23,7 +24,7 @@ session's lease before it serves the session again (:meth:`SessionLeases.must_co
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
@@ -43,17 +44,20 @@ from .._protocol.cluster import (
     open_lease,
     open_session_record,
     record_key,
-    seal_heartbeat,
     seal_lease,
     seal_session_record,
 )
-from .connection import State, as_bytes, leaf_of, logger
-from .leasescripts import CHUNK, CONFIRM, DROP, FRESH, PEEK, PUT, REFRESH, RELEASE, TAKE
+from .connection import as_bytes, leaf_of, logger
+from .heartbeat import Heartbeat
+from .leasescripts import CHUNK, CONFIRM, DROP, PEEK, PUT, REFRESH, RELEASE, TAKE
 
 if TYPE_CHECKING:
     import coredis
 
 __all__ = ["Claim", "Confirmed", "SessionLeases"]
+
+_FORMER = 4096
+"""Leases of sessions handed over or lost that a worker keeps (to fence off their late writes)."""
 
 Confirmed = Literal["mine", "lost", "unavailable", "outage"]
 
@@ -77,20 +81,25 @@ class Claim:
 
 
 class SessionLeases:
-    """Records and leases of this worker's sessions (the part of the bus that hands sessions over)."""
+    """Records, leases and epochs of a worker's sessions: the part of a worker's link to Redis that
+    hands sessions over (:attr:`RedisNotificationBus.session_leases
+    <mcp_trio.redis.RedisNotificationBus.session_leases>`)."""
 
-    # What the bus provides:
-    _keys: ClusterKeys
-    _live: coredis.Redis[bytes] | None
-    _state: State
-    prefix: str
-    instance_id: str
-    command_timeout: float
-    worker_id: str | None
-    heartbeat_interval: float
-    heartbeat_ttl: float
-
-    def _init_session_leases(self) -> None:
+    def __init__(
+        self,
+        keys: ClusterKeys,
+        prefix: str,
+        heart: Heartbeat,
+        live: Callable[[], coredis.Redis[bytes] | None],
+        command_timeout: float,
+    ) -> None:
+        self._keys = keys
+        self.prefix = prefix
+        self.heart = heart
+        """The worker's heartbeat: whether its leases are sure."""
+        self._live = live
+        """The connected client, or None while the link has none."""
+        self.command_timeout = command_timeout
         self.session_ttl = 3600.0
         """Seconds a record and a lease live after they were last written or refreshed (the app sets
         it from its ``idle_timeout``)."""
@@ -105,25 +114,14 @@ class SessionLeases:
         self._records_changed = trio.Event()
         self._sweep = False
         """Confirm every lease at once (the heartbeat was found lapsed or changed by someone else)."""
-        self.draining = False
         self.on_lost: Callable[[str], None] | None = None
         """Called with a session of this worker that another worker holds the lease of now (adopted
         while this worker could not reach Redis, or was paused): this worker lets it go."""
-        self._term = 0
-        """Grows each time this worker's leases may have lapsed: a session confirmed in an older term
-        is confirmed again before it is served."""
+        self._former: OrderedDict[str, bytes] = OrderedDict()
+        """The leases of the last sessions this worker handed over or lost (what fences off a late
+        write of theirs: see :meth:`fence`)."""
         self._confirmed: dict[str, int] = {}
-        """The term in which each session of this worker was last confirmed (or taken)."""
-        self._fresh_until = float("-inf")
-        """Until when (monotonic) the last renewal of the heartbeat makes this worker's leases sure."""
-        self._lapsed = True
-        self._outage_safe = True
-        """Whether the link to Redis went down while this worker's leases were sure (a Redis that
-        stopped: no worker can take a session until it is back) rather than after they had lapsed (a
-        worker that finds its connection gone after a pause: another may have taken them)."""
-        self._beats: deque[bytes] = deque(maxlen=4)
-        """The last heartbeats this worker wrote (another value found in their place: someone else
-        wrote it, or it expired)."""
+        """The heartbeat's term in which each session of this worker was last confirmed (or taken)."""
         self._lease_counts = dict.fromkeys(
             (
                 "adopted",
@@ -135,10 +133,22 @@ class SessionLeases:
                 "adopt_unavailable",
                 "confirmed",
                 "confirm_lost",
-                "heartbeats_changed",
             ),
             0,
         )
+        heart.on_changed = self._heartbeat_changed
+
+    @property
+    def draining(self) -> bool:
+        return self.heart.draining
+
+    @property
+    def worker_id(self) -> str | None:
+        return self.heart.worker_id
+
+    @property
+    def instance_id(self) -> str:
+        return self.heart.instance_id
 
     def _tags(self, session_id: str) -> tuple[str, ...]:
         return self._keys.tags(SESSION_TAG, session_id.encode())
@@ -154,8 +164,25 @@ class SessionLeases:
         """This worker holds ``session_id`` under ``epoch`` from now on: its sealed lease."""
         lease = self._seal_lease(lease_key(self.prefix, self._tags(session_id)[0]), epoch, "held")
         self._held[session_id] = (epoch, lease)
-        self._confirmed[session_id] = self._term
+        self._confirmed[session_id] = self.heart.term
         return lease
+
+    def fence(self, session_id: str) -> tuple[str, bytes] | None:
+        """The key of the lease of ``session_id`` and the lease this worker holds it under (or held,
+        if it handed the session over or lost it lately): a write for the session is made only if
+        Redis holds no other lease there (the event store's writes are fenced so)."""
+        held = self._held.get(session_id)
+        lease = held[1] if held is not None else self._former.get(session_id)
+        return None if lease is None else (lease_key(self.prefix, self._tags(session_id)[0]), lease)
+
+    def _forget_lease(self, session_id: str) -> None:
+        """This worker does not hold ``session_id`` any more (handed over, or lost)."""
+        held = self._held.pop(session_id, None)
+        self._confirmed.pop(session_id, None)
+        if held is not None:
+            self._former[session_id] = held[1]
+            while len(self._former) > _FORMER:
+                self._former.popitem(last=False)
 
     def epoch_of(self, session_id: str) -> int | None:
         """The epoch under which this worker holds ``session_id`` (None: it does not)."""
@@ -178,8 +205,8 @@ class SessionLeases:
         after."""
         self._hold(session_id, 1)
         self._records[session_id] = record
-        client = self._live
-        if client is not None and self._state == "connected":
+        client = self._live()
+        if client is not None:
             try:
                 await self._write(client, session_id, record)
                 return
@@ -190,57 +217,37 @@ class SessionLeases:
 
     def session_dropped(self, session_id: str) -> None:
         """A session of this worker ended: its record and lease go."""
-        self._confirmed.pop(session_id, None)
         if self._records.pop(session_id, None) is not None:
             self._ended.add(session_id)
             self._record_changes[session_id] = None
             self._records_changed.set()
         elif session_id not in self._ended:
             self._held.pop(session_id, None)
+            self._confirmed.pop(session_id, None)
 
     def start_draining(self) -> None:
         """This worker hands its sessions over: its heartbeat says so from the next beat on (other
         workers then wait for its sessions instead of answering 503)."""
-        self.draining = True
+        self.heart.draining = True
 
     # -- the heartbeat's part: are this worker's leases sure? ------------------------------------
 
-    def _heartbeat_value(self, now: float) -> bytes:
-        """This worker's heartbeat, signed at ``now`` (seconds since the epoch)."""
-        assert self.worker_id is not None
-        key = heartbeat_key(self.prefix, self.worker_id)
-        return seal_heartbeat(self._keys, key, self.instance_id, "draining" if self.draining else "live", now)
-
-    def _renewed(self, started: float, written: bytes, previous: bytes | None) -> None:
-        """The heartbeat was renewed (``written``) by a command sent at ``started`` (monotonic);
-        ``previous`` is what it replaced (None: unknown, or nothing)."""
-        if (previous is not None and previous not in self._beats) or (previous is None and self._beats):
-            # Expired (a pause, a lost connection), or written by someone else: what was taken for
-            # sure may not be.  Every session is confirmed again, now and before it is served.
-            self._lease_counts["heartbeats_changed"] += 1
-            self._term += 1
-            self._sweep = True
-            self._records_changed.set()
-            if self._records:
-                logger.warning(
-                    "this worker's heartbeat in Redis had lapsed or was changed by someone else; "
-                    "confirming its %d sessions before serving them",
-                    len(self._records),
-                )
-        self._beats.append(written)
-        self._fresh_until = max(self._fresh_until, started + self.heartbeat_ttl * FRESH)
-        self._lapsed = False
+    def _heartbeat_changed(self) -> None:
+        """A renewal found another heartbeat than this worker's: every lease is confirmed now."""
+        self._sweep = True
+        self._records_changed.set()
+        if self._records:
+            logger.warning(
+                "this worker's heartbeat in Redis had lapsed or was changed by someone else; "
+                "confirming its %d sessions before serving them",
+                len(self._records),
+            )
 
     def must_confirm(self, session_id: str) -> bool:
         """Whether the lease of ``session_id`` (a session of this worker) is to be confirmed before the
         session is served: the heartbeat's last renewal is too old to be sure of it (then every session
         is, until the heartbeat is renewed), or the session was last confirmed before it was."""
-        if trio.current_time() >= self._fresh_until:
-            if not self._lapsed:
-                self._lapsed = True
-                self._term += 1
-            return True
-        return self._confirmed.get(session_id) != self._term
+        return not self.heart.sure() or self._confirmed.get(session_id) != self.heart.term
 
     async def confirm_session(self, session_id: str) -> Confirmed:
         """Whether the lease of ``session_id`` is still this worker's (``mine``: its heartbeat is
@@ -249,41 +256,34 @@ class SessionLeases:
         were sure (no worker can take a session then), ``unavailable`` otherwise (not served
         meanwhile)."""
         held = self._held.get(session_id)
-        client = self._live
+        client = self._live()
         if held is None:
             return "lost"
-        if client is None or self._state != "connected" or self.worker_id is None:
-            return "outage" if self._outage_safe else "unavailable"
-        term = self._term
+        if client is None or self.worker_id is None:
+            return "outage" if self.heart.outage_safe else "unavailable"
+        term = self.heart.term
         started = trio.current_time()
-        beat = self._heartbeat_value(time.time())
-        keys = [lease_key(self.prefix, self._tags(session_id)[0]), heartbeat_key(self.prefix, self.worker_id)]
-        args: list[bytes | str] = [held[1], beat, str(self._beat_ttl_ms()), str(held[0])]
-        args.append(str(self._session_ttl_ms()))
+        beat = self.heart.value(time.time())
+        keys = [lease_key(self.prefix, self._tags(session_id)[0]), self.heart.key]
+        args: list[bytes | str] = [held[1], beat, str(self.heart.ttl_ms()), str(held[0])]
         try:
             with trio.fail_after(self.command_timeout):
                 mine = await client.eval(CONFIRM, keys=keys, args=args)
         except Exception as exc:
             logger.debug("Redis: confirming a session's lease failed (%s)", leaf_of(exc))
             return "unavailable"
-        if mine != 1:
+        if mine not in (1, 2):
             self._lease_counts["confirm_lost"] += 1
             self._lost(session_id)
             return "lost"
+        if mine == 2 and session_id in self._records:  # gone from Redis, or older there
+            self._record_changes.setdefault(session_id, self._records[session_id])
+            self._records_changed.set()
         self._lease_counts["confirmed"] += 1
-        self._beats.append(beat)
-        self._fresh_until = max(self._fresh_until, started + self.heartbeat_ttl * FRESH)
-        self._lapsed = False
-        if session_id in self._held and self._term == term:
+        self.heart.confirmed(started, beat)
+        if session_id in self._held and self.heart.term == term:
             self._confirmed[session_id] = term
         return "mine"
-
-    def _link_lost(self) -> None:
-        """The link's connection is gone (the bus calls it)."""
-        self._outage_safe = trio.current_time() < self._fresh_until
-
-    def _beat_ttl_ms(self) -> int:
-        return max(1, int(self.heartbeat_ttl * 1000))
 
     # -- adoption and release -------------------------------------------------------------------
 
@@ -291,8 +291,8 @@ class SessionLeases:
         """Where the session ``session_id`` stands (see :class:`Peek`).  ``unknown`` too for a session
         of this worker that is ending or ended here (DELETE, expiry) while its keys are still in Redis:
         there is nothing to adopt."""
-        client = self._live
-        if client is None or self._state != "connected":
+        client = self._live()
+        if client is None:
             self._lease_counts["adopt_unavailable"] += 1
             return Peek("unavailable")
         mine = session_id in self._records or session_id in self._ended  # before Redis is asked
@@ -340,7 +340,7 @@ class SessionLeases:
             self._lease_counts["adopt_unavailable"] += 1
             return Peek("unavailable")  # no proof of anything: not taken, not waited for
         age = time.time() - beat.millis / 1000
-        if beat.instance != lease.instance or age > self.heartbeat_ttl:
+        if beat.instance != lease.instance or age > self.heart.ttl:
             return Peek("taken", record, None, claim)
         return Peek("draining" if beat.state == "draining" else "owned", record, lease.worker)
 
@@ -353,9 +353,9 @@ class SessionLeases:
         if not isinstance(claim, Claim) or peek.record is None:
             return False
         if claim.heartbeat_key is not None:
-            await trio.sleep(self.heartbeat_interval * 1.5)
-        client = self._live
-        if client is None or self._state != "connected" or self.worker_id is None:
+            await trio.sleep(self.heart.interval * 1.5)
+        client = self._live()
+        if client is None or self.worker_id is None:
             return False
         keys = self._session_keys(claim.tag)
         epoch = claim.epoch + 1
@@ -375,7 +375,7 @@ class SessionLeases:
             return False
         self._lease_counts["adopted"] += 1
         self._held[claim.session_id] = (epoch, lease)
-        self._confirmed[claim.session_id] = self._term
+        self._confirmed[claim.session_id] = self.heart.term
         self._ended.discard(claim.session_id)
         return True
 
@@ -385,10 +385,10 @@ class SessionLeases:
         heartbeat stops)."""
         self._records.pop(session_id, None)
         self._record_changes.pop(session_id, None)
-        self._confirmed.pop(session_id, None)
-        held = self._held.pop(session_id, None)
-        client = self._live
-        if held is None or client is None or self._state != "connected":
+        held = self._held.get(session_id)
+        self._forget_lease(session_id)
+        client = self._live()
+        if held is None or client is None:
             return False
         epoch, lease = held
         keys = self._session_keys(self._tags(session_id)[0])
@@ -410,7 +410,7 @@ class SessionLeases:
 
     # -- the writer (a task of the worker link's connection) -------------------------------------
 
-    async def _record_writer(self, client: coredis.Redis[bytes]) -> None:
+    async def record_writer(self, client: coredis.Redis[bytes]) -> None:
         """Write every record of this worker again (a new connection: Redis may have lost them), then
         each change as it comes, and refresh the TTLs of them all every third of ``session_ttl`` (and
         at once when the heartbeat was found lapsed: the refresh confirms every lease)."""
@@ -441,6 +441,7 @@ class SessionLeases:
                 await client.eval(DROP, keys=keys, args=[lease])
                 self._ended.discard(session_id)
                 self._held.pop(session_id, None)
+                self._confirmed.pop(session_id, None)
                 return
             sealed = seal_session_record(self._keys, keys[0], record, epoch)
             put = await client.eval(
@@ -453,7 +454,7 @@ class SessionLeases:
         """Refresh the TTLs of every record and lease of this worker; a session whose lease is not its
         own any more is let go, the others are confirmed (if the heartbeat was renewed since the term
         began: the refresh runs after it)."""
-        term, fresh = self._term, trio.current_time() < self._fresh_until
+        term, fresh = self.heart.term, self.heart.sure()
         ids = [sid for sid in self._records if sid in self._held]
         for at in range(0, len(ids), CHUNK):
             chunk = ids[at : at + CHUNK]
@@ -468,12 +469,11 @@ class SessionLeases:
                 elif -index in found and session_id in self._records:  # gone, or older: written again
                     self._record_changes.setdefault(session_id, self._records[session_id])
                     self._records_changed.set()
-                elif fresh and self._term == term and session_id in self._held:
+                elif fresh and self.heart.term == term and session_id in self._held:
                     self._confirmed[session_id] = term
 
     def _lost(self, session_id: str) -> None:
-        self._confirmed.pop(session_id, None)
-        self._held.pop(session_id, None)
+        self._forget_lease(session_id)
         if self._records.pop(session_id, None) is None:
             return
         self._record_changes.pop(session_id, None)
@@ -486,5 +486,9 @@ class SessionLeases:
         if self.on_lost is not None:
             self.on_lost(session_id)
 
-    def lease_statistics(self) -> dict[str, int]:
-        return {"sessions_recorded": len(self._records), **self._lease_counts}
+    def statistics(self) -> dict[str, int]:
+        return {
+            "sessions_recorded": len(self._records),
+            **self._lease_counts,
+            "heartbeats_changed": self.heart.changes,
+        }

@@ -19,6 +19,8 @@ from .._protocol.cluster import (
     WORKER_ID,
     ClusterKeys,
     ForgedMessage,
+    ReplayedMessage,
+    ReplayGuard,
     check_channel_prefix,
     check_worker_id,
     open_bus_message,
@@ -78,7 +80,8 @@ class RedisTaskStore(TaskWorkers, RedisLink):
     what arrives to the app's task manager.  Records and signals are signed with the cluster's key ring
     (``secret``, a key or a sequence of keys, else ``MCP_TRIO_REQUEST_STATE_SECRET``: without either
     the store refuses to be made), as the notification bus's messages are: a signal that the ring does
-    not verify is dropped and counted (``signals_forged``).  The ring's first key signs, any key of it
+    not verify is dropped and counted (``signals_forged``), and so is a copy of one accepted before
+    (``signals_replayed``: each signal carries a random nonce).  The ring's first key signs, any key of it
     verifies, so records outlive a key rotation as long as their key stays in the ring.  :meth:`run`
     also keeps the connections the commands use; while it is not connected (Redis down, or not
     running), each command opens a connection of its own.  It reconnects with exponential backoff
@@ -149,6 +152,8 @@ class RedisTaskStore(TaskWorkers, RedisLink):
         """The client :meth:`run` keeps connected, while it is (what the commands use)."""
         self._lost = trio.Event()
         """Set by a command whose connection failed: :meth:`run` then reconnects."""
+        self._seen = ReplayGuard(time.time())
+        """The nonces of the signals accepted (each is handed to the task manager once)."""
         self._malformed_logged = False
         self._forged_logged_at: float | None = None
         self._forged_records_log = RateLimitedLog(logger, burst=1, interval=MALFORMED_LOG_INTERVAL)
@@ -164,6 +169,7 @@ class RedisTaskStore(TaskWorkers, RedisLink):
                 "signals_received",
                 "signals_malformed",
                 "signals_forged",
+                "signals_replayed",
                 "connects",
                 "failures",
                 "tasks_stopped",
@@ -185,7 +191,8 @@ class RedisTaskStore(TaskWorkers, RedisLink):
         ``malformed_records`` and ``records_forged`` (not signed by the key ring for their key) read as
         no task, commands that failed (``unavailable``), signals sent
         (``signals_sent``, and ``signals_unheard`` when no worker was subscribed), received,
-        malformed and forged (not signed by the key ring), ``connects`` and ``failures`` of
+        malformed, forged (not signed by the key ring) and replayed (``signals_replayed``: a copy of a
+        signal accepted before, published again), ``connects`` and ``failures`` of
         :meth:`run`, tasks of a stopped worker recorded ``failed`` here (``tasks_stopped``), liveness
         values that proved nothing (``liveness_forged``: not signed by the ring, or stale), writes of a
         task that had already ended (``writes_refused``), and the ``last_error``."""
@@ -411,8 +418,14 @@ class RedisTaskStore(TaskWorkers, RedisLink):
             return  # subscription acknowledgements and the like
         data = item.get("data")
         try:
-            inner = open_bus_message(self._keys, channel, data, time.time(), self.signal_limit)
+            now = time.time()
+            inner = open_bus_message(self._keys, channel, data, now, self.signal_limit, seen=self._seen)
             task_id, message = decode_signal(inner, self.signal_limit)
+        except ReplayedMessage as exc:
+            self._counts["signals_replayed"] += 1
+            level = logging.WARNING if self._counts["signals_replayed"] == 1 else logging.DEBUG
+            logger.log(level, "Redis task store: dropped a replayed signal on %s (%s)", channel, exc)
+            return
         except ForgedMessage as exc:
             self._counts["signals_forged"] += 1
             now = trio.current_time()

@@ -1,24 +1,29 @@
 """A worker's link through Redis: its heartbeat, the hash of its live sessions, its inbox, and the
 forwarding of a session's messages to the worker that has the session.
 
-:class:`WorkerLink` is the part of :class:`~mcp_trio.redis.RedisNotificationBus` that
-:meth:`~WorkerLink.attach_worker` turns on; the bus's connection runs :meth:`~WorkerLink._worker_link`
-while it is connected.
+A :class:`~mcp_trio.redis.RedisNotificationBus` has one (``worker_link``), beside its session
+leases (:mod:`.sessions`) and its heartbeat (:mod:`.heartbeat`), the collaborators it hands its
+connection to: :meth:`~WorkerLink.attach_worker` turns it on, and the bus's connection runs
+:meth:`~WorkerLink.run` while it is connected.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from .._protocol.cluster import (
+    INBOX_FIELDS,
+    INBOX_MESSAGE_LIMIT,
     PRINCIPAL_TAG,
     SESSION_TAG,
     ClusterKeys,
     ForgedMessage,
+    ReplayedMessage,
+    ReplayGuard,
     check_worker_id,
     decode_inbox_entry,
     encode_inbox_entry,
@@ -27,10 +32,14 @@ from .._protocol.cluster import (
     inbox_key,
     sessions_key,
 )
-from .connection import State, as_bytes, leaf_of, logger, stream_id
+from .connection import as_bytes, leaf_of, load_coredis, logger, stream_id
+from .inboxscripts import FORWARD, KNOWN, TAKE
 
 if TYPE_CHECKING:
     import coredis
+
+    from .heartbeat import Heartbeat
+    from .sessions import SessionLeases
 
 __all__ = ["Deliver", "Forwarded", "WorkerLink"]
 
@@ -40,53 +49,6 @@ Deliver = Callable[[str, bytes, str], bool]
 session it names, sent by the principal of the given tag; False if this worker has no such session or
 it belongs to another principal (the message is dropped and counted)."""
 
-_FORWARD = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local pairs = tonumber(ARGV[5])
-local found = false
-for i = 0, pairs - 1 do
-  local owner = redis.call('HGET', KEYS[2], ARGV[6 + 2 * i])
-  if owner and owner == ARGV[7 + 2 * i] then found = true end
-end
-if not found then return -1 end
-local size = tonumber(ARGV[4])
-if redis.call('XLEN', KEYS[3]) >= tonumber(ARGV[1]) then return -2 end
-if tonumber(redis.call('GET', KEYS[4]) or '0') + size > tonumber(ARGV[2]) then return -2 end
-local f = 6 + 2 * pairs
-redis.call('XADD', KEYS[3], '*', 'v', ARGV[f], 'kid', ARGV[f + 1], 'sig', ARGV[f + 2], 'ts', ARGV[f + 3],
-  'session', ARGV[f + 4], 'principal', ARGV[f + 5], 'body', ARGV[f + 6])
-redis.call('INCRBY', KEYS[4], size)
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-redis.call('PEXPIRE', KEYS[4], ARGV[3])
-return 1
-"""
-"""Add an entry to a worker's inbox, atomically, only if the worker is alive (its heartbeat key), has
-the session (its tag, under one of the forwarder's keys, is a field of the worker's session hash) with
-the same principal (the field's value), and the inbox holds fewer than ARGV[1] entries and ARGV[2]
-bytes with this one: 1 sent, 0 gone, -1 unknown session, -2 full.  The inbox and its byte counter
-expire ARGV[3] ms after the last entry added."""
-_KNOWN = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-for i = 1, #ARGV, 2 do
-  local owner = redis.call('HGET', KEYS[2], ARGV[i])
-  if owner and owner == ARGV[i + 1] then return 1 end
-end
-return -1
-"""
-"""The first check of :data:`_FORWARD`, without the body: 1 known, 0 gone, -1 unknown.  (So that a
-flood of bodies for made-up sessions does not even travel to Redis.)"""
-_TAKE = """
-local size = tonumber(ARGV[1])
-if #ARGV > 1 then redis.call('XDEL', KEYS[1], unpack(ARGV, 2)) end
-if redis.call('XLEN', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[2])
-elseif size > 0 then
-  redis.call('DECRBY', KEYS[2], size)
-end
-return 1
-"""
-"""Delete the inbox entries read (ids ARGV[2..]) and their bytes (ARGV[1]) from the counter; an empty
-inbox is deleted with its counter (which also forgets bytes of entries that expired unread)."""
 _RELEASE = """
 local beat = redis.call('GET', KEYS[1])
 if beat and string.match(beat, '^(%S+) ') == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end
@@ -111,41 +73,42 @@ _INBOX_BATCH = 16
 """Inbox entries read per XREAD (each up to 4 MiB)."""
 
 
+LogMalformed = Callable[..., None]
+"""The bus's rate-limited log of a malformed message: ``(what, reason, so_far, *, forged, replayed)``."""
+
+
 class WorkerLink:
     """A worker's heartbeat, session hash, inbox and forwarding: the part of a notification bus that
-    :meth:`attach_worker` turns on."""
+    :meth:`attach_worker` turns on (:attr:`RedisNotificationBus.worker_link
+    <mcp_trio.redis.RedisNotificationBus.worker_link>`)."""
 
-    # What the bus that this link is part of provides:
-    _keys: ClusterKeys
-    _live: coredis.Redis[bytes] | None
-    _state: State
-    prefix: str
-    instance_id: str
-    command_timeout: float
-
-    def _client(self) -> coredis.Redis[bytes]:
-        raise NotImplementedError
-
-    def _log_malformed(self, what: str, reason: str, so_far: int, *, forged: bool = False) -> None:
-        raise NotImplementedError
-
-    def _heartbeat_value(self, now: float) -> bytes:
-        raise NotImplementedError
-
-    def _renewed(self, started: float, written: bytes, previous: bytes | None) -> None:
-        raise NotImplementedError
-
-    async def _record_writer(self, client: coredis.Redis[bytes]) -> None:
-        raise NotImplementedError
-
-    def _init_worker_link(
+    def __init__(
         self,
+        keys: ClusterKeys,
+        prefix: str,
+        heart: Heartbeat,
+        leases: SessionLeases,
+        connected: Callable[[], coredis.Redis[bytes] | None],
+        new_client: Callable[[], coredis.Redis[bytes]],
+        log_malformed: LogMalformed,
+        command_timeout: float,
         heartbeat_interval: float,
         heartbeat_ttl: float,
         inbox_maxlen: int,
         inbox_max_bytes: int,
         inbox_ttl: float,
     ) -> None:
+        self._keys = keys
+        self.prefix = prefix
+        self.instance_id = heart.instance_id
+        self.heart = heart
+        self.session_leases = leases
+        self._connected = connected
+        """The bus's connected client, or None while it has none."""
+        self._client = new_client
+        """A client of its own (the inbox reader's blocking reads)."""
+        self._log_malformed = log_malformed
+        self.command_timeout = command_timeout
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_ttl = heartbeat_ttl
         self.inbox_maxlen = inbox_maxlen
@@ -175,27 +138,24 @@ class WorkerLink:
                 "inbox_dropped",
                 "inbox_malformed",
                 "inbox_forged",
+                "inbox_replayed",
             ),
             0,
         )
+        self._inbox_seen = ReplayGuard(time.time())
+        """The nonces of the inbox entries accepted (each is delivered once)."""
+
+    def statistics(self) -> dict[str, Any]:
+        return {"worker_id": self.worker_id, "sessions_published": len(self._sessions), **self._worker_counts}
 
     def attach_worker(self, worker_id: str, deliver: Deliver) -> None:
-        """Make this bus a worker's link (:class:`~mcp_trio.MCPApp` calls it when its config has a
-        ``worker_id``).  While connected it keeps
-
-        - the heartbeat key ``<prefix>:worker:<id>`` (TTL ``heartbeat_ttl``, refreshed every
-          ``heartbeat_interval``);
-        - the hash ``<prefix>:sessions:<id>`` of its live sessions (:meth:`session_opened`), with the
-          same TTL: a keyed hash of each session id -> a keyed hash of its principal's identity, so
-          that another worker forwards only what is for a session this one has, sent by that
-          session's principal, and no session id or principal is stored in Redis;
-        - and reads the stream ``<prefix>:inbox:<id>``, hands each entry signed by the key ring to
-          ``deliver``, and deletes what it read.  The stream and its byte counter
-          ``<prefix>:inbox-bytes:<id>`` expire ``inbox_ttl`` after the last entry added."""
+        """Turn this link on for the worker ``worker_id`` (see
+        :meth:`RedisNotificationBus.attach_worker <mcp_trio.redis.RedisNotificationBus.attach_worker>`):
+        ``deliver`` gets each forwarded body of its inbox."""
         check_worker_id(worker_id)
         if self.worker_id is not None and self.worker_id != worker_id:
             raise RuntimeError("this RedisNotificationBus already serves another worker")
-        self.worker_id = worker_id
+        self.worker_id = self.heart.worker_id = worker_id
         self._deliver = deliver
 
     def session_opened(self, session_id: str, principal: bytes) -> None:
@@ -219,8 +179,8 @@ class WorkerLink:
 
     async def worker_alive(self, worker: str) -> bool | None:
         """Whether ``worker``'s heartbeat key exists; None if Redis cannot tell now."""
-        client = self._live
-        if client is None or self._state != "connected":
+        client = self._connected()
+        if client is None:
             return None
         try:
             with trio.fail_after(self.command_timeout):
@@ -231,7 +191,7 @@ class WorkerLink:
         return bool(found)
 
     def _known_args(self, worker: str, session_id: str, principal: bytes) -> tuple[list[str], list[str]]:
-        """The keys and arguments of :data:`_KNOWN` (and the start of :data:`_FORWARD`'s): the
+        """The keys and arguments of :data:`KNOWN` (and the start of :data:`FORWARD`'s): the
         session's and the principal's tags under each key of the ring, the current key's first."""
         keys = self._keys
         pairs: list[str] = []
@@ -244,13 +204,13 @@ class WorkerLink:
     async def has_session(self, worker: str, session_id: str, principal: bytes) -> bool | None:
         """Whether ``worker`` is alive and has the session ``session_id`` of the principal of identity
         ``principal`` (in its session hash); None if Redis cannot tell now."""
-        client = self._live
-        if client is None or self._state != "connected":
+        client = self._connected()
+        if client is None:
             return None
         redis_keys, pairs = self._known_args(worker, session_id, principal)
         try:
             with trio.fail_after(self.command_timeout):
-                known = await client.eval(_KNOWN, keys=redis_keys, args=pairs)
+                known = await client.eval(KNOWN, keys=redis_keys, args=pairs)
         except Exception as exc:
             logger.debug("Redis: looking up a session of worker %s failed (%s)", worker, leaf_of(exc))
             return None
@@ -265,23 +225,22 @@ class WorkerLink:
         ``sent``; ``unknown`` (no such session there, or another principal's); ``full`` (the inbox
         holds ``inbox_maxlen`` entries or ``inbox_max_bytes`` bytes); ``gone`` (no heartbeat);
         ``unavailable`` (Redis cannot be reached now).  Nothing is added but when ``sent``."""
-        client = self._live
-        if client is None or self._state != "connected":
+        client = self._connected()
+        if client is None:
             self._worker_counts["forward_unavailable"] += 1
             return "unavailable"
         known_keys, pairs = self._known_args(worker, session_id, principal)
         redis_keys = [*known_keys, inbox_key(self.prefix, worker), inbox_bytes_key(self.prefix, worker)]
         try:
             with trio.fail_after(self.command_timeout):
-                added = await client.eval(_KNOWN, keys=known_keys, args=pairs)
+                added = await client.eval(KNOWN, keys=known_keys, args=pairs)
                 if added == 1:  # checked again, with the inbox's bounds, as the entry is added
                     tag = pairs[1]  # the principal's, under the key that signs
                     fields = encode_inbox_entry(self._keys, worker, session_id, body, tag, time.time())
-                    limits = [self.inbox_maxlen, self.inbox_max_bytes, int(self.inbox_ttl * 1000), len(body)]
-                    names = ("v", "kid", "sig", "ts", "session", "principal", "body")
+                    limits = [self.inbox_maxlen, self.inbox_max_bytes, self._inbox_ttl_ms(), len(body)]
                     args: list[str | bytes] = [*map(str, limits), str(len(pairs) // 2), *pairs]
-                    args += [fields[name] for name in names]
-                    added = await client.eval(_FORWARD, keys=redis_keys, args=args)
+                    args += [str(INBOX_MESSAGE_LIMIT), *(fields[name] for name in INBOX_FIELDS)]
+                    added = await client.eval(FORWARD, keys=redis_keys, args=args)
         except Exception as exc:
             logger.debug("Redis: forwarding to worker %s failed (%s)", worker, leaf_of(exc))
             self._worker_counts["forward_unavailable"] += 1
@@ -291,7 +250,7 @@ class WorkerLink:
         self._worker_counts["forwarded" if outcome == "sent" else f"forward_{outcome}"] += 1
         return outcome
 
-    async def _worker_link(
+    async def run(
         self, client: coredis.Redis[bytes], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """The heartbeat, the session hash and the inbox reader of one connection.  Started once the
@@ -300,7 +259,7 @@ class WorkerLink:
         assert self.worker_id is not None
         key = inbox_key(self.prefix, self.worker_id)
         with trio.fail_after(self.command_timeout):
-            tail = await client.xrevrange(key, count=1)
+            tail = await self._inbox_tail(client, key)
         tail_id = as_bytes(tail[0].identifier) if tail else b"0-0"
         last = self._inbox_last
         # Go on from the last entry read if the stream still has it (a lost connection: catch up);
@@ -315,7 +274,7 @@ class WorkerLink:
                 nursery.start_soon(self._heartbeat, client)
                 nursery.start_soon(self._session_writer, client)
                 nursery.start_soon(self._inbox_reader, reader, key, start)
-                nursery.start_soon(self._record_writer, client)
+                nursery.start_soon(self.session_leases.record_writer, client)
                 task_status.started()
         finally:
             self._recording = False  # the next connection writes the hash whole
@@ -336,16 +295,19 @@ class WorkerLink:
     def _ttl_ms(self) -> int:
         return max(1, int(self.heartbeat_ttl * 1000))
 
+    def _inbox_ttl_ms(self) -> int:
+        return max(1, int(self.inbox_ttl * 1000))
+
     async def _beat(self, client: coredis.Redis[bytes]) -> None:
         """Renew the heartbeat (signed, see ``sessions``), and learn what it replaced: another value
         than this worker's last ones means it lapsed or someone else wrote it."""
         assert self.worker_id is not None
         started = trio.current_time()
-        beat = self._heartbeat_value(time.time())
+        beat = self.heart.value(time.time())
         with trio.fail_after(self.command_timeout):
             key = heartbeat_key(self.prefix, self.worker_id)
             previous = await client.set(key, beat, px=self._ttl_ms(), get=True)
-            self._renewed(started, beat, previous if isinstance(previous, bytes) else None)
+            self.heart.renewed(started, beat, previous if isinstance(previous, bytes) else None)
             await client.pexpire(sessions_key(self.prefix, self.worker_id), self._ttl_ms())
 
     async def _heartbeat(self, client: coredis.Redis[bytes]) -> None:
@@ -398,15 +360,44 @@ class WorkerLink:
                     await client.hset(target, added)
                     await client.pexpire(target, self._ttl_ms())
 
+    async def _inbox_tail(self, client: coredis.Redis[bytes], key: str) -> Any:
+        """The last entry of this worker's inbox (XREVRANGE), once a value of another type under its
+        key (no worker writes one) is deleted."""
+        try:
+            return await client.xrevrange(key, count=1)
+        except load_coredis().exceptions.WrongTypeError:
+            await self._clear_inbox(client, key)
+            return await client.xrevrange(key, count=1)
+
+    async def _clear_inbox(self, client: coredis.Redis[bytes], key: str) -> None:
+        """Delete what is under the inbox's key if it is not a stream (what a writer without the key
+        ring may put there, so that the inbox cannot be read), counted as ``inbox_forged``."""
+        assert self.worker_id is not None
+        counter = inbox_bytes_key(self.prefix, self.worker_id)
+        args = ["0", str(INBOX_MESSAGE_LIMIT), str(self._inbox_ttl_ms())]
+        await client.eval(TAKE, keys=[key, counter], args=args)
+        self._worker_counts["inbox_forged"] += 1
+        self._log_malformed("inbox", "not a stream", self._worker_counts["inbox_forged"], forged=True)
+
     async def _inbox_reader(self, reader: coredis.Redis[bytes], key: str, start: bytes) -> None:
         """XREAD BLOCK on this worker's inbox (on a connection of its own), a few entries at a time;
-        each batch read is handled, then deleted (with its bytes taken off the inbox's counter)."""
+        each batch read is handled, then deleted (with its bytes taken off the inbox's counter).  What
+        is left in the stream after a batch is unread, so each read after the first starts at the
+        stream's beginning: an entry id far ahead (a writer without the key ring can add one) or a
+        stream deleted and made again cannot make the reader skip entries.  (An entry handled but left
+        in the stream by a lost connection is read again, and refused as a replay.)"""
         assert self.worker_id is not None
         counter = inbox_bytes_key(self.prefix, self.worker_id)
         last = start
         block_ms = max(1, int(min(1.0, self.command_timeout / 2) * 1000))
         while True:
-            reply = await reader.xread({key: last}, count=_INBOX_BATCH, block=block_ms)
+            try:
+                reply = await reader.xread({key: last}, count=_INBOX_BATCH, block=block_ms)
+            except load_coredis().exceptions.WrongTypeError:
+                with trio.fail_after(self.command_timeout):
+                    await self._clear_inbox(reader, key)
+                last = self._inbox_last = b"0-0"
+                continue
             read: list[bytes] = []
             size = 0
             for entries in (reply or {}).values():
@@ -416,8 +407,11 @@ class WorkerLink:
                     read.append(last)
                     size += self._on_inbox_entry(entry.field_values)
             if read:
+                bounds = (size, INBOX_MESSAGE_LIMIT, self._inbox_ttl_ms())
+                args: list[str | bytes] = [*map(str, bounds), *read]
                 with trio.fail_after(self.command_timeout):
-                    await reader.eval(_TAKE, keys=[key, counter], args=[str(size), *read])
+                    await reader.eval(TAKE, keys=[key, counter], args=args)
+                last = b"0-0"
 
     def _on_inbox_entry(self, fields: object) -> int:
         """Handle one inbox entry; the bytes it counted in the inbox (0 for one that was not signed,
@@ -425,7 +419,11 @@ class WorkerLink:
         assert self.worker_id is not None and self._deliver is not None
         self._worker_counts["inbox_received"] += 1
         try:
-            entry = decode_inbox_entry(fields, self.worker_id, self._keys, time.time())
+            entry = decode_inbox_entry(fields, self.worker_id, self._keys, time.time(), seen=self._inbox_seen)
+        except ReplayedMessage as exc:
+            self._worker_counts["inbox_replayed"] += 1
+            self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_replayed"], replayed=True)
+            return 0
         except ForgedMessage as exc:
             self._worker_counts["inbox_forged"] += 1
             self._log_malformed("inbox entry", str(exc), self._worker_counts["inbox_forged"], forged=True)

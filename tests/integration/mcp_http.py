@@ -7,9 +7,11 @@ Every wait here is bounded in time (a helper that polls gives up after a set tim
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -188,6 +190,7 @@ async def serve_demo(
     measure_coverage: bool = True,
     environment: Mapping[str, str] | None = None,
     target: str | None = None,
+    descriptors: int | None = None,
 ) -> AsyncIterator[DemoServer]:
     """Run ``mcp-trio demo --bind 127.0.0.1:0 --stats-path /stats --shutdown-grace G *flags`` (with
     ``target``, ``MODULE:ATTR``: ``mcp-trio serve TARGET`` with the same options instead).
@@ -196,14 +199,20 @@ async def serve_demo(
     it) and checks it exits by itself, with status 0, in time.  ``measure_coverage=False``: when the
     tests run under ``coverage run`` (the test command), the server does not measure coverage (for a
     volume test, where it would run several times slower and cover nothing new).  ``environment``:
-    variables set for the server besides this process's.
+    variables set for the server besides this process's.  ``descriptors``: the server's
+    ``RLIMIT_NOFILE`` (soft and hard), set before it starts.
     """
     command = _demo_command(flags, shutdown_grace, target)
     env = None if measure_coverage else _env_without_coverage()
     if environment is not None:
         env = {**(os.environ if env is None else env), **environment}
     with tempfile.TemporaryFile() as stderr:
-        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr, env=env)
+        options: dict[str, Any] = {}
+        if descriptors is not None:
+            options["preexec_fn"] = functools.partial(_limit_descriptors, descriptors)
+        process = await trio.lowlevel.open_process(
+            command, stdout=subprocess.PIPE, stderr=stderr, env=env, **options
+        )
         try:
             admin: list[str] = []
             url = await _read_url(process, stderr, admin)
@@ -218,6 +227,11 @@ async def serve_demo(
                     await process.wait()
             assert process.stdout is not None
             await process.stdout.aclose()
+
+
+def _limit_descriptors(count: int) -> None:
+    """In the child, before it runs the server: at most ``count`` open descriptors."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
 
 
 def drain_delay(flags: tuple[str, ...]) -> float:

@@ -43,6 +43,7 @@ BUS_ZERO = (
     "subscribers",
     "malformed",
     "forged",
+    "replayed",
     "local_only",
     "dropped",
     "failures",
@@ -56,6 +57,7 @@ BUS_ZERO = (
     "inbox_dropped",
     "inbox_malformed",
     "inbox_forged",
+    "inbox_replayed",
 )
 """Bus counters that must stay 0: no session's request is sent to a worker other than its owner."""
 

@@ -532,6 +532,21 @@ def legacy_headers(session_id: str) -> dict[str, str]:
     return {**POST_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
 
 
+async def initialized_session(asgi: Any) -> str:
+    """A 2025 session made by ``initialize`` through an in-process client; its id."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
+    }
+    response = await asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
+    assert response.status == 200, await response.read()
+    await response.read()
+    session_id: str = response.headers["mcp-session-id"]
+    return session_id
+
+
 async def test_a_flood_of_answers_for_made_up_sessions_leaves_redis_flat(
     redis: RedisServer, linux: None
 ) -> None:
@@ -725,7 +740,8 @@ async def test_an_inbox_nobody_reads_is_bounded_and_expires(redis: RedisServer) 
     count or bytes are refused, and what is there expires; a session it does not have, or another
     principal's, gets nothing written."""
     server, bus = worker(redis.url)
-    bus.inbox_maxlen = 3
+    link = bus.worker_link
+    link.inbox_maxlen = 3
     async with MCPApp(server, ServerConfig(worker_id="b")).running():
         await eventually(lambda: bus.state == "connected", STARTUP, "connected")
         keys = ClusterKeys.of(None)
@@ -735,20 +751,20 @@ async def test_an_inbox_nobody_reads_is_bounded_and_expires(redis: RedisServer) 
             redis.port, "HSET", "mcp-trio:sessions:ghost", session_tag, keys.tag(b"principal", b"none")
         )
         small = padded_answer(100)
-        assert await bus.forward_to_worker("ghost", "ghost.other", small, b"none") == "unknown"
-        assert await bus.forward_to_worker("ghost", "ghost.s1", small, b"str:bob") == "unknown"
-        assert await bus.forward_to_worker("nobody", "nobody.s1", small, b"none") == "gone"
+        assert await link.forward_to_worker("ghost", "ghost.other", small, b"none") == "unknown"
+        assert await link.forward_to_worker("ghost", "ghost.s1", small, b"str:bob") == "unknown"
+        assert await link.forward_to_worker("nobody", "nobody.s1", small, b"none") == "gone"
         assert await call(redis.port, "EXISTS", "mcp-trio:inbox:ghost") == 0
-        outcomes = [await bus.forward_to_worker("ghost", "ghost.s1", small, b"none") for _ in range(4)]
+        outcomes = [await link.forward_to_worker("ghost", "ghost.s1", small, b"none") for _ in range(4)]
         assert outcomes == ["sent", "sent", "sent", "full"]
         assert await call(redis.port, "XLEN", "mcp-trio:inbox:ghost") == 3
         assert int(await call(redis.port, "GET", "mcp-trio:inbox-bytes:ghost")) == 3 * len(small)
         for key in ("mcp-trio:inbox:ghost", "mcp-trio:inbox-bytes:ghost"):
-            assert 0 < await call(redis.port, "PTTL", key) <= bus.inbox_ttl * 1000
+            assert 0 < await call(redis.port, "PTTL", key) <= link.inbox_ttl * 1000
         await call(redis.port, "DEL", "mcp-trio:inbox:ghost", "mcp-trio:inbox-bytes:ghost")
         big = padded_answer(1536 * 1024)
-        bus.inbox_maxlen, bus.inbox_max_bytes = 100, 4 * 1024 * 1024
-        outcomes = [await bus.forward_to_worker("ghost", "ghost.s1", big, b"none") for _ in range(3)]
+        link.inbox_maxlen, link.inbox_max_bytes = 100, 4 * 1024 * 1024
+        outcomes = [await link.forward_to_worker("ghost", "ghost.s1", big, b"none") for _ in range(3)]
         assert outcomes == ["sent", "sent", "full"]  # 4 MiB hold two of 1.5 MiB
         stats = bus.statistics()
         assert (stats["forwarded"], stats["forward_full"], stats["forward_unknown"]) == (5, 2, 2), stats
@@ -921,16 +937,17 @@ async def test_a_session_ended_on_its_worker_is_not_adopted_back(redis: RedisSer
         session_id = response.headers["mcp-session-id"]
         assert bus.statistics()["sessions_recorded"] == 1  # written before the answer
         assert len(await call(redis.port, "KEYS", "mcp-trio:lease:*")) == 1
-        assert (await bus.peek_session(session_id)).state == "unknown"  # its own: nothing to adopt
-        bus.session_dropped(session_id)  # what its end tells the link, before the writer runs
-        peek = await bus.peek_session(session_id)
+        leases = bus.session_leases
+        assert (await leases.peek_session(session_id)).state == "unknown"  # its own: nothing to adopt
+        leases.session_dropped(session_id)  # what its end tells the link, before the writer runs
+        peek = await leases.peek_session(session_id)
         assert peek.state == "unknown" and peek.record is None, peek
         response = await asgi.request("DELETE", headers=legacy_headers(session_id))
         assert response.status == 200, await response.read()
         ping = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode()
         response = await asgi.request("POST", headers=legacy_headers(session_id), body=ping)
         assert response.status == 404, await response.read()
-        await eventually(lambda: not bus._ended, 5, "its keys removed from Redis")
+        await eventually(lambda: not bus.session_leases._ended, 5, "its keys removed from Redis")
         assert await call(redis.port, "KEYS", "mcp-trio:session:*") == []
         assert await call(redis.port, "KEYS", "mcp-trio:lease:*") == []
         stats = bus.statistics()

@@ -145,7 +145,8 @@ async def test_a_session_lost_while_it_ends_leaves_its_record_and_events(
                     assert ownership is not None
                     nursery.start_soon(ownership.hand_over, session)  # this block waits for its end
                     await eventually(lambda: session.custody is Custody.MOVING, STEP, "handing over")
-                bus_a._lost(session_id)  # what the link does when it finds the lease is another worker's
+                # what the link does when it finds the lease is another worker's:
+                bus_a.session_leases._lost(session_id)
                 assert session.custody is Custody.LOST
             await session.closed.wait()
             await eventually(lambda: app_a.statistics()["sessions"] == 0, STEP, "ended on a")

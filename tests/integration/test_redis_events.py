@@ -23,7 +23,7 @@ from typing import Any
 import coredis
 import test_redis
 import trio
-from test_redis import RedisServer
+from test_redis import RedisServer, command
 
 from mcp_trio import MCPApp, MCPServer, ServerConfig
 from mcp_trio._cli.serve import _use_redis
@@ -417,3 +417,29 @@ def test_redis_option_sets_up_the_event_store() -> None:
     custom = MCPApp(MCPServer("events", "1"), ServerConfig(event_store_factory=lambda: mine))
     _use_redis(argparse.ArgumentParser(), custom, url)
     assert custom._manager.event_store is mine
+
+
+async def test_a_write_of_a_session_whose_lease_is_another_workers_is_fenced_off(redis: RedisServer) -> None:
+    """With a fence (what an app whose bus keeps sessions' leases sets), each operation of a session is
+    written only while its lease key holds this worker's lease, or nothing: a worker that lost the
+    session (adopted elsewhere while it was paused) neither appends to its events nor deletes them."""
+    store = make_store(redis)
+    leases = {"mine": b"1 held a i", "lost": b"1 held a i", "new": b"1 held a i"}
+    store.fence = lambda sid: (f"lease:{sid}", leases[sid]) if sid in leases else None
+    await command(redis.port, b"SET", b"lease:mine", b"1 held a i")
+    await command(redis.port, b"SET", b"lease:lost", b"2 held b j")  # taken by b under the next epoch
+    async with running(store):
+        for session_id in ("mine", "lost", "new", "unlinked"):  # "new": no lease in Redis yet
+            store.store_nowait(session_id, event(0, 1))
+        assert await store.flush(STEP)
+        counts = stats(store)
+        assert (counts["written"], counts["fenced"]) == (3, 1), counts
+        await store.store("lost", event(0, 2))
+        store.forget_session_nowait("lost")  # its end on the stale owner deletes nothing either
+        assert await store.flush(STEP)
+        assert stats(store)["fenced"] == 3
+    reader = make_store(redis)
+    async with running(reader):
+        assert await reader.replay_after("mine", 0, 0) == [event(0, 1)]
+        assert await reader.replay_after("lost", 0, 0) == []
+        assert await reader.replay_after("unlinked", 0, 0) == [event(0, 1)]

@@ -21,12 +21,12 @@ from typing import Any
 
 import test_redis
 import trio
-from mcp_http import POST_HEADERS
-from test_redis import INFO, STARTUP, RedisServer, call, eventually, legacy_headers, worker
+from test_redis import STARTUP, RedisServer, call, eventually, initialized_session, legacy_headers, worker
 
 from mcp_trio import MCPApp, ServerConfig
 from mcp_trio._protocol.cluster import SESSION_TAG, heartbeat_key, lease_key, record_key
 from mcp_trio.redis import RedisNotificationBus
+from mcp_trio.redis.sessions import SessionLeases
 from mcp_trio.testing import ASGIClient, open_asgi_client
 
 redis = test_redis.redis
@@ -43,6 +43,10 @@ class Worker:
     name: str
     bus: RedisNotificationBus
     asgi: ASGIClient
+
+    @property
+    def leases(self) -> SessionLeases:
+        return self.bus.session_leases
 
     async def post(self, session_id: str, body: dict[str, Any]) -> tuple[int, bytes]:
         with trio.fail_after(STEP):
@@ -64,17 +68,8 @@ async def two_apps(url: str) -> AsyncIterator[tuple[Worker, Worker]]:
 
 
 async def open_session(at: Worker) -> str:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
-    }
     with trio.fail_after(STEP):
-        response = await at.asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
-        assert response.status == 200, await response.read()
-        await response.read()
-    session_id = response.headers["mcp-session-id"]
+        session_id = await initialized_session(at.asgi)
     status, _ = await at.post(session_id, {"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert status == 202
     return session_id
@@ -96,16 +91,16 @@ def keys_of(bus: RedisNotificationBus, session_id: str) -> tuple[str, str]:
 async def stop_beating(bus: RedisNotificationBus, port: int) -> None:
     """The worker's heartbeat stops (its loop sleeps an hour after its next beat) and is gone from
     Redis, as a paused worker's expires: it does not know."""
-    bus.heartbeat_interval = 3600.0
+    bus.worker_link.heartbeat_interval = 3600.0
     await trio.sleep(1.2)  # its loop's current sleep ends (1 s), it beats once more, then sleeps long
-    assert bus.worker_id is not None
-    await call(port, "DEL", heartbeat_key(bus.prefix, bus.worker_id))
+    assert bus.worker_link.worker_id is not None
+    await call(port, "DEL", heartbeat_key(bus.prefix, bus.worker_link.worker_id))
 
 
 async def just_beaten(bus: RedisNotificationBus, port: int) -> None:
     """Until the worker's heartbeat was renewed (its next beat is a heartbeat interval away)."""
-    assert bus.worker_id is not None
-    key = heartbeat_key(bus.prefix, bus.worker_id)
+    assert bus.worker_link.worker_id is not None
+    key = heartbeat_key(bus.prefix, bus.worker_link.worker_id)
     before = await call(port, "GET", key)
     with trio.fail_after(5):
         while await call(port, "GET", key) == before:  # noqa: ASYNC110 - Redis has no event for it
@@ -117,26 +112,26 @@ async def test_a_stale_owner_is_fenced_off_and_gets_its_session_back_under_the_n
 ) -> None:
     async with two_apps(redis.url) as (a, b):
         session_id = await open_session(a)
-        assert a.bus.epoch_of(session_id) == 1
+        assert a.leases.epoch_of(session_id) == 1
         record, lease = keys_of(a.bus, session_id)
         assert (await call(redis.port, "GET", lease)).startswith(b"1 held a ")
         await stop_beating(a.bus, redis.port)
 
         assert (await b.post(session_id, set_level("error")))[0] == 200  # adopted by b, changed there
-        assert b.bus.epoch_of(session_id) == 2 and b.bus.statistics()["adopted"] == 1
+        assert b.leases.epoch_of(session_id) == 2 and b.bus.statistics()["adopted"] == 1
         assert (await call(redis.port, "GET", lease)).startswith(b"2 held b ")
-        await eventually(lambda: b"error" in b.bus._records.get(session_id, b""), 5, "b's record")
+        await eventually(lambda: b"error" in b.leases._records.get(session_id, b""), 5, "b's record")
 
         # a does not know yet: its heartbeat was renewed less than half its TTL ago at most...
-        await eventually(lambda: a.bus.must_confirm(session_id), 5, "a's leases no longer sure")
+        await eventually(lambda: a.leases.must_confirm(session_id), 5, "a's leases no longer sure")
         # ... and once it is not sure, a request at a is not served from its copy (level debug): a
         # confirms, finds the lease b's, lets its copy go, and asks b for the session back (its home).
         status, body = await a.post(session_id, ping())
         assert status == 200, body
         assert a.bus.statistics()["lost"] == 1 and a.bus.statistics()["confirm_lost"] == 1
-        assert a.bus.epoch_of(session_id) == 3  # handed back by b, taken by a under the next epoch
-        assert b.bus.epoch_of(session_id) is None
-        peek = await b.bus.peek_session(session_id)
+        assert a.leases.epoch_of(session_id) == 3  # handed back by b, taken by a under the next epoch
+        assert b.leases.epoch_of(session_id) is None
+        peek = await b.leases.peek_session(session_id)
         assert peek.record is not None and peek.record.log_level == "error"  # b's change survived
         assert (await call(redis.port, "GET", lease)).startswith(b"3 held a ")
         assert (await call(redis.port, "GET", record)).startswith(b"mtr1 ")
@@ -147,25 +142,25 @@ async def test_a_write_of_an_older_epoch_is_refused_and_its_owner_lets_the_sessi
 ) -> None:
     async with two_apps(redis.url) as (a, b):
         session_id = await open_session(a)
-        stale = a.bus._records[session_id]
+        stale = a.leases._records[session_id]
         await stop_beating(a.bus, redis.port)
         assert (await b.post(session_id, set_level("error")))[0] == 200
-        await eventually(lambda: b"error" in b.bus._records.get(session_id, b""), 5, "b's record")
+        await eventually(lambda: b"error" in b.leases._records.get(session_id, b""), 5, "b's record")
         assert b.bus.statistics()["adopted"] == 1
         await trio.sleep(0.3)  # b's writer has written it
         lost: list[str] = []
-        on_lost = a.bus.on_lost
+        on_lost = a.leases.on_lost
         assert on_lost is not None
 
         def seen_lost(sid: str) -> None:
             lost.append(sid)
             on_lost(sid)
 
-        a.bus.on_lost = seen_lost
-        a.bus.session_recorded(session_id, stale)  # a's record of epoch 1 (level unset): refused
+        a.leases.on_lost = seen_lost
+        a.leases.session_recorded(session_id, stale)  # a's record of epoch 1 (level unset): refused
         await eventually(lambda: lost == [session_id], 5, "a lets it go")
-        assert a.bus.statistics()["lost"] == 1 and a.bus.epoch_of(session_id) is None
-        peek = await a.bus.peek_session(session_id)
+        assert a.bus.statistics()["lost"] == 1 and a.leases.epoch_of(session_id) is None
+        peek = await a.leases.peek_session(session_id)
         assert peek.state == "owned" and peek.owner == "b"
         assert peek.record is not None and peek.record.log_level == "error"  # b's, not a's
 
@@ -177,13 +172,13 @@ async def test_what_a_writer_without_the_key_writes_moves_no_session(redis: Redi
         beat = heartbeat_key(a.bus.prefix, "a")
         signed_lease = await call(redis.port, "GET", lease)
         signed_record = await call(redis.port, "GET", record)
-        assert b.bus.worker_id is not None
+        assert b.bus.worker_link.worker_id is not None
 
         # A lease of its own (the unsigned form of earlier releases, or a signed one with an epoch
         # changed): refused as forged; b does not adopt (404), a keeps serving.
         for forged in (f"b {b.bus.instance_id}".encode(), signed_lease.replace(b"1 held a", b"2 held b")):
             await call(redis.port, "SET", lease, forged)
-            assert (await b.bus.peek_session(session_id)).state == "forged"
+            assert (await b.leases.peek_session(session_id)).state == "forged"
             assert (await b.post(session_id, ping()))[0] == 404
             assert (await a.post(session_id, ping()))[0] == 200
         await call(redis.port, "SET", lease, signed_lease)
@@ -193,7 +188,7 @@ async def test_what_a_writer_without_the_key_writes_moves_no_session(redis: Redi
         for forged in (f"{a.bus.instance_id} draining".encode(), b"x"):
             await just_beaten(a.bus, redis.port)
             await call(redis.port, "SET", beat, forged, "PX", "60000")
-            assert (await b.bus.peek_session(session_id)).state == "unavailable"
+            assert (await b.leases.peek_session(session_id)).state == "unavailable"
             assert (await b.post(session_id, ping()))[0] == 503
         await eventually(lambda: a.bus.statistics()["heartbeats_changed"] >= 1, 5, "a saw it")
 
@@ -201,16 +196,16 @@ async def test_what_a_writer_without_the_key_writes_moves_no_session(redis: Redi
         # not beating, waits a heartbeat interval and a half, and by then a has beaten: not taken.
         await just_beaten(a.bus, redis.port)
         old = await call(redis.port, "GET", beat)
-        await trio.sleep(a.bus.heartbeat_ttl + 0.2)
+        await trio.sleep(a.bus.heart.ttl + 0.2)
         for tamper in (("DEL", beat), ("SET", beat, old, "PX", "60000")):
             await just_beaten(a.bus, redis.port)
             await call(redis.port, *tamper)
-            peek = await b.bus.peek_session(session_id)
+            peek = await b.leases.peek_session(session_id)
             assert peek.state == "taken"
-            assert not await b.bus.take_session(peek)
+            assert not await b.leases.take_session(peek)
             assert (await b.post(session_id, ping()))[0] == 503  # a's: b is not its home
         assert b.bus.statistics()["adopted"] == 0
-        assert a.bus.epoch_of(session_id) == 1
+        assert a.leases.epoch_of(session_id) == 1
         assert (await call(redis.port, "GET", lease)) == signed_lease
         assert (await a.post(session_id, ping()))[0] == 200
 
@@ -218,6 +213,6 @@ async def test_what_a_writer_without_the_key_writes_moves_no_session(redis: Redi
         await stop_beating(a.bus, redis.port)
         assert (await b.post(session_id, ping()))[0] == 200  # adopted: epoch 2
         await call(redis.port, "SET", record, signed_record)  # epoch 1's record, lease of epoch 2
-        assert (await a.bus.peek_session(session_id)).state == "forged"
+        assert (await a.leases.peek_session(session_id)).state == "forged"
         counts = a.bus.statistics()
         assert counts["records_forged"] >= 1 and counts["adopted"] == 0

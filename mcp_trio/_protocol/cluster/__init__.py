@@ -8,7 +8,7 @@ Everything read here comes from outside (a client's ``Mcp-Session-Id``, an envir
 message on a Redis channel) and is checked as strictly as a message from a socket: what does not
 match exactly is refused (``None`` or :class:`ValueError`), never half-used.  What Redis hands over
 is trusted no more than the network: a message that the cluster's key ring does not verify is
-:class:`ForgedMessage`.
+:class:`ForgedMessage`, and a copy of one its receiver accepted before is :class:`ReplayedMessage`.
 
 The rules live in six modules, used through this package: :mod:`.ids` (worker ids, session ids,
 Redis key names), :mod:`.keys` (the key ring), :mod:`.messages` (what workers write to Redis),

@@ -4,12 +4,16 @@ sessions that reached another worker) and a task store's records, each signed by
 
 Everything read here is checked as strictly as a message from a socket: what does not match exactly is
 refused with :class:`ValueError` (short, safe to log).  What Redis hands over is trusted no more than
-the network: what the key ring does not verify is :class:`ForgedMessage`.
+the network: what the key ring does not verify is :class:`ForgedMessage`, and a copy of a signed bus
+message or inbox entry that its receiver's :class:`ReplayGuard` has already accepted (each carries a
+random nonce) is :class:`ReplayedMessage`.
 """
 
 from __future__ import annotations
 
+import heapq
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +28,17 @@ from .keys import TAG_BYTES, ClusterKeys
 __all__ = [
     "BUS_MESSAGE_LIMIT",
     "FORWARDED_METHODS",
+    "INBOX_FIELDS",
     "INBOX_MESSAGE_LIMIT",
     "MESSAGE_MAX_AGE",
     "PRINCIPAL_TAG",
+    "REPLAY_MEMORY",
     "SESSION_TAG",
     "BusMessage",
     "ForgedMessage",
     "InboxEntry",
+    "ReplayGuard",
+    "ReplayedMessage",
     "decode_bus_message",
     "decode_inbox_entry",
     "encode_bus_message",
@@ -81,39 +89,121 @@ def _fresh(ts: object, now: float) -> int:
     return millis
 
 
-_BUS_MAGIC = b"mt1"
+# -- replays: each signed message is accepted once ----------------------------------------------
+
+NONCE_BYTES = 16
+"""Random bytes of a message's nonce (written as hex, inside what is signed)."""
+_NONCE = re.compile(rb"[0-9a-f]{%d}" % (2 * NONCE_BYTES))
+REPLAY_MEMORY = 100_000
+"""The nonces a receiver (a bus, a worker's inbox, a task store's signals) remembers at most."""
+
+
+class ReplayedMessage(ValueError):
+    """A signed message that its receiver accepted before (a copy written to Redis again), or one it can
+    no longer tell from such a copy (signed before the receiver started, or older than every nonce it
+    had to forget): dropped and counted apart."""
+
+
+def _nonce() -> bytes:
+    return secrets.token_hex(NONCE_BYTES).encode()
+
+
+class ReplayGuard:
+    """The nonces of the signed messages one receiver accepted, each until its message is too old to
+    pass :data:`MESSAGE_MAX_AGE`, so that a copy of one written to Redis again is refused.
+
+    Memory is bounded by ``capacity`` nonces, and forgetting never reopens a replay: the guard keeps a
+    *floor*, a signing time below which it refuses every message.  It starts at the time the guard is
+    made (a new process cannot know what the one before it accepted: a message signed before it
+    started is refused; legitimately, nothing signed then is for it, as a bus message is only heard by
+    those subscribed and an inbox's older entries were for the sessions of the process before).  It
+    rises above each nonce forgotten: the oldest when ``capacity`` is reached (under a load of more
+    than ``capacity`` messages per :data:`MESSAGE_MAX_AGE` the accepted age shrinks, to
+    ``capacity`` messages' worth, instead of memory growing), and those that expired (so a wall clock
+    stepped back does not make one acceptable again)."""
+
+    __slots__ = ("_floor", "_order", "_seen", "capacity")
+
+    def __init__(self, now: float, capacity: int = REPLAY_MEMORY) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self._floor = int(now * 1000)
+        """Messages signed before this (milliseconds since the epoch) are refused."""
+        self._seen: set[bytes] = set()
+        self._order: list[tuple[int, bytes]] = []
+        """The nonces remembered with their signing times, a heap: the oldest first."""
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    @property
+    def floor(self) -> float:
+        """The signing time (seconds since the epoch) below which every message is refused."""
+        return self._floor / 1000
+
+    def admit(self, nonce: bytes, ts: int, now: float) -> None:
+        """Remember ``nonce`` of a message signed at ``ts`` (milliseconds since the epoch) and checked
+        fresh at ``now``; :class:`ReplayedMessage` if it was seen, or is older than the floor."""
+        horizon = (now - MESSAGE_MAX_AGE) * 1000
+        while self._order and self._order[0][0] < horizon:  # refused as stale from now on anyway
+            self._forget()
+        if nonce in self._seen:
+            raise ReplayedMessage("a copy of a message accepted before")
+        if ts < self._floor:
+            raise ReplayedMessage("signed before what this receiver can tell apart from a copy")
+        self._seen.add(nonce)
+        heapq.heappush(self._order, (ts, nonce))
+        if len(self._order) > self.capacity:
+            self._forget()
+
+    def _forget(self) -> None:
+        ts, nonce = heapq.heappop(self._order)
+        self._seen.discard(nonce)
+        self._floor = max(self._floor, ts + 1)
+
+
+_BUS_MAGIC = b"mt2"
 _BUS_LABEL = b"bus"
 _HEX = re.compile(rb"[0-9a-f]+")
 
 
 def seal_bus_message(keys: ClusterKeys, channel: str, data: bytes, now: float) -> bytes:
     """``data`` (an :func:`encode_bus_message`, or a task store's signal) as published:
-    ``mt1 <key id> <signature> <ts> <data>``, signed for ``channel`` at ``now`` (seconds since the
-    epoch)."""
+    ``mt2 <key id> <signature> <ts> <nonce> <data>``, signed for ``channel`` at ``now`` (seconds since
+    the epoch), with a random nonce (so that its receivers accept it once)."""
     ts = str(int(now * 1000)).encode()
-    kid, signature = keys.sign(_BUS_LABEL, channel.encode(), ts, data)
-    return b" ".join((_BUS_MAGIC, kid.encode(), signature.encode(), ts, data))
+    nonce = _nonce()
+    kid, signature = keys.sign(_BUS_LABEL, channel.encode(), ts, nonce, data)
+    return b" ".join((_BUS_MAGIC, kid.encode(), signature.encode(), ts, nonce, data))
 
 
 def open_bus_message(
-    keys: ClusterKeys, channel: str, data: object, now: float, limit: int = BUS_MESSAGE_LIMIT
+    keys: ClusterKeys,
+    channel: str,
+    data: object,
+    now: float,
+    limit: int = BUS_MESSAGE_LIMIT,
+    *,
+    seen: ReplayGuard,
 ) -> bytes:
     """The message inside ``data`` read from ``channel`` (a message of at most ``limit`` bytes), once
-    its signature is checked: :class:`ForgedMessage` if it is not signed by the ring (or is stale),
+    its signature is checked and its nonce admitted by ``seen`` (the receiver's): :class:`ForgedMessage`
+    if it is not signed by the ring (or is stale), :class:`ReplayedMessage` if ``seen`` refuses it,
     ValueError if it is not even shaped like a signed message."""
     if not isinstance(data, bytes):
         raise ValueError(f"not bytes but {type(data).__name__}")
-    if len(data) > limit + 128:
+    if len(data) > limit + 192:
         raise ValueError(f"{len(data)} bytes, more than {limit}")
-    fields = data.split(b" ", 4)
-    if len(fields) != 5 or fields[0] != _BUS_MAGIC:
+    fields = data.split(b" ", 5)
+    if len(fields) != 6 or fields[0] != _BUS_MAGIC:
+        raise ForgedMessage("not a signed message (of this version)")
+    _, kid, signature, ts, nonce, inner = fields
+    if not _HEX.fullmatch(kid) or not _HEX.fullmatch(signature) or not _NONCE.fullmatch(nonce):
         raise ForgedMessage("not a signed message")
-    _, kid, signature, ts, inner = fields
-    if not _HEX.fullmatch(kid) or not _HEX.fullmatch(signature):
-        raise ForgedMessage("not a signed message")
-    if not keys.verify(kid.decode(), signature.decode(), _BUS_LABEL, channel.encode(), ts, inner):
+    if not keys.verify(kid.decode(), signature.decode(), _BUS_LABEL, channel.encode(), ts, nonce, inner):
         raise ForgedMessage("a signature the key ring does not verify")
-    _fresh(ts, now)
+    seen.admit(nonce, _fresh(ts, now), now)
     return inner
 
 
@@ -233,11 +323,12 @@ def decode_bus_message(data: object) -> BusMessage:
 
 # -- a worker's inbox: client messages of its sessions that reached another worker --------------
 
-INBOX_VERSION = b"2"
+INBOX_VERSION = b"3"
 INBOX_MESSAGE_LIMIT = 4 * 1024 * 1024
 """Largest body accepted from an inbox entry, in bytes (the default ``max_body_size``)."""
 _INBOX_LABEL = b"inbox"
-_INBOX_FIELDS = frozenset({"v", "kid", "sig", "ts", "session", "principal", "body"})
+INBOX_FIELDS = ("v", "kid", "sig", "ts", "nonce", "session", "principal", "body")
+"""The fields of an inbox entry, in the order they are written."""
 SESSION_TAG = b"session"
 """The label of a session id's tag (the field of a worker's session record)."""
 PRINCIPAL_TAG = b"principal"
@@ -260,41 +351,49 @@ def encode_inbox_entry(
 ) -> dict[str, bytes]:
     """The fields of a stream entry of ``worker``'s inbox carrying ``body`` (a POST body holding only
     JSON-RPC responses and notifications) for the session ``session_id``, sent by the principal whose
-    tag is ``principal``; signed at ``now`` (seconds since the epoch) for this worker alone."""
+    tag is ``principal``; signed at ``now`` (seconds since the epoch) for this worker alone, with a
+    random nonce (so that the worker accepts it once)."""
     ts = str(int(now * 1000)).encode()
+    nonce = _nonce()
     session = session_id.encode("ascii")
     tag = principal.encode("ascii")
-    kid, signature = keys.sign(_INBOX_LABEL, worker.encode(), ts, session, tag, body)
+    kid, signature = keys.sign(_INBOX_LABEL, worker.encode(), ts, nonce, session, tag, body)
     return {
         "v": INBOX_VERSION,
         "kid": kid.encode(),
         "sig": signature.encode(),
         "ts": ts,
+        "nonce": nonce,
         "session": session,
         "principal": tag,
         "body": body,
     }
 
 
-def decode_inbox_entry(fields: object, worker: str, keys: ClusterKeys, now: float) -> InboxEntry:
+def decode_inbox_entry(
+    fields: object, worker: str, keys: ClusterKeys, now: float, *, seen: ReplayGuard
+) -> InboxEntry:
     """An entry read from ``worker``'s inbox, checked like a request from a socket: signed by the key
-    ring for this worker within :data:`MESSAGE_MAX_AGE` (else :class:`ForgedMessage`), then exactly
-    the fields above, a session id of ``worker``, a body within :data:`INBOX_MESSAGE_LIMIT` of
-    JSON-RPC responses and notifications only (else ValueError; short, safe to log)."""
+    ring for this worker within :data:`MESSAGE_MAX_AGE` (else :class:`ForgedMessage`), its nonce
+    admitted by ``seen`` (the worker's: else :class:`ReplayedMessage`), then exactly the fields above,
+    a session id of ``worker``, a body within :data:`INBOX_MESSAGE_LIMIT` of JSON-RPC responses and
+    notifications only (else ValueError; short, safe to log)."""
     if not isinstance(fields, Mapping):
         raise ValueError("not a field map")
     named = {k.decode("ascii", "replace") if isinstance(k, bytes) else k: v for k, v in fields.items()}
-    if set(named) != _INBOX_FIELDS or not all(isinstance(v, bytes) for v in named.values()):
-        raise ForgedMessage("not the fields of a signed entry")
+    if set(named) != set(INBOX_FIELDS) or not all(isinstance(v, bytes) for v in named.values()):
+        raise ForgedMessage("not the fields of a signed entry (of this version)")
     if named["v"] != INBOX_VERSION:
         raise ForgedMessage(f"not version {INBOX_VERSION.decode()}")
-    raw_session, body, tag, ts = named["session"], named["body"], named["principal"], named["ts"]
+    raw_session, body, tag, ts, nonce = (named[k] for k in ("session", "body", "principal", "ts", "nonce"))
     if len(body) > INBOX_MESSAGE_LIMIT:
         raise ValueError(f"a body of {len(body)} bytes, more than {INBOX_MESSAGE_LIMIT}")
     kid, signature = named["kid"].decode("ascii", "replace"), named["sig"].decode("ascii", "replace")
-    if not keys.verify(kid, signature, _INBOX_LABEL, worker.encode(), ts, raw_session, tag, body):
+    if not _NONCE.fullmatch(nonce) or not keys.verify(
+        kid, signature, _INBOX_LABEL, worker.encode(), ts, nonce, raw_session, tag, body
+    ):
         raise ForgedMessage("a signature the key ring does not verify")
-    _fresh(ts, now)
+    seen.admit(nonce, _fresh(ts, now), now)
     try:
         session_id = raw_session.decode("ascii")
         principal = tag.decode("ascii")
