@@ -218,8 +218,8 @@ def shutdown_answer(request_id: mt.RequestId) -> dict[str, Any]:
 
 def unconfirmed() -> RemoteProtocolError:
     """503 with ``Retry-After`` for a request of a session this worker cannot confirm it still owns
-    (its lease in Redis could not be checked after its heartbeat lapsed): not served from a copy that
-    may be stale."""
+    (its lease in Redis could not be checked after its heartbeat lapsed, or Redis cannot be asked
+    where the session is): not served from a copy that may be stale."""
     return RemoteProtocolError(
         "Service Unavailable: this worker cannot confirm it still has this session; retry",
         http_status=503,

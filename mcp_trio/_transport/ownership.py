@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 _POLL = 0.1
 """Seconds between two looks at a session being handed over."""
+_CONFIRMS = 3
+"""Confirmations of a session's lease one request makes at most (each after a pause is found)."""
 
 
 Confirmed = Literal["mine", "lost", "unavailable", "outage"]
@@ -187,7 +189,7 @@ class Ownership:
             record, owner = peek.record, peek.owner
             if record is None:
                 if peek.state == "unavailable":
-                    raise lives_elsewhere(home)
+                    raise lives_elsewhere(home) if home != self.worker else unconfirmed()
                 raise http.session_not_found()  # unknown, or a forged record
             if not self.principals.owns(record.owner, principal):
                 raise http.session_not_found()
@@ -200,7 +202,9 @@ class Ownership:
                 adopting = self._adopting[session_id] = trio.Event()
                 try:
                     if await self.link.take_session(peek):
-                        return self._serving(await self._adopt(session_id, record, principal, address))
+                        session = await self._adopt(session_id, record, principal, address)
+                        if (current := await self._current(session)) is not None:
+                            return self._serving(current)
                 finally:
                     del self._adopting[session_id]
                     adopting.set()
@@ -228,17 +232,27 @@ class Ownership:
         if adopting is not None:
             await adopting.wait()
         session = self.manager.get(session_id)
-        if session is not None and session.custody is not Custody.SERVING:  # being handed over
-            raise handing_over()
-        if session is not None and self.link.must_confirm(session_id):
-            # This worker may have been paused, or cut off from Redis, long enough for another worker
-            # to adopt the session: nothing is served from this copy before its lease is confirmed
-            # (while Redis is down, sessions are served where they are: none can be adopted then).
-            confirmed = await self.link.confirm_session(session_id)
+        return None if session is None else await self._current(session)
+
+    async def _current(self, session: Session) -> Session | None:
+        """``session`` if this worker may serve it now: 503 while it is being handed over; None if it
+        is lost (let go) or ending.  A worker that may have been paused, or cut off from Redis, long
+        enough for another worker to adopt the session serves nothing from its copy before its lease
+        is confirmed, and checks again after the confirmation (a pause can fall during it); while
+        Redis is down, sessions are served where they are (none can be adopted then)."""
+        for _ in range(_CONFIRMS):
+            if session.custody in (Custody.MOVING, Custody.LEAVING):
+                raise handing_over()
+            if session.custody is not Custody.SERVING or self.manager.get(session.session_id) is not session:
+                return None
+            if not self.link.must_confirm(session.session_id):
+                return session  # sure now, and nothing awaited between this and its serving
+            confirmed = await self.link.confirm_session(session.session_id)
             if confirmed == "unavailable":
                 raise unconfirmed()
-            session = self.manager.get(session_id)  # None if lost (let go) or ended meanwhile
-        return session
+            if confirmed == "outage" and session.custody is Custody.SERVING:
+                return session
+        raise unconfirmed()
 
     def _serving(self, session: Session) -> Session:
         """``session`` is served here now, under its current epoch (logged at DEBUG)."""
