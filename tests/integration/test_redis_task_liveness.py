@@ -318,6 +318,9 @@ async def test_a_worker_restarted_under_its_id_fails_the_earlier_runs_tasks(redi
         assert await raw(redis, "SET", key, value, "PX", "60000") == b"+OK"
         assert got(await b.get("old")).status == "working"
         async with worker(redis.url, "a") as (a, second_run):
+            with trio.fail_after(STEP):  # the second run's key in place (slower on a loaded machine)
+                while second_run.instance_id.encode() not in await raw(redis, "GET", key):  # noqa: ASYNC110
+                    await trio.sleep(0.05)
             await a.create(task_of(second_run, "new"))
             stopped_as_expected(await a.get("old"))
             stopped_as_expected(await b.get("old"))
