@@ -209,10 +209,14 @@ async def test_what_a_writer_without_the_key_writes_moves_no_session(redis: Redi
         assert (await call(redis.port, "GET", lease)) == signed_lease
         assert (await a.post(session_id, ping()))[0] == 200
 
-        # A record of another epoch than its lease (an older one written back): refused.
+        # A record or a lease of another epoch than the other (an older one written back): refused.
         await stop_beating(a.bus, redis.port)
         assert (await b.post(session_id, ping()))[0] == 200  # adopted: epoch 2
+        current_record = await call(redis.port, "GET", record)
         await call(redis.port, "SET", record, signed_record)  # epoch 1's record, lease of epoch 2
+        assert (await a.leases.peek_session(session_id)).state == "forged"
+        await call(redis.port, "SET", record, current_record)
+        await call(redis.port, "SET", lease, signed_lease)  # epoch 1's lease (a's), record of epoch 2
         assert (await a.leases.peek_session(session_id)).state == "forged"
         counts = a.bus.statistics()
         assert counts["records_forged"] >= 1 and counts["adopted"] == 0
