@@ -252,6 +252,9 @@ class Ownership:
                 raise unconfirmed()
             if confirmed == "outage" and session.custody is Custody.SERVING:
                 return session
+            if confirmed == "lost":  # let go by now (or ending here: its lease already dropped)
+                current = session.custody is Custody.SERVING and self.manager.get(session.session_id)
+                return session if current is session else None
         raise unconfirmed()
 
     def _serving(self, session: Session) -> Session:

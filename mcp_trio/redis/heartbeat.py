@@ -47,6 +47,10 @@ class Heartbeat:
         """Whether the link to Redis went down while the leases were sure (a Redis that stopped: no
         worker can take a session until it is back) rather than after they had lapsed (a worker that
         finds its connection gone after a pause: another may have taken them)."""
+        self.doubts = 0
+        """How many times the leases lapsed while the link was up (a pause, a stalled loop) or before
+        it went down: a session held since before the last doubt and not confirmed since is in doubt
+        (another worker may have taken it meanwhile)."""
         self._sure_until = float("-inf")
         self._lapsed = True
         self._written: deque[bytes] = deque(maxlen=4)
@@ -69,6 +73,8 @@ class Heartbeat:
     def renewed(self, started: float, written: bytes, previous: bytes | None) -> None:
         """The heartbeat was renewed (``written``) by a command sent at ``started`` (monotonic);
         ``previous`` is what it replaced (None: nothing, or unknown)."""
+        if started >= self._sure_until and not self.outage_safe:
+            self._distrust()  # a lapse that no outage begun while sure explains: a pause, say
         # Gone (expired or deleted; nothing is before the first beat), or written by someone else:
         # what was sure may not be, every session is confirmed again.
         if previous not in self._written if previous is not None else self._written:
@@ -84,6 +90,7 @@ class Heartbeat:
         self._written.append(written)
         self._sure_until = max(self._sure_until, started + self.ttl * SURE)
         self._lapsed = False
+        self.outage_safe = False  # until the link goes down while sure
 
     def sure(self) -> bool:
         """Whether no other worker can have taken this worker's sessions (a term begins when not)."""
@@ -92,8 +99,18 @@ class Heartbeat:
         if not self._lapsed:
             self._lapsed = True
             self.term += 1
+            if not self.outage_safe:
+                self._distrust()
         return False
 
     def link_lost(self) -> None:
         """The link's connection is gone."""
         self.outage_safe = trio.current_time() < self._sure_until
+
+    def _distrust(self) -> None:
+        """The leases lapsed while the link was up (a pause, a stalled loop) or before it went down:
+        another worker may have taken a session meanwhile.  For a session in doubt, a lease Redis no
+        longer has (or has older) is no proof of anything: the session is let go, not written back."""
+        self.doubts += 1
+        if self.on_changed is not None:
+            self.on_changed()

@@ -28,8 +28,9 @@ the lease and the former owner's heartbeat (KEYS[3], if given) are still what :d
 (ARGV[3..5], '' for none): 1 taken, 0 changed meanwhile."""
 PUT = """
 local cur = redis.call('GET', KEYS[2])
-if cur and cur ~= ARGV[1] then
-  if tonumber(string.match(cur, '^(%d+) ') or '0') >= tonumber(ARGV[4]) then return 0 end
+if cur ~= ARGV[1] then
+  if cur and tonumber(string.match(cur, '^(%d+) ') or '0') >= tonumber(ARGV[4]) then return 0 end
+  if ARGV[5] ~= '1' then return 2 end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
@@ -37,7 +38,8 @@ return 1
 """
 """Write a session's record and lease (ARGV[1], of epoch ARGV[4]), unless the lease Redis holds is
 another of this epoch or of a later one (0: the session was adopted elsewhere, this worker must let it
-go).  A lease of an earlier epoch is overwritten (a Redis that came back with older values)."""
+go).  A lease gone or of an earlier epoch (a Redis that lost it, or came back with older values) is
+written back only if ARGV[5] is '1' (the worker's leases were sure all along); 2 otherwise."""
 DROP = """
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[1], KEYS[2]) end
 return 1

@@ -26,13 +26,14 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 import trio
 
 from .._protocol.cluster import (
     SESSION_TAG,
+    Claim,
     ClusterKeys,
     ForgedMessage,
     Lease,
@@ -54,30 +55,12 @@ from .leasescripts import CHUNK, CONFIRM, DROP, PEEK, PUT, REFRESH, RELEASE, TAK
 if TYPE_CHECKING:
     import coredis
 
-__all__ = ["Claim", "Confirmed", "SessionLeases"]
+__all__ = ["Confirmed", "SessionLeases"]
 
 _FORMER = 4096
 """Leases of sessions handed over or lost that a worker keeps (to fence off their late writes)."""
 
 Confirmed = Literal["mine", "lost", "unavailable", "outage"]
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """What :meth:`SessionLeases.take_session` needs of a session :meth:`~SessionLeases.peek_session`
-    found free: what Redis held then (compared again as the lease is taken)."""
-
-    session_id: str
-    tag: str
-    record: bytes
-    data: bytes
-    """The record's JSON (written again under the taker's epoch)."""
-    lease: bytes
-    epoch: int
-    """The epoch of the lease seen (the taker's is the next)."""
-    heartbeat_key: str | None
-    """The former owner's heartbeat key, when the lease named an instance seen not beating."""
-    heartbeat: bytes = b""
 
 
 class SessionLeases:
@@ -120,6 +103,9 @@ class SessionLeases:
         self._former: OrderedDict[str, bytes] = OrderedDict()
         """The leases of the last sessions this worker handed over or lost (what fences off a late
         write of theirs: see :meth:`fence`)."""
+        self._trusted: dict[str, int] = {}
+        """For each session held, the heartbeat's count of doubts when it was last taken, made or
+        found in place in Redis: fewer than the current count, the session is in doubt."""
         self._confirmed: dict[str, int] = {}
         """The heartbeat's term in which each session of this worker was last confirmed (or taken)."""
         self._lease_counts = dict.fromkeys(
@@ -165,6 +151,7 @@ class SessionLeases:
         lease = self._seal_lease(lease_key(self.prefix, self._tags(session_id)[0]), epoch, "held")
         self._held[session_id] = (epoch, lease)
         self._confirmed[session_id] = self.heart.term
+        self._trusted[session_id] = self.heart.doubts
         return lease
 
     def fence(self, session_id: str) -> tuple[str, bytes] | None:
@@ -179,10 +166,15 @@ class SessionLeases:
         """This worker does not hold ``session_id`` any more (handed over, or lost)."""
         held = self._held.pop(session_id, None)
         self._confirmed.pop(session_id, None)
+        self._trusted.pop(session_id, None)
         if held is not None:
             self._former[session_id] = held[1]
             while len(self._former) > _FORMER:
                 self._former.popitem(last=False)
+
+    def _in_doubt(self, session_id: str) -> bool:
+        """Whether the leases lapsed (not in an outage) since ``session_id`` was last found in place."""
+        return self._trusted.get(session_id, -1) < self.heart.doubts
 
     def epoch_of(self, session_id: str) -> int | None:
         """The epoch under which this worker holds ``session_id`` (None: it does not)."""
@@ -224,6 +216,7 @@ class SessionLeases:
         elif session_id not in self._ended:
             self._held.pop(session_id, None)
             self._confirmed.pop(session_id, None)
+            self._trusted.pop(session_id, None)
 
     def start_draining(self) -> None:
         """This worker hands its sessions over: its heartbeat says so from the next beat on (other
@@ -261,7 +254,7 @@ class SessionLeases:
             return "lost"
         if client is None or self.worker_id is None:
             return "outage" if self.heart.outage_safe else "unavailable"
-        term = self.heart.term
+        term, doubts = self.heart.term, self.heart.doubts
         started = trio.current_time()
         beat = self.heart.value(time.time())
         keys = [lease_key(self.prefix, self._tags(session_id)[0]), self.heart.key]
@@ -272,7 +265,7 @@ class SessionLeases:
         except Exception as exc:
             logger.debug("Redis: confirming a session's lease failed (%s)", leaf_of(exc))
             return "unavailable"
-        if mine not in (1, 2):
+        if mine not in (1, 2) or (mine == 2 and self._in_doubt(session_id)):  # taken, or no proof left
             self._lease_counts["confirm_lost"] += 1
             self._lost(session_id)
             return "lost"
@@ -283,6 +276,8 @@ class SessionLeases:
         self.heart.confirmed(started, beat)
         if session_id in self._held and self.heart.term == term:
             self._confirmed[session_id] = term
+        if session_id in self._held and mine == 1:
+            self._trusted[session_id] = max(self._trusted.get(session_id, -1), doubts)
         return "mine"
 
     # -- adoption and release -------------------------------------------------------------------
@@ -376,6 +371,7 @@ class SessionLeases:
         self._lease_counts["adopted"] += 1
         self._held[claim.session_id] = (epoch, lease)
         self._confirmed[claim.session_id] = self.heart.term
+        self._trusted[claim.session_id] = self.heart.doubts
         self._ended.discard(claim.session_id)
         return True
 
@@ -442,11 +438,12 @@ class SessionLeases:
                 self._ended.discard(session_id)
                 self._held.pop(session_id, None)
                 self._confirmed.pop(session_id, None)
+                self._trusted.pop(session_id, None)
                 return
             sealed = seal_session_record(self._keys, keys[0], record, epoch)
-            put = await client.eval(
-                PUT, keys=keys, args=[lease, sealed, str(self._session_ttl_ms()), str(epoch)]
-            )
+            trusted = "0" if self._in_doubt(session_id) else "1"
+            args: list[bytes | str] = [lease, sealed, str(self._session_ttl_ms()), str(epoch), trusted]
+            put = await client.eval(PUT, keys=keys, args=args)
         if put != 1:
             self._lost(session_id)
 
@@ -455,6 +452,7 @@ class SessionLeases:
         own any more is let go, the others are confirmed (if the heartbeat was renewed since the term
         began: the refresh runs after it)."""
         term, fresh = self.heart.term, self.heart.sure()
+        doubts = self.heart.doubts
         ids = [sid for sid in self._records if sid in self._held]
         for at in range(0, len(ids), CHUNK):
             chunk = ids[at : at + CHUNK]
@@ -464,13 +462,15 @@ class SessionLeases:
                 lost = await client.eval(REFRESH, keys=keys, args=[str(self._session_ttl_ms()), *leases])
             found = {int(position) for position in lost} if isinstance(lost, list) else set()
             for index, session_id in enumerate(chunk, 1):
-                if index in found:
-                    self._lost(session_id)
+                if index in found or (-index in found and self._in_doubt(session_id)):
+                    self._lost(session_id)  # taken, or in doubt with nothing left to show it is not
                 elif -index in found and session_id in self._records:  # gone, or older: written again
                     self._record_changes.setdefault(session_id, self._records[session_id])
                     self._records_changed.set()
-                elif fresh and self.heart.term == term and session_id in self._held:
-                    self._confirmed[session_id] = term
+                elif session_id in self._held:
+                    self._trusted[session_id] = max(self._trusted.get(session_id, -1), doubts)
+                    if fresh and self.heart.term == term:
+                        self._confirmed[session_id] = term
 
     def _lost(self, session_id: str) -> None:
         self._forget_lease(session_id)

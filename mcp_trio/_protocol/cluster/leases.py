@@ -29,6 +29,7 @@ from .messages import ForgedMessage
 
 __all__ = [
     "EPOCH_LIMIT",
+    "Claim",
     "Heartbeat",
     "Lease",
     "open_heartbeat",
@@ -115,3 +116,21 @@ def open_heartbeat(keys: ClusterKeys, key: str, value: object) -> Heartbeat:
     if not keys.verify(kid.decode(), signature.decode(), _HEARTBEAT_LABEL, *parts):
         raise ForgedMessage("a heartbeat the key ring does not verify for this key")
     return Heartbeat(instance.decode(), state.decode(), int(millis))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What ``SessionLeases.take_session`` needs of a session ``peek_session``
+    found free: what Redis held then (compared again as the lease is taken)."""
+
+    session_id: str
+    tag: str
+    record: bytes
+    data: bytes
+    """The record's JSON (written again under the taker's epoch)."""
+    lease: bytes
+    epoch: int
+    """The epoch of the lease seen (the taker's is the next)."""
+    heartbeat_key: str | None
+    """The former owner's heartbeat key, when the lease named an instance seen not beating."""
+    heartbeat: bytes = b""
