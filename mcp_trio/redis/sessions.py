@@ -162,11 +162,15 @@ class SessionLeases:
         lease = held[1] if held is not None else self._former.get(session_id)
         return None if lease is None else (lease_key(self.prefix, self._tags(session_id)[0]), lease)
 
-    def _forget_lease(self, session_id: str) -> None:
-        """This worker does not hold ``session_id`` any more (handed over, or lost)."""
-        held = self._held.pop(session_id, None)
+    def _unhold(self, session_id: str) -> tuple[int, bytes] | None:
+        """Forget what this worker kept of ``session_id``'s lease; its epoch and lease if it held it."""
         self._confirmed.pop(session_id, None)
         self._trusted.pop(session_id, None)
+        return self._held.pop(session_id, None)
+
+    def _forget_lease(self, session_id: str) -> None:
+        """This worker does not hold ``session_id`` any more (handed over, or lost)."""
+        held = self._unhold(session_id)
         if held is not None:
             self._former[session_id] = held[1]
             while len(self._former) > _FORMER:
@@ -214,9 +218,7 @@ class SessionLeases:
             self._record_changes[session_id] = None
             self._records_changed.set()
         elif session_id not in self._ended:
-            self._held.pop(session_id, None)
-            self._confirmed.pop(session_id, None)
-            self._trusted.pop(session_id, None)
+            self._unhold(session_id)
 
     def start_draining(self) -> None:
         """This worker hands its sessions over: its heartbeat says so from the next beat on (other
@@ -436,9 +438,7 @@ class SessionLeases:
             if record is None:
                 await client.eval(DROP, keys=keys, args=[lease])
                 self._ended.discard(session_id)
-                self._held.pop(session_id, None)
-                self._confirmed.pop(session_id, None)
-                self._trusted.pop(session_id, None)
+                self._unhold(session_id)
                 return
             sealed = seal_session_record(self._keys, keys[0], record, epoch)
             trusted = "0" if self._in_doubt(session_id) else "1"

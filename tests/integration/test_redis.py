@@ -782,16 +782,7 @@ async def test_a_handed_over_session_keeps_its_subscriptions(redis: RedisServer)
     async with open_asgi_client(apps["b"]) as on_b:
         async with open_asgi_client(apps["a"]) as on_a:
             await eventually(lambda: bus_a.state == bus_b.state == "connected", STARTUP, "connected")
-            init = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
-            }
-            response = await on_a.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
-            assert response.status == 200, await response.read()
-            await response.read()
-            session_id = response.headers["mcp-session-id"]
+            session_id = await initialized_session(on_a)
             headers = legacy_headers(session_id)
             for message in (
                 {"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -925,16 +916,7 @@ async def test_a_session_ended_on_its_worker_is_not_adopted_back(redis: RedisSer
     app = MCPApp(server, ServerConfig(worker_id="a"))
     async with open_asgi_client(app) as asgi:
         await eventually(lambda: bus.state == "connected", STARTUP, "connected")
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO},
-        }
-        response = await asgi.request("POST", headers=POST_HEADERS, body=json.dumps(init).encode())
-        assert response.status == 200, await response.read()
-        await response.read()
-        session_id = response.headers["mcp-session-id"]
+        session_id = await initialized_session(asgi)
         assert bus.statistics()["sessions_recorded"] == 1  # written before the answer
         assert len(await call(redis.port, "KEYS", "mcp-trio:lease:*")) == 1
         leases = bus.session_leases
