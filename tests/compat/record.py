@@ -73,7 +73,9 @@ class Recorder:
         for name in ("mcp-client-session-id", "x-mcp-client-session-id"):
             if name in kept:
                 kept[name] = "{client_session}"
-        self.steps.append({"http": scope["method"], "headers": kept, "body": json.loads(body) if body else None})
+        self.steps.append(
+            {"http": scope["method"], "headers": kept, "body": json.loads(body) if body else None}
+        )
         replayed = False
 
         async def receive_again() -> dict[str, Any]:
@@ -92,7 +94,10 @@ async def record(run: Callable[[str], Awaitable[None]]) -> list[dict[str, Any]]:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: serve_hypercorn(
-                recorder, hypercorn_config(["127.0.0.1:0"]), shutdown_trigger=stop.wait, task_status=task_status
+                recorder,
+                hypercorn_config(["127.0.0.1:0"]),
+                shutdown_trigger=stop.wait,
+                task_status=task_status,
             )
         )
         with trio.fail_after(60):
@@ -165,7 +170,9 @@ def main(which: list[str]) -> None:
             steps = trio.run(record, python_sdk(mode))
             write(f"python-sdk-{'legacy' if mode == 'legacy' else 'modern'}", python_sdk_header(mode), steps)
     if not which or "typescript-sdk" in which:
-        version = json.loads((TS_DIR / "package.json").read_text())["dependencies"]["@modelcontextprotocol/sdk"]
+        version = json.loads((TS_DIR / "package.json").read_text())["dependencies"][
+            "@modelcontextprotocol/sdk"
+        ]
         steps = trio.run(record, typescript_sdk(""))
         header = {
             "client": "typescript-sdk",
