@@ -2,7 +2,8 @@
 see :mod:`tests.compat.replay`: the python-sdk and TypeScript SDK clients recorded here, Claude Code,
 Codex and the MCP Inspector reconstructed from their published source and issues) replayed against
 ``mcp-trio demo`` in a child process: on hypercorn in the test command's first pass, on the embedded h11
-server in its second (``MCP_TRIO_TEST_HTTP=h11``).  Each replay leaves the server as it found it."""
+server in its second (``MCP_TRIO_TEST_HTTP=h11``); and against a python-sdk server hosted by ``mcp-trio
+serve`` (``also_hosted``).  Each replay leaves the server as it found it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from mcp_http import Baseline, DemoServer, assert_back_to_baseline
 from tests.client.conftest import IGNORE_HTTPX_ASYNCGEN_WARNINGS
 from tests.compat.replay import Recording, recordings, replay
 
-pytestmark = [pytest.mark.shared_demo_server, IGNORE_HTTPX_ASYNCGEN_WARNINGS]
+pytestmark = [pytest.mark.shared_demo_server, pytest.mark.also_hosted, IGNORE_HTTPX_ASYNCGEN_WARNINGS]
 RECORDINGS = recordings()
 
 

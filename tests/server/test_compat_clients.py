@@ -24,8 +24,14 @@ RECORDINGS = recordings()
 
 
 @asynccontextmanager
-async def demo(kind: Literal["hypercorn", "h11"]) -> AsyncIterator[str]:
-    app = MCPApp(build_demo_server(), ServerConfig(shutdown_grace=1))
+async def demo(kind: Literal["hypercorn", "h11"], hosted: bool = False) -> AsyncIterator[str]:
+    if hosted:  # a python-sdk server hosted by mcp_trio (its own results, our transport)
+        from mcp_trio.sdk import hosted_app
+        from tests.integration.sdk_servers import build_server
+
+        app = hosted_app(build_server(), ServerConfig(shutdown_grace=1))
+    else:
+        app = MCPApp(build_demo_server(), ServerConfig(shutdown_grace=1))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
@@ -51,5 +57,16 @@ def test_every_client_is_recorded() -> None:
 async def test_replay(kind: Literal["hypercorn", "h11"], recording: Recording) -> None:
     with trio.fail_after(20):
         async with demo(kind) as url, httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=5.0)) as http:
+            seen = await replay(http, url, recording)
+    assert len(seen.steps) == len(recording.steps)
+
+
+@pytest.mark.parametrize("recording", RECORDINGS, ids=[r.name for r in RECORDINGS])
+async def test_replay_on_a_hosted_python_sdk_server(recording: Recording) -> None:
+    with trio.fail_after(20):
+        async with (
+            demo("h11", hosted=True) as url,
+            httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=5.0)) as http,
+        ):
             seen = await replay(http, url, recording)
     assert len(seen.steps) == len(recording.steps)
