@@ -1,15 +1,18 @@
 """The client session id end to end (``Mcp-Client-Session-Id``, following SEP-2822, a proposal): a
 :class:`ClientSession` makes one UUID (or takes the one it is given), sends it as the header of every
-HTTP request and as ``_meta.clientSessionId`` of every request in both eras and over WebSocket; the
-server's handler, its SERVER span, the client's CLIENT span and the server's request log all carry it.
+HTTP request and as ``_meta.clientSessionId`` of every request in both eras and over WebSocket and
+stdio; the server's handler, its SERVER span, the client's CLIENT span and the server's request log all
+carry it.
 
-Against the real server (hypercorn and the embedded h11 server, in this Trio run); what the client sent
-is read from its own ``httpx`` client's request hook."""
+Against the real server (hypercorn and the embedded h11 server, in this Trio run; ``serve_stdio`` in a
+child process); what the client sent is read from its own ``httpx`` client's request hook."""
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
+import textwrap
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,7 +23,15 @@ import pytest
 import trio
 from opentelemetry.trace import SpanKind
 
-from mcp_trio import Context, MCPApp, MCPServer, ServerConfig, open_client_session, open_websocket_client
+from mcp_trio import (
+    Context,
+    MCPApp,
+    MCPServer,
+    ServerConfig,
+    open_client_session,
+    open_stdio_client,
+    open_websocket_client,
+)
 from mcp_trio._protocol.clientsession import HEADER, META_KEY
 from mcp_trio._serve import serve
 from tests.client.conftest import IGNORE_HTTPX_ASYNCGEN_WARNINGS
@@ -131,3 +142,29 @@ async def test_over_websocket_the_meta_alone(mode: Literal["legacy", "modern"]) 
         async with serving("h11") as url, open_websocket_client(url, mode=mode) as session:
             csid = session.client_session_id
             assert whoami(await session.call_tool("whoami", {})) == {"id": csid, "key": f"/{csid}"}
+
+
+WHOAMI_STDIO = textwrap.dedent(
+    """
+    import json
+    import trio
+    from mcp_trio import Context, MCPServer, serve_stdio
+
+    server = MCPServer("whoami")
+
+    @server.tool(description="The client session id this request named, and its key.")
+    async def whoami(ctx: Context) -> str:
+        return json.dumps({"id": ctx.client_session_id, "key": ctx.client_session_key})
+
+    trio.run(serve_stdio, server)
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "modern"])
+async def test_over_stdio_the_meta_alone(mode: Literal["legacy", "modern"]) -> None:
+    with trio.fail_after(20):
+        async with open_stdio_client([sys.executable, "-c", WHOAMI_STDIO], mode=mode) as session:
+            csid = session.client_session_id
+            text = (await session.call_tool("whoami", {})).content[0].text  # type: ignore[union-attr]
+    assert json.loads(text) == {"id": csid, "key": f"/{csid}"}
