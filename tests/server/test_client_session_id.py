@@ -267,3 +267,32 @@ async def test_recorded_on_the_span_and_in_the_request_log(
     assert "client_session=" not in records[2].getMessage()
     line = json.loads(JSONFormatter().format(records[1]))
     assert line["client_session_id"] == OTHER and line["message"].endswith(f"client_session={OTHER}")
+
+
+def test_adopt_takes_every_shape_of_message() -> None:
+    notification = mt.JSONRPCNotification(jsonrpc="2.0", method="notifications/initialized")
+    empty_meta = mt.JSONRPCRequest(jsonrpc="2.0", id=1, method="tools/list", params={"cursor": "c"})
+    bad_meta = mt.JSONRPCRequest(jsonrpc="2.0", id=2, method="tools/list", params={"_meta": "not a map"})
+    answer = mt.JSONRPCResponse(jsonrpc="2.0", id=9, result={})
+    assert clientsession.adopt(CSID, [notification, empty_meta, bad_meta, answer]) == ()
+    assert notification.params == {"_meta": {"clientSessionId": CSID}}
+    assert empty_meta.params == {"cursor": "c", "_meta": {"clientSessionId": CSID}}
+    assert bad_meta.params == {"_meta": "not a map"}  # left as it came, for the request's own checks
+    assert clientsession.adopt("nope", [empty_meta]) == ("nope",)
+    assert empty_meta.params == {"cursor": "c", "_meta": {"clientSessionId": CSID}}  # the bad header: ignored
+    assert clientsession.adopt(None, [notification, bad_meta]) == ()
+
+
+def test_a_key_needs_an_owner_key_when_there_is_a_principal() -> None:
+    from types import SimpleNamespace
+
+    from mcp_trio._protocol import versions
+    from mcp_trio._transport.modern import RequestPeer
+
+    meta = {"clientSessionId": CSID}
+    anonymous = Context(1, "tools/call", SimpleNamespace(principal=None), meta)  # type: ignore[arg-type]
+    assert anonymous.client_session_key == f"/{CSID}"
+    someone = Context(1, "tools/call", SimpleNamespace(principal="alice"), meta)  # type: ignore[arg-type]
+    assert someone.client_session_id == CSID and someone.client_session_key is None  # never a shared key
+    peer = RequestPeer(versions.LATEST_MODERN, {}, None, "alice")  # type: ignore[arg-type]
+    assert peer.owner is None
