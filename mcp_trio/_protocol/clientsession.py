@@ -20,7 +20,7 @@ from typing import Any
 
 import mcp_types as mt
 
-__all__ = ["ALIAS_HEADER", "HEADER", "META_KEY", "adopt", "from_meta", "new_id", "parse"]
+__all__ = ["ALIAS_HEADER", "HEADER", "META_KEY", "adopt", "from_meta", "malformed", "new_id", "parse"]
 
 HEADER = "mcp-client-session-id"
 """The HTTP header (lower-case, as ASGI gives header names)."""
@@ -56,20 +56,30 @@ def adopt(header: str | None, messages: Iterable[object]) -> tuple[str, ...]:
     place for handlers, spans and the log to read).  Returns the malformed values seen (the header's,
     else those in ``_meta``), for the caller to log: they are ignored, never refused."""
     valid = parse(header) if header is not None else None
-    malformed: tuple[str, ...] = () if header is None or valid is not None else (header,)
+    if valid is None:
+        found = malformed(messages)
+        return found if header is None else (header, *found)
     for message in messages:
         if not isinstance(message, (mt.JSONRPCRequest, mt.JSONRPCNotification)):
             continue
         params = message.params
         meta = params.get("_meta") if params is not None else None
-        if valid is None:
-            if isinstance(meta, Mapping) and META_KEY in meta and parse(meta[META_KEY]) is None:
-                malformed += (str(meta[META_KEY]),)
-            continue
         if params is None:
             message.params = {"_meta": {META_KEY: valid}}
         elif meta is None:
             params["_meta"] = {META_KEY: valid}
-        elif isinstance(meta, dict):
+        elif type(meta) is dict:
             meta[META_KEY] = valid
-    return malformed
+    return ()
+
+
+def malformed(messages: Iterable[object]) -> tuple[str, ...]:
+    """The ids of another form in the ``_meta`` of ``messages`` (a cheap look when there are none: this
+    runs for every message)."""
+    found: tuple[str, ...] = ()
+    for message in messages:
+        params = getattr(message, "params", None)  # requests and notifications (answers have none)
+        meta = params.get("_meta") if type(params) is dict else None
+        if type(meta) is dict and META_KEY in meta and parse(meta[META_KEY]) is None:
+            found += (str(meta[META_KEY]),)
+    return found

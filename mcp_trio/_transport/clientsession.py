@@ -36,7 +36,7 @@ def take_header(facts: RequestFacts, messages: Iterable[object]) -> None:
 def take(messages: Iterable[object]) -> None:
     """A message transport's (stdio, WebSocket) messages: their ids are in ``_meta`` already; a
     malformed one is logged."""
-    _log(clientsession.adopt(None, messages))
+    _log(clientsession.malformed(messages))
 
 
 def _log(malformed: tuple[str, ...]) -> None:
