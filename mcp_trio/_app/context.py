@@ -11,7 +11,7 @@ import mcp_types as mt
 from typing_extensions import TypeVar
 
 from .._observe.telemetry import PIPE, Telemetry
-from .._protocol import jsonrpc, versions
+from .._protocol import clientsession, jsonrpc, versions
 from .inputs import InputRequest, missing_capability
 from .lifespan import Lifespan
 
@@ -113,6 +113,32 @@ class Context(Generic[LifespanT_co]):
         (in a 2025 session, the newest token its owner sent); with ``ServerConfig.authenticate``, what
         the hook returned; None without authentication, and over stdio."""
         return getattr(self.peer, "principal", None)
+
+    @property
+    def client_session_id(self) -> str | None:
+        """The id the client gave the conversation this request belongs to (``Mcp-Client-Session-Id``,
+        following SEP-2822, a proposal that may change): a UUID, lower-case; None if the client sent
+        none, or one of another form (ignored).  The client chose it: for state, use
+        :attr:`client_session_key`."""
+        return clientsession.from_meta(self.meta)
+
+    @property
+    def client_session_key(self) -> str | None:
+        """:attr:`client_session_id` scoped by the principal: ``"{owner}/{id}"``, where ``owner`` is the
+        principal's owner key (a keyed hash of who it is, ``""`` without authentication; the key that
+        2025 sessions and 2026 tasks belong by).  Keep per-conversation state under this key, never
+        under the bare id: two principals that send the same id get different keys, so one can never
+        reach the other's state.  Workers agree on it when they share ``request_state_secret``.  None
+        without a valid id, or when the peer cannot name the principal's owner key."""
+        client_session_id = self.client_session_id
+        if client_session_id is None:
+            return None
+        owner = getattr(self.peer, "owner", None)
+        if not isinstance(owner, str):
+            if self.principal is not None:
+                return None  # no owner key to scope by: no key at all rather than a shared one
+            owner = ""
+        return f"{owner}/{client_session_id}"
 
     @property
     def progress_token(self) -> mt.ProgressToken | None:

@@ -23,7 +23,7 @@ import pydantic
 import trio
 
 from .._observe.telemetry import Operation, Telemetry
-from .._protocol import versions
+from .._protocol import clientsession, versions
 from .._protocol.tasks import TASKS_EXTENSION
 from ..errors import MCPTrioError, RPCError, SessionExpired, TransportError
 from .callbacks import ProgressHandler, check_callback, invoke
@@ -76,6 +76,11 @@ class SessionCore:
         self._progress: dict[Any, _Call] = {}
         self._failure: Exception | None = None  # a session-level callback failed: the session ends
         self.log_level = options.get("log_level")
+        given = clientsession.parse(options.get("client_session_id"))
+        self.client_session_id = given or clientsession.new_id()
+        """The id this session gives the conversation (``Mcp-Client-Session-Id``, following SEP-2822, a
+        proposal): in every request's ``_meta``, and a header of every HTTP request; a renewed session
+        keeps it."""
         self.modern = False
         self.protocol_version: str | None = None
         self.server_info: dict[str, Any] = {}
@@ -85,6 +90,7 @@ class SessionCore:
         self._header_params: dict[str, dict[str, tuple[str, ...]]] = {}
         if isinstance(transport, HTTPTransport):
             transport.header_params = self._header_params
+            transport.client_session_id = self.client_session_id
         self._running: set[trio.CancelScope] = set()
         self._tasks = options.get("tasks", True)  # declare the tasks extension (2026 era)
         self._closing = False
@@ -231,6 +237,7 @@ class SessionCore:
             versions.PROTOCOL_VERSION_META_KEY: self.protocol_version,
             mt.CLIENT_INFO_META_KEY: self.client_info,
             mt.CLIENT_CAPABILITIES_META_KEY: self.capabilities(),
+            clientsession.META_KEY: self.client_session_id,
         }
         if self.log_level is not None:
             meta[mt.LOG_LEVEL_META_KEY] = self.log_level
@@ -250,6 +257,8 @@ class SessionCore:
         params = dict(params or {})
         if self.modern:
             params["_meta"] = {**self._meta(), **params.get("_meta", {})}
+        else:  # 2025 era: the client session id alone (SEP-2822 sends it with every request)
+            params["_meta"] = {clientsession.META_KEY: self.client_session_id, **params.get("_meta", {})}
         for _round in range(MAX_INPUT_ROUNDS):
             result = await self._request_once(method, params, progress)
             if result.get("resultType") != "input_required":

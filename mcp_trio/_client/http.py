@@ -103,6 +103,8 @@ class HTTPTransport:
         self.auth = auth if auth is not None else httpx.USE_CLIENT_DEFAULT
         self.session_id: str | None = None
         self.protocol_version: str | None = None
+        self.client_session_id: str | None = None
+        """Sent as ``Mcp-Client-Session-Id`` on every request (the session sets it; SEP-2822)."""
         self.modern = False  # 2026 era: requests carry the Mcp-Method, Mcp-Name and Mcp-Param-* headers
         self.header_params: dict[str, dict[str, tuple[str, ...]]] = {}
         """Per tool: which arguments travel in ``Mcp-Param-*`` headers (the session learns it from
@@ -117,6 +119,8 @@ class HTTPTransport:
             headers["mcp-session-id"] = session_id
         if self.protocol_version is not None:
             headers["mcp-protocol-version"] = self.protocol_version
+        if self.client_session_id is not None:
+            headers["mcp-client-session-id"] = self.client_session_id
         headers.update(extra or {})
         return headers
 

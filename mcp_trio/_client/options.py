@@ -7,6 +7,7 @@ from typing import Any, Literal, TypedDict
 
 import mcp_types as mt
 
+from .._protocol import clientsession
 from .callbacks import (
     ElicitationHandler,
     LogHandler,
@@ -37,6 +38,7 @@ class SessionOptions(TypedDict, total=False):
     log_level: mt.LoggingLevel | None
     legacy_version: str
     tasks: bool
+    client_session_id: str | None
 
 
 _CALLBACKS = ("sampling", "elicitation", "roots", "on_notification", "on_log")
@@ -51,4 +53,7 @@ def checked(opener: str, options: SessionOptions) -> SessionOptions:
             raise TypeError(f"{opener}() got an unexpected keyword argument {name!r}")
     for name in _CALLBACKS:
         check_callback(name, options.get(name))
+    given = options.get("client_session_id")
+    if given is not None and clientsession.parse(given) is None:
+        raise ValueError(f"{opener}(): client_session_id must be a UUID (such as str(uuid.uuid4()))")
     return options

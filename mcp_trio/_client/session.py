@@ -99,7 +99,11 @@ async def open_client_session(
     - ``on_notification``, ``on_log``: the callbacks that get the server's notifications;
     - ``log_level``: the server's logs from this level up (in both eras; None: the server's default);
     - ``legacy_version``: the version ``initialize`` asks for (default: the latest 2025-era one);
-    - ``tasks``: whether a 2026-era session declares the tasks extension (default True, see below).
+    - ``tasks``: whether a 2026-era session declares the tasks extension (default True, see below);
+    - ``client_session_id``: the UUID the session names its conversation with (default: a fresh
+      random one; :attr:`ClientSession.client_session_id`), sent as ``Mcp-Client-Session-Id`` on every
+      HTTP request and as ``_meta.clientSessionId`` in every request, on every transport (following
+      SEP-2822, a proposal that may change); pass one to keep a conversation's id across sessions.
 
     An unknown keyword is a :class:`TypeError`, as with any function.
 

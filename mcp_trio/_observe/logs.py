@@ -2,9 +2,9 @@
 
 One JSON object per record: time (RFC 3339, UTC), level, logger, message, and what the record carries
 besides: a request record (``mcp_trio.requests``, see :class:`~.telemetry.Operation`) its method,
-target, status, duration, request id, hashed session id and principal, and the trace and span ids of
-its span; any other record, when a span is current (a tool's own log line), that span's ids, so logs
-and traces correlate.  An exception's traceback is one string field.
+target, status, duration, request id, hashed session id and principal, client session id, and the
+trace and span ids of its span; any other record, when a span is current (a tool's own log line),
+that span's ids, so logs and traces correlate.  An exception's traceback is one string field.
 
 Each record is one line, whatever a client put in a name: JSON escapes the C0 controls, and this
 formatter escapes DEL, the C1 controls and the line and paragraph separators (``\\u0085``,

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from .._protocol import clientsession
 from .._runtime.peerlog import printable
 from .conventions import (
     Histogram,
@@ -44,6 +45,9 @@ from .conventions import (
 from .prometheus import MetricsRegistry, seconds_name
 
 __all__ = ["HTTP", "PIPE", "WEBSOCKET", "Carrier", "Operation", "SessionClock", "Telemetry", "identity_hash"]
+
+CLIENT_SESSION_ATTRIBUTE = "mcp.client.session.id"
+"""The span attribute of a request's client session id (``Mcp-Client-Session-Id``, SEP-2822)."""
 
 request_logger = logging.getLogger("mcp_trio.requests")
 logger = logging.getLogger(__name__)
@@ -208,7 +212,7 @@ class Operation:
 
     __slots__ = (
         "_incoming", "_logged", "_metering", "_span", "_started", "_token", "attributes", "carrier",
-        "principal", "session_id", "telemetry",
+        "client_session_id", "principal", "session_id", "telemetry",
     )  # fmt: skip
 
     def __init__(
@@ -241,13 +245,18 @@ class Operation:
         if protocol_version is not None:
             attributes["mcp.protocol.version"] = protocol_version
         attributes.update(carrier.attributes())
+        meta = params.get("_meta") if params else None
+        self.client_session_id = clientsession.from_meta(meta) if isinstance(meta, Mapping) else None
+        """The client's session id (``Mcp-Client-Session-Id``, SEP-2822): a span attribute and a field
+        of the request log, never a metric attribute (one value per conversation)."""
         self._span: Any = None
         self._token: object = None
         if tracing:
             span_attributes = dict(attributes)
             if session_id is not None:
                 span_attributes["mcp.session.id"] = session_id
-            meta = params.get("_meta") if params else None
+            if self.client_session_id is not None:
+                span_attributes[CLIENT_SESSION_ATTRIBUTE] = self.client_session_id
             self._span, self._token = telemetry.otel.start(
                 span_name(attributes, None if telemetry.trusted_targets else telemetry.known),
                 incoming,
@@ -357,14 +366,17 @@ class Operation:
         identify = self.telemetry.identify
         if self.principal is not None and identify is not None:
             record["principal"] = identity_hash(identify(self.principal))
+        if self.client_session_id is not None:
+            record["client_session_id"] = self.client_session_id
         if ids is not None:
             record["trace_id"], record["span_id"] = ids
         request_logger.info(  # the names as text lines can carry them; the JSON fields keep them as sent
-            "%s %s %s %.1f ms",
+            "%s %s %s %.1f ms%s",
             printable(record["method"]),
             printable(target) if target else "-",
             record["status"],
             duration * 1000,
+            "" if self.client_session_id is None else f" client_session={printable(self.client_session_id)}",
             extra={"mcp": record},
         )
 

@@ -23,7 +23,7 @@ from .._runtime.contract import CANCELLABLE_SEND, DISCONNECT_CALLBACK, Disconnec
 from ..auth.server._resource import BearerGuard
 from ..auth.server._token import AccessToken
 from ..errors import RemoteProtocolError
-from . import lifetime
+from . import clientsession, lifetime
 from .bodies import BodyDeadlines, ClientGone, read_body
 from .config import HTTPRequestInfo, ServerConfig
 from .core import ServerCore
@@ -52,9 +52,8 @@ class MCPApp:
     """An ASGI application serving one :class:`MCPServer` over Streamable HTTP (or a python-sdk server
     hosted by :func:`mcp_trio.sdk.hosted_app`).
 
-    Sessions live in a nursery that the app owns while it runs: under an ASGI server that runs the
-    lifespan protocol (hypercorn does) that happens by itself; otherwise start it with
-    ``await nursery.start(app.run)`` or ``async with app.running():``.
+    Sessions live in a nursery the app owns while it runs: an ASGI server running the lifespan protocol
+    (hypercorn does) starts it, else ``await nursery.start(app.run)`` or ``async with app.running():``.
     """
 
     def __init__(self, server: ServerCore, config: ServerConfig | None = None) -> None:
@@ -406,6 +405,7 @@ class MCPApp:
         client: object = None,
     ) -> None:
         incoming = jsonrpc.parse_body(body, allow_batch=True)
+        clientsession.take_header(facts, incoming.messages)
         first = incoming.messages[0]
         params = first.params if isinstance(first, (mt.JSONRPCRequest, mt.JSONRPCNotification)) else None
         modern = versions.select_era(

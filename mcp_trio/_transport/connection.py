@@ -36,6 +36,7 @@ from .._protocol.admission import SHUTTING_DOWN, SHUTTING_DOWN_CODE, shutdown_an
 from .._runtime.containment import contained
 from .._runtime.peerlog import MAX_LOGGED_VALUE, RateLimitedLog, printable
 from ..errors import RemoteProtocolError, RPCError
+from . import clientsession
 from .config import LAST_WORDS, ServerConfig
 from .core import ServerCore
 from .modern import ModernEndpoint
@@ -111,6 +112,11 @@ class MessageConnection(SessionPeer):
     max_inflight = 1000
     """Requests of this connection handled at once; beyond it a request is answered -32603 at once (a
     client that sends without reading cannot make the server hold unbounded work for it)."""
+
+    @property
+    def owner(self) -> str:
+        """The principal's owner key (``Context.client_session_key`` of its 2025 session's requests)."""
+        return self._modern.principals.key(self.principal)
 
     def __init__(
         self, server: ServerCore, config: ServerConfig | None = None, endpoint: ModernEndpoint | None = None
@@ -230,6 +236,7 @@ class MessageConnection(SessionPeer):
             await self.write(jsonrpc.error_envelope(exc.request_id, exc.code, exc.message, exc.data))
             return
         (message,) = incoming.messages
+        clientsession.take(incoming.messages)
         if self.authorize is not None and not isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)):
             try:
                 self.authorize(message)

@@ -64,6 +64,7 @@ class RequestPeer:
         "log_level",
         "missing",
         "principal",
+        "principals",
         "protocol_version",
         "subscriptions",
         "tasks",
@@ -80,8 +81,10 @@ class RequestPeer:
         principal: object = None,
         tasks: TaskManager | None = None,
         carrier: Carrier = HTTP,
+        principals: PrincipalKeys | None = None,
     ) -> None:
         self.principal = principal
+        self.principals = principals
         self.tasks = tasks
         self.carrier = carrier
         self.protocol_version = revision.name
@@ -98,6 +101,11 @@ class RequestPeer:
         """Input requests the handler made that the client has not answered yet (from any of its
         tasks): they all go into the one input-required result."""
         self._responder = responder
+
+    @property
+    def owner(self) -> str | None:
+        """The principal's owner key (``Context.client_session_key``), made when asked (a keyed hash)."""
+        return None if self.principals is None else self.principals.key(self.principal)
 
     async def send_message(self, message: dict[str, Any], related: mt.RequestId | None = None) -> None:
         await self._responder.notify(message)
@@ -341,7 +349,13 @@ class ModernEndpoint:
         params = request.params or {}
         meta = params.get("_meta")
         peer = RequestPeer(
-            revision, meta if isinstance(meta, dict) else {}, responder, principal, self.tasks, carrier
+            revision,
+            meta if isinstance(meta, dict) else {},
+            responder,
+            principal,
+            self.tasks,
+            carrier,
+            self.principals,
         )
         ctx = Context(
             request.id, request.method, peer, meta if isinstance(meta, dict) else {}, self.server.telemetry

@@ -146,6 +146,9 @@ async def test_404_renews_the_session_for_the_calls_that_follow(fake: Fake, http
     ]
     assert sessions.sent("tools/call") == ["s1", "s1", "s2"]
     assert [r.headers["mcp-session-id"] for r in fake.server.requests("DELETE")] == ["s2"]
+    # the renewed session keeps the client session id (Mcp-Client-Session-Id), in each header and _meta
+    assert {r.headers.get("mcp-client-session-id") for r in fake.server.log} == {s.client_session_id}
+    assert {i.message["params"]["_meta"]["clientSessionId"] for i in inits} == {s.client_session_id}
     assert_clean(http)
 
 

@@ -282,6 +282,7 @@ def test_identical_duplicates_are_no_conflict() -> None:
         "host",
         "origin",
         "mcp-param-region",
+        "mcp-client-session-id",
     ],
 )
 def test_conflicting_duplicates_are_recorded_once(name: str) -> None:

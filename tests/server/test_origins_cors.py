@@ -204,6 +204,7 @@ async def test_preflight_from_an_allowed_origin(cors_app: MCPApp) -> None:
         "mcp-session-id, last-event-id, accept",
         "mcp-session-id,mcp-protocol-version,  authorization",
         "mcp-param-a, mcp-param-b-c",
+        "mcp-method, mcp-client-session-id",
     ],
 )
 async def test_preflight_echoes_any_set_of_mcp_headers(cors_app: MCPApp, requested: str) -> None:
@@ -230,6 +231,7 @@ async def test_preflight_for_other_headers_lists_the_mcp_headers_only(
             "authorization",
             "content-type",
             "last-event-id",
+            "mcp-client-session-id",
             "mcp-method",
             "mcp-name",
             "mcp-protocol-version",

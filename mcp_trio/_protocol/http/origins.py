@@ -213,6 +213,7 @@ CORS_REQUEST_HEADERS = frozenset(
         "authorization",
         "content-type",
         "last-event-id",
+        "mcp-client-session-id",
         "mcp-method",
         "mcp-name",
         "mcp-protocol-version",

@@ -73,6 +73,10 @@ class RequestFacts:
     kept."""
     ambiguous_framing: bool = False
     """Both ``Content-Length`` and ``Transfer-Encoding``: see :func:`check_framing`."""
+    client_session_id: str | None = None
+    """``Mcp-Client-Session-Id`` (else ``X-Mcp-Client-Session-Id``) as sent: see
+    :mod:`~mcp_trio._protocol.clientsession` (conflicting copies are listed in ``conflicts``, and
+    never refused)."""
 
     @classmethod
     def from_headers(cls, method: str, headers: Iterable[tuple[bytes, bytes]]) -> RequestFacts:
@@ -117,6 +121,7 @@ class RequestFacts:
             cors_headers=found.get(b"access-control-request-headers"),
             conflicts=conflicts,
             ambiguous_framing=b"transfer-encoding" in found and b"content-length" in found,
+            client_session_id=found.get(b"mcp-client-session-id") or found.get(b"x-mcp-client-session-id"),
         )
 
 
@@ -135,6 +140,8 @@ _WANTED = frozenset(
         b"mcp-name",
         b"access-control-request-method",
         b"access-control-request-headers",
+        b"mcp-client-session-id",
+        b"x-mcp-client-session-id",
     }
 )
 _JOINED = frozenset({b"accept", b"access-control-request-headers"})
@@ -151,10 +158,19 @@ def _content_length(value: str | None) -> int | None:
     return int(digits or "0") if len(digits) <= 18 else _HUGE
 
 
-_ERA_HEADERS = frozenset({"mcp-method", "mcp-name", "mcp-protocol-version", "access-control-request-method"})
+_ERA_HEADERS = frozenset(
+    {
+        "mcp-method",
+        "mcp-name",
+        "mcp-protocol-version",
+        "access-control-request-method",
+        "mcp-client-session-id",
+        "x-mcp-client-session-id",
+    }
+)
 """Headers whose conflicting copies :func:`check_duplicates` leaves to the code that reads them (with
 ``Mcp-Param-*``): ``modern.check_headers`` answers -32020, :func:`check_protocol_version` -32600 and
-:func:`cors_preflight` 400."""
+:func:`cors_preflight` 400; a client session id's are ignored (never refused)."""
 
 
 AMBIGUOUS_FRAMING = "Bad Request: Content-Length and Transfer-Encoding in one request"
