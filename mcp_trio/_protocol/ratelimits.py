@@ -66,7 +66,9 @@ class RateLimit:
         if not (isinstance(self.period, int | float) and 0.001 <= self.period <= 366 * 86400):
             raise ValueError("rate limit period: seconds, from 0.001 to a year")
         burst = self.burst
-        if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= 10**9):
+        if burst is not None and (
+            isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= 10**9
+        ):
             raise ValueError("rate limit burst: an integer from 1 to 10**9 (or None: the count)")
 
     @classmethod

@@ -403,9 +403,9 @@ class MCPApp:
         client: object = None,
     ) -> None:
         incoming = jsonrpc.parse_body(body, allow_batch=True)
-        if self._modern.limits and incoming.requests:  # counted once who and what are known (both eras)
+        if (limits := self._modern.limits) and incoming.requests:  # once who and what are known (both eras)
             address, session = client_address(client), facts.session_id
-            await self._modern.limits.admit(incoming.requests, principal, address, session, batch=incoming.batch)
+            await limits.admit(incoming.requests, principal, address, session, batch=incoming.batch)
         first = incoming.messages[0]
         params = first.params if isinstance(first, (mt.JSONRPCRequest, mt.JSONRPCNotification)) else None
         modern = versions.select_era(

@@ -67,8 +67,8 @@ class LocalBuckets:
         return len(self._buckets)
 
     def take(self, keys: Mapping[BucketKey, int], now: float) -> Refusal | None:
-        """Take ``cost`` tokens (at most a bucket's capacity) from each bucket of ``keys``, or none if
-        one lacks them: then the refusal of the one that asks the longest wait."""
+        """Take ``cost`` tokens from each bucket of ``keys``, or none if one lacks them: then the
+        refusal of the one that asks the longest wait."""
         buckets = self._buckets
         after: dict[BucketKey, float] = {}
         worst: Refusal | None = None
@@ -76,12 +76,11 @@ class LocalBuckets:
             limit = key[0]
             found = buckets.get(key)
             tokens = float(limit.capacity) if found is None else refill(limit, found[0], now - found[1])
-            need = min(cost, limit.capacity)
-            if tokens < need:
-                wait = (need - tokens) / limit.rate
+            if tokens < cost:  # (a batch of more requests than the burst is always refused)
+                wait = (cost - tokens) / limit.rate
                 if worst is None or wait > worst.retry_after:
                     worst = Refusal(limit, wait)
-            after[key] = tokens - need
+            after[key] = tokens - cost
         if worst is not None:
             return worst
         for key, tokens in after.items():
@@ -96,7 +95,8 @@ class LocalBuckets:
             found = self._buckets.get(key)
             if found is not None:
                 limit = key[0]
-                self._buckets[key] = (refill(limit, found[0], now - found[1]) + min(cost, limit.capacity), now)
+                tokens = refill(limit, found[0], now - found[1]) + cost
+                self._buckets[key] = (min(tokens, limit.capacity), now)
 
     def _forget(self, now: float) -> None:
         buckets = self._buckets
