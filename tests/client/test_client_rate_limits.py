@@ -23,7 +23,8 @@ MODES = ["legacy", "modern"]
 
 
 async def served(nursery: trio.Nursery, *limits: str) -> tuple[MCPApp, str]:
-    app = MCPApp(build_demo_server(), ServerConfig(rate_limits=[RateLimit.parse(s) for s in limits], shutdown_grace=1))
+    config = ServerConfig(rate_limits=[RateLimit.parse(spec) for spec in limits], shutdown_grace=1)
+    app = MCPApp(build_demo_server(), config)
     urls = await nursery.start(lambda task_status: serve(app, "127.0.0.1", 0, task_status=task_status))
     return app, urls[0]
 
@@ -53,7 +54,7 @@ async def test_a_refused_call_is_sent_again_after_the_wait_asked(nursery: trio.N
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_when_the_retries_are_spent_the_call_raises_rate_limited(nursery: trio.Nursery, mode: str) -> None:
+async def test_spent_retries_raise_rate_limited(nursery: trio.Nursery, mode: str) -> None:
     app, url = await served(nursery, "tool:echo=2/s")
     with trio.fail_after(20):
         async with open_client_session(url, mode=mode, retry_attempts=1) as session:  # type: ignore[arg-type]
@@ -89,7 +90,7 @@ async def test_over_websocket_the_jsonrpc_error_is_retried(nursery: trio.Nursery
     assert app.statistics()["rate_limited"]["session"] >= 1
 
 
-async def test_over_websocket_spent_retries_raise_rate_limited_without_a_status(nursery: trio.Nursery) -> None:
+async def test_over_websocket_rate_limited_has_no_status(nursery: trio.Nursery) -> None:
     _, url = await served(nursery, "tool:echo=1/h")
     with trio.fail_after(20):
         async with open_websocket_client(url, mode="modern") as session:
@@ -109,7 +110,8 @@ def limited_body(ms: Any) -> str:
 
 async def test_retry_after_ms_counts_before_retry_after(autojump_clock: trio.abc.Clock) -> None:
     retries = Retries(RetryPolicy(5, 60))
-    for ms, header, low, high in ((2500, "3", 2.5, 3.05), ("nonsense", "3", 3.0, 3.65), (10, None, 0.01, 0.07)):
+    cases = ((2500, "3", 2.5, 3.05), ("nonsense", "3", 3.0, 3.65), (10, None, 0.01, 0.07))
+    for ms, header, low, high in cases:
         started = trio.current_time()
         await retries.wait("POST", 429, header, limited_body(ms))
         assert low <= trio.current_time() - started <= high, (ms, header)
