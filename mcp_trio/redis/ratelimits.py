@@ -130,7 +130,7 @@ class RedisRateLimiter(RedisLink):
         """:data:`TAKE`, run by EVALSHA (and loaded again when Redis does not know it)."""
         self._lost = trio.Event()
         self._counts = dict.fromkeys(
-            ("connects", "failures", "unavailable", "admitted", "refused", "local_only"), 0
+            ("connects", "failures", "unavailable", "admitted", "refused", "not_connected"), 0
         )
 
     def key(self, limit: RateLimit, subject: str) -> str:
@@ -140,11 +140,11 @@ class RedisRateLimiter(RedisLink):
 
     async def take(self, keys: Mapping[tuple[RateLimit, str], int]) -> Refusal | None:
         """Take each bucket's cost in Redis, or none: the refusal of the bucket that asks the longest
-        wait; None when admitted, and at once when Redis cannot answer now (``local_only``, or
+        wait; None when admitted, and at once when Redis cannot answer now (``not_connected``, or
         ``unavailable`` for a command that failed)."""
         script = self._script
         if self._live is None or script is None:
-            self._counts["local_only"] += 1
+            self._counts["not_connected"] += 1
             return None
         buckets = list(keys)
         names = [self.key(limit, subject) for limit, subject in buckets]
@@ -203,7 +203,7 @@ class RedisRateLimiter(RedisLink):
 
     def statistics(self) -> dict[str, Any]:
         """The Redis ``state``, requests ``admitted`` and ``refused`` by the shared buckets, those left to
-        the local ones (``local_only``: not connected; ``unavailable``: a command failed), ``connects``,
+        the local ones (``not_connected``; ``unavailable``: a command failed), ``connects``,
         ``failures`` and ``last_error``."""
         return {
             "state": self._state,
