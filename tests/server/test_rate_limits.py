@@ -362,3 +362,51 @@ async def test_stdio_gets_the_jsonrpc_error() -> None:
         assert "result" in first
         second = await stdio.call(2, "tools/list", {"_meta": modern_meta()})
         assert second["error"]["code"] == RATE_LIMITED and second["error"]["data"]["limit"] == 1
+
+
+# -- the command line, and the shared store before it connects -------------------------------------
+
+
+def test_the_command_line_option(capsys: pytest.CaptureFixture[str]) -> None:
+    from mcp_trio._cli import _parser, config_from_args, main
+
+    argv = ["demo", "--rate-limit", "address=100/min", "--rate-limit", "tool:search=5/s"]
+    args = _parser().parse_args(argv)
+    limits = config_from_args(args).rate_limits
+    assert limits == (RateLimit("address", 100, 60.0), RateLimit("tool:search", 5, 1.0))
+    assert config_from_args(_parser().parse_args(["demo"])).rate_limits == ()
+    for wrong, said in (
+        ("everyone=5/s", "rate limit scope 'everyone': one of principal, address"),
+        ("address=5", "rate limit 'address=5': SCOPE=N/PERIOD"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(["demo", "--rate-limit", wrong])
+        assert exited.value.code == 2
+        assert f"--rate-limit: {said}" in capsys.readouterr().err
+
+
+async def test_redis_store_not_connected_leaves_the_decision_to_local_buckets() -> None:
+    from mcp_trio.redis import RedisRateLimiter
+
+    store = RedisRateLimiter("redis://127.0.0.1:9/0")
+    limit = RateLimit.parse("address=1/min")
+    assert await store.take({(limit, "10.0.0.1"): 1}) is None  # not connected: not asked
+    stats = store.statistics()
+    assert stats["state"] == "stopped" and stats["not_connected"] == 1
+    first, second = store.key(limit, "10.0.0.1"), store.key(limit, "10.0.0.2")
+    assert first.startswith("mcp_trio:rl:") and first != second and "10.0.0.1" not in first
+    assert store.key(RateLimit.parse("address=2/min"), "10.0.0.1") != first  # a limit of its own
+    with pytest.raises(ValueError, match="Redis URL"):
+        RedisRateLimiter("http://127.0.0.1:6379")
+    with pytest.raises(ValueError, match="timeout"):
+        RedisRateLimiter("redis://127.0.0.1:6379", timeout=0)
+    # an app with such a store: the local buckets still hold while it cannot answer
+    app = MCPApp(
+        build_demo_server(),
+        ServerConfig(rate_limits=[limit], rate_limit_store_factory=lambda: RedisRateLimiter("redis://127.0.0.1:9")),
+    )
+    async with open_asgi_client(app) as asgi:
+        client = Client(asgi, app)
+        await client.initialize()
+        await expect_limited(await client.post(b'{"jsonrpc":"2.0","id":2,"method":"ping"}'), 2, 1)
+        assert app.statistics()["rate_limit_store"]["state"] in ("connecting", "disconnected")
