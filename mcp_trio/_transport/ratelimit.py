@@ -128,7 +128,7 @@ class RateLimits:
         *,
         max_buckets: int = MAX_BUCKETS,
     ) -> None:
-        self.limits = tuple(limits)
+        self.limits = tuple(dict.fromkeys(limits))  # (a limit given twice is one limit)
         self.principals = principals
         self.store = store
         self.local = LocalBuckets(max_buckets)
@@ -137,6 +137,7 @@ class RateLimits:
         """Requests refused, by the kind of the limit that refused them."""
         self._tools = {limit.name: limit for limit in self.limits if limit.kind == "tool"}
         self._by_kind = {kind: tuple(lim for lim in self.limits if lim.kind == kind) for kind in KINDS}
+        self._by_principal = any(lim.kind in ("principal", "tool", "method") for lim in self.limits)
 
     def __bool__(self) -> bool:
         return bool(self.limits)
@@ -157,7 +158,7 @@ class RateLimits:
     ) -> dict[BucketKey, int]:
         """The buckets ``requests`` (of one POST or one message) take a token from, with how many each."""
         by_kind = self._by_kind
-        owner = self.principals.key(principal) if principal is not None else ""
+        owner = self.principals.key(principal) if principal is not None and self._by_principal else ""
         caller = f"p:{owner}" if owner else (f"a:{address}" if address else "*")
         found: dict[BucketKey, int] = {}
 

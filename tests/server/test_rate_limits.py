@@ -10,19 +10,21 @@ import json
 import math
 from typing import Any
 
+import mcp_types as mt
 import pytest
 import trio
 
 from mcp_trio import MCPApp, ServerConfig
+from mcp_trio._app.principal import PrincipalKeys
 from mcp_trio._protocol.ratelimits import RATE_LIMITED, RateLimit, Refusal, rate_limit_data, refill, refused
 from mcp_trio._transport.admin import samples
-from mcp_trio._transport.ratelimit import LocalBuckets
+from mcp_trio._transport.ratelimit import LocalBuckets, RateLimits
 from mcp_trio.demo import build_demo_server
 from mcp_trio.server import HTTPRequestInfo
 from mcp_trio.testing import open_asgi_client
 
 from .conftest import Client, call_body
-from .test_modern import Modern
+from .test_modern import Modern, headers_for, meta
 from .test_stdio_server import modern_meta, open_stdio
 
 # -- the limit and its parser ------------------------------------------------------------------
@@ -280,14 +282,10 @@ async def test_2026_a_tool_limit_hit_is_refused_before_the_tool_runs() -> None:
 
 
 def _meta() -> dict[str, Any]:
-    from .test_modern import meta
-
     return meta()
 
 
 def _modern_headers(method: str, name: str | None = None) -> dict[str, str]:
-    from .test_modern import headers_for
-
     return headers_for(method, name)
 
 
@@ -410,3 +408,12 @@ async def test_redis_store_not_connected_leaves_the_decision_to_local_buckets() 
         await client.initialize()
         await expect_limited(await client.post(b'{"jsonrpc":"2.0","id":2,"method":"ping"}'), 2, 1)
         assert app.statistics()["rate_limit_store"]["state"] in ("connecting", "disconnected")
+
+
+def test_a_limit_given_twice_is_one_limit() -> None:
+    limit = RateLimit.parse("address=5/s")
+    limits = RateLimits([limit, RateLimit.parse("address=5/s")], PrincipalKeys())
+    assert limits.limits == (limit,)
+    request = mt.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")
+    assert limits.keys([request], None, "10.0.0.1", None) == {(limit, "10.0.0.1"): 1}
+    assert limits.keys([request], None, None, None) == {}  # nothing to count it by
