@@ -160,8 +160,9 @@ class ServerConfig:
     ``Host`` is still checked).  None: CORS off, OPTIONS gets 405.  Preflights from these origins get
     204 with the methods and the MCP request headers they ask for (``Authorization`` included); every
     response to them carries ``Access-Control-Allow-Origin`` and exposes ``Mcp-Session-Id``,
-    ``WWW-Authenticate`` and ``Retry-After``; a preflight from any other origin gets 403.  These origins
-    pass the ``Origin`` check, and do not by themselves turn automatic protection on."""
+    ``WWW-Authenticate``, ``Retry-After``, ``RateLimit-Limit`` and ``RateLimit-Remaining``; a preflight
+    from any other origin gets 403.  These origins pass the ``Origin`` check, and do not by themselves
+    turn automatic protection on."""
     event_store_factory: Callable[[], EventStore | None] = field(default=InMemoryEventStore)
     """Makes the app's event store; return None to switch resumability off."""
     session_id_factory: Callable[[], str] = field(default=new_session_id)
