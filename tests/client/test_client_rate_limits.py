@@ -22,10 +22,12 @@ from mcp_trio.server import RateLimit
 MODES = ["legacy", "modern"]
 
 
-async def served(nursery: trio.Nursery, *limits: str) -> tuple[MCPApp, str]:
+async def served(nursery: trio.Nursery, *limits: str, http: str = "hypercorn") -> tuple[MCPApp, str]:
     config = ServerConfig(rate_limits=[RateLimit.parse(spec) for spec in limits], shutdown_grace=1)
     app = MCPApp(build_demo_server(), config)
-    urls = await nursery.start(lambda task_status: serve(app, "127.0.0.1", 0, task_status=task_status))
+    urls = await nursery.start(
+        lambda task_status: serve(app, "127.0.0.1", 0, http=http, task_status=task_status)  # type: ignore[arg-type]
+    )
     return app, urls[0]
 
 
@@ -42,9 +44,12 @@ def text_of(result: mt.CallToolResult) -> str:
     return content.text
 
 
+@pytest.mark.parametrize("http", ["hypercorn", "h11"])
 @pytest.mark.parametrize("mode", MODES)
-async def test_a_refused_call_is_sent_again_after_the_wait_asked(nursery: trio.Nursery, mode: str) -> None:
-    app, url = await served(nursery, "tool:echo=5/s")  # a token every 200 ms, bursts of 5
+async def test_a_refused_call_is_sent_again_after_the_wait_asked(
+    nursery: trio.Nursery, mode: str, http: str
+) -> None:
+    app, url = await served(nursery, "tool:echo=5/s", http=http)  # a token every 200 ms, bursts of 5
     with trio.fail_after(20):
         async with open_client_session(url, mode=mode) as session:  # type: ignore[arg-type]
             for n in range(8):

@@ -407,7 +407,10 @@ async def test_redis_store_not_connected_leaves_the_decision_to_local_buckets() 
         client = Client(asgi, app)
         await client.initialize()
         await expect_limited(await client.post(b'{"jsonrpc":"2.0","id":2,"method":"ping"}'), 2, 1)
-        assert app.statistics()["rate_limit_store"]["state"] in ("connecting", "disconnected")
+        stats = app.statistics()
+        assert stats["rate_limit_store"]["state"] in ("connecting", "disconnected")
+        found = {name: values for name, _, _, values in samples(stats)}
+        assert ({"link": "ratelimits"}, 0.0) in found["mcp_trio_redis_up"]
 
 
 def test_a_limit_given_twice_is_one_limit() -> None:
