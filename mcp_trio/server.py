@@ -12,7 +12,7 @@ you replace or tune once it grows:
 - :class:`TaskStarter`, what a tool that may run as a task receives to say when it has started;
 - :class:`HTTPRequestInfo`, what ``ServerConfig.authenticate`` is given about a request;
 - :class:`RateLimit`, one of ``ServerConfig.rate_limits``, and :class:`RateLimitStore`, the seam of
-  buckets shared by workers (``mcp_trio.redis.RedisRateLimiter``);
+  buckets shared by workers (``mcp_trio.redis.RedisRateLimiter``), which answers a :class:`Refusal`;
 - :class:`AdminApp`, the operations listener's ASGI application (``/metrics``, ``/healthz``,
   ``/readyz``, ``/stats``) for a program that runs its own ASGI server (``serve(admin_bind=...)``
   serves it otherwise);
@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "NotificationBus": "._app.bus",
     "RateLimit": "._protocol.ratelimits",
     "RateLimitStore": "._transport.ratelimit",
+    "Refusal": "._protocol.ratelimits",
     "SessionRegistry": "._transport.registry",
     "StoredEvent": "._transport.eventstore",
     "TaskRecord": "._app.tasks.record",
@@ -67,6 +68,7 @@ __all__ = [
     "NotificationBus",
     "RateLimit",
     "RateLimitStore",
+    "Refusal",
     "SessionRegistry",
     "StoredEvent",
     "TaskRecord",
@@ -89,6 +91,7 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._observe.logs import JSONFormatter as JSONFormatter
     from ._observe.telemetry import Telemetry as Telemetry
     from ._protocol.ratelimits import RateLimit as RateLimit
+    from ._protocol.ratelimits import Refusal as Refusal
     from ._serve import wait_for_signal as wait_for_signal
     from ._transport.admin import AdminApp as AdminApp
     from ._transport.config import HTTPRequestInfo as HTTPRequestInfo
