@@ -102,9 +102,7 @@ class LocalBuckets:
         buckets = self._buckets
         while len(buckets) > self.max_buckets:
             buckets.popitem(last=False)
-        for _ in range(2):  # a few of the oldest each time: those full again go
-            if not buckets:
-                return
+        for _ in range(2):  # a few of the oldest each time: those full again go (never the one just taken)
             key, (tokens, when) = next(iter(buckets.items()))
             if refill(key[0], tokens, now - when) < key[0].capacity:
                 return

@@ -420,3 +420,14 @@ def test_a_limit_given_twice_is_one_limit() -> None:
     request = mt.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")
     assert limits.keys([request], None, "10.0.0.1", None) == {(limit, "10.0.0.1"): 1}
     assert limits.keys([request], None, None, None) == {}  # nothing to count it by
+
+
+async def test_what_no_limit_counts_is_admitted_at_once() -> None:
+    request = mt.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")
+    none = RateLimits([], PrincipalKeys())
+    assert not none and await none.check([request], "p", "10.0.0.1", "s") is None and none.statistics() == {}
+    by_address = RateLimits([RateLimit.parse("address=1/h")], PrincipalKeys())
+    assert await by_address.check([], None, "10.0.0.1", None) is None  # no request (notifications only)
+    for _ in range(3):  # stdio: no address to count by
+        assert await by_address.check([request], None, None, "c:1") is None
+    assert by_address.statistics()["rate_limit_admitted"] == 0
