@@ -318,8 +318,9 @@ def _add_worker_options(cmd: argparse.ArgumentParser) -> None:
         "--redis",
         default=None,
         metavar="URL",
-        help="share list-changed and resource-updated notifications, tasks and the events kept for "
-        "resumption with the other workers through Redis (redis://HOST:PORT[/DB], rediss:// or "
+        help="share list-changed and resource-updated notifications, tasks, the events kept for "
+        "resumption and the --rate-limit buckets with the other workers through Redis "
+        "(redis://HOST:PORT[/DB], rediss:// or "
         "unix://), signed with the key ring of MCP_TRIO_REQUEST_STATE_SECRET (required); needs pip "
         "install 'mcp_trio[redis]'",
     )
