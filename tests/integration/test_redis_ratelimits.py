@@ -84,15 +84,16 @@ def meta() -> dict[str, Any]:
 
 
 async def ping(asgi: ASGIClient, user: str, request_id: int = 1) -> tuple[int, dict[str, str], Any]:
-    """A 2026-era ``ping`` from ``user``: the answer's status, headers and body."""
-    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping", "params": {"_meta": meta()}})
-    headers = {**POST_HEADERS, "mcp-protocol-version": V2026, "mcp-method": "ping", "x-user": user}
+    """A 2026-era request (``tools/list``) from ``user``: the answer's status, headers and body."""
+    request = {"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": {"_meta": meta()}}
+    headers = {**POST_HEADERS, "mcp-protocol-version": V2026, "mcp-method": "tools/list", "x-user": user}
+    body = json.dumps(request)
     response = await asgi.request("POST", headers=headers, body=body.encode())
     return response.status, response.headers, await response.json()
 
 
 async def admitted(asgi: ASGIClient, user: str, most: int) -> int:
-    """How many pings of ``user`` are admitted in a row before a 429 (checked), at most ``most``."""
+    """How many requests of ``user`` are admitted in a row before a 429 (checked), at most ``most``."""
     for count in range(most + 1):
         status, headers, body = await ping(asgi, user, count)
         if status == 429:
