@@ -151,6 +151,8 @@ async def test_redis_stopped_local_limits_hold_restarted_shared_again(redis: Red
     async with two_workers(redis.url) as ((a, asgi_a), (b, asgi_b)):
         with trio.fail_after(60):
             await redis.kill()
+            status, _, body = await ping(asgi_a, "zed")  # before the store noticed: its command fails
+            assert status == 200, body
             await eventually_state((a, b), "disconnected")
             # each worker's own buckets: N each, never unlimited
             assert await admitted(asgi_a, "carol", 2 * N) == N
@@ -178,6 +180,14 @@ async def test_a_writer_without_the_key_ring_cannot_loosen_the_limits(redis: Red
                 assert await admitted(asgi_b, "erin", N) == 0
             for app in (a, b):  # the script read every one of them without an error
                 assert app.statistics()["rate_limit_store"]["unavailable"] == 0
+            # a key of another type makes the script fail: the local buckets decide alone
+            await raw.set(key, "junk")
+            assert await admitted(asgi_b, "erin", N) == 0
+            await all_admitted(asgi_a, "frank", 3)  # shared: 2 left for frank
+            (frank,) = [k for k in await raw.keys("mcp_trio:rl:*") if k != key]
+            await raw.set(frank, "junk")
+            assert await admitted(asgi_b, "frank", 2 * N) == N  # b's own bucket decides alone: N, no more
+            assert b.statistics()["rate_limit_store"]["unavailable"] >= 1
 
 
 # -- two processes -------------------------------------------------------------------------------

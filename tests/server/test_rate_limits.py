@@ -398,6 +398,13 @@ async def test_redis_store_not_connected_leaves_the_decision_to_local_buckets() 
         RedisRateLimiter("http://127.0.0.1:6379")
     with pytest.raises(ValueError, match="timeout"):
         RedisRateLimiter("redis://127.0.0.1:6379", timeout=0)
+    with pytest.raises(ValueError, match="retry_initial"):
+        RedisRateLimiter("redis://127.0.0.1:6379", retry_initial=2, retry_max=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        with pytest.raises(RuntimeError, match="already running"):
+            await store.run()
+        nursery.cancel_scope.cancel()
     # an app with such a store: the local buckets still hold while it cannot answer
     app = MCPApp(
         build_demo_server(),
