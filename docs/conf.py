@@ -87,12 +87,13 @@ def _alias_repr(self):
 sphinx.util.inspect.TypeAliasForwardRef.__repr__ = _alias_repr
 
 # ServerConfig is plain data: the types of its fields that belong to the features it configures
-# (``SessionRegistry``, ``TaskStore``, ``ProtectedResource``) are imported for type checking only;
-# autodoc evaluates the annotations at run time, so give it the names (what ``typing.TYPE_CHECKING``
-# would).
+# (``SessionRegistry``, ``TaskStore``, ``ProtectedResource``, ``RateLimitStore``) are imported for
+# type checking only; autodoc evaluates the annotations at run time, so give it the names (what
+# ``typing.TYPE_CHECKING`` would).
 mcp_trio._transport.config.SessionRegistry = mcp_trio.server.SessionRegistry
 mcp_trio._transport.config.TaskStore = mcp_trio.server.TaskStore
 mcp_trio._transport.config.ProtectedResource = mcp_trio.auth.ProtectedResource
+mcp_trio._transport.config.RateLimitStore = mcp_trio.server.RateLimitStore
 # The same for the session a SessionRegistry holds (its module imports the session's for type checking)
 mcp_trio._transport.registry.Session = mcp_trio._transport.session.Session
 

@@ -13,6 +13,7 @@ The tree::
      +- TransportError           (client) the exchange with the server failed: a status, a broken stream
      |   +- SessionExpired       (client) the server answered 404 for our session
      |   +- ServerBusy           (client) 503 or 429 until the client's retries ran out
+ |       +- RateLimited      (client) refused by the server's rate limit (429, -32023) until then
      +- ListenError              (server) a server could not listen on its address (also an OSError)
      +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
      +- TaskStoreFull            (server) no room for another task in the task store
@@ -38,6 +39,7 @@ __all__ = [
     "MCPTrioError",
     "ProtocolError",
     "RPCError",
+    "RateLimited",
     "RemoteProtocolError",
     "ServerBusy",
     "SessionError",
@@ -147,6 +149,32 @@ class ServerBusy(TransportError):
         super().__init__(message, status=status, body=body)
         self.retry_after = retry_after
         self.attempts = attempts
+
+
+class RateLimited(ServerBusy):
+    """The server refused the message with its rate limit (following the draft SEP-3304, which may
+    change: HTTP 429, or the JSON-RPC error -32023 over WebSocket and stdio, where no HTTP status says
+    so) every time the client's retries allowed, or asked for a longer wait than was left of them.
+    ``retry_after`` is the wait it asked for last, in seconds (its ``data.retryAfterMs`` when it gave
+    one, else ``Retry-After``); ``limit`` and ``remaining`` what it said of the limit (None when it
+    did not); ``status`` 429, or None without HTTP.  The server processed none of the attempts."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = 429,
+        body: Any = None,
+        retry_after: float | None = None,
+        attempts: int = 1,
+        limit: int | None = None,
+        remaining: int | None = None,
+    ) -> None:
+        TransportError.__init__(self, message, status=status, body=body)
+        self.retry_after = retry_after
+        self.attempts = attempts
+        self.limit = limit
+        self.remaining = remaining
 
 
 class ListenError(MCPTrioError, OSError):

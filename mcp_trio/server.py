@@ -11,6 +11,8 @@ you replace or tune once it grows:
   several workers;
 - :class:`TaskStarter`, what a tool that may run as a task receives to say when it has started;
 - :class:`HTTPRequestInfo`, what ``ServerConfig.authenticate`` is given about a request;
+- :class:`RateLimit`, one of ``ServerConfig.rate_limits``, and :class:`RateLimitStore`, the seam of
+  buckets shared by workers (``mcp_trio.redis.RedisRateLimiter``), which answers a :class:`Refusal`;
 - :class:`AdminApp`, the operations listener's ASGI application (``/metrics``, ``/healthz``,
   ``/readyz``, ``/stats``) for a program that runs its own ASGI server (``serve(admin_bind=...)``
   serves it otherwise);
@@ -40,6 +42,9 @@ _EXPORTS: dict[str, str] = {
     "LocalSessionRegistry": "._transport.registry",
     "MemoryTaskStore": "._app.tasks.store",
     "NotificationBus": "._app.bus",
+    "RateLimit": "._protocol.ratelimits",
+    "RateLimitStore": "._transport.ratelimit",
+    "Refusal": "._protocol.ratelimits",
     "SessionRegistry": "._transport.registry",
     "StoredEvent": "._transport.eventstore",
     "TaskRecord": "._app.tasks.record",
@@ -61,6 +66,9 @@ __all__ = [
     "LocalSessionRegistry",
     "MemoryTaskStore",
     "NotificationBus",
+    "RateLimit",
+    "RateLimitStore",
+    "Refusal",
     "SessionRegistry",
     "StoredEvent",
     "TaskRecord",
@@ -82,12 +90,15 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._http.hypercorn_server import hypercorn_config as hypercorn_config
     from ._observe.logs import JSONFormatter as JSONFormatter
     from ._observe.telemetry import Telemetry as Telemetry
+    from ._protocol.ratelimits import RateLimit as RateLimit
+    from ._protocol.ratelimits import Refusal as Refusal
     from ._serve import wait_for_signal as wait_for_signal
     from ._transport.admin import AdminApp as AdminApp
     from ._transport.config import HTTPRequestInfo as HTTPRequestInfo
     from ._transport.eventstore import EventStore as EventStore
     from ._transport.eventstore import InMemoryEventStore as InMemoryEventStore
     from ._transport.eventstore import StoredEvent as StoredEvent
+    from ._transport.ratelimit import RateLimitStore as RateLimitStore
     from ._transport.registry import LocalSessionRegistry as LocalSessionRegistry
     from ._transport.registry import SessionRegistry as SessionRegistry
 

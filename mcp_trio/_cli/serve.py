@@ -260,7 +260,8 @@ def _print_admin_urls(urls: list[str]) -> None:
 
 def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
     """Give the app's server a Redis notification bus (it runs in the app's nursery), its tasks a Redis
-    store and its sessions a Redis event store, each unless its config names a store of its own."""
+    store, its sessions a Redis event store and its rate limits a Redis store, each unless its config
+    names a store of its own."""
     from .._app.bus import LocalNotificationBus
     from .._transport.eventstore import InMemoryEventStore
 
@@ -286,6 +287,11 @@ def _use_redis(parser: argparse.ArgumentParser, app: MCPApp, url: str) -> None:
         app._manager.event_store = RedisEventStore(
             url, max_bytes=config.max_event_store_bytes, ttl=max(3600.0, config.idle_timeout)
         )
+    limits = app._modern.limits
+    if limits and limits.store is None:  # and the rate limits' buckets, across the workers
+        from ..redis import RedisRateLimiter
+
+        limits.store = RedisRateLimiter(url)
 
 
 def _tls_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str] | None:

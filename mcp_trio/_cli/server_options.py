@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .._protocol import http
 from .._protocol.cluster import check_worker_id
+from .._protocol.ratelimits import RateLimit
 from .._transport.config import ServerConfig
 from .output import add_log_level
 
@@ -185,6 +186,16 @@ def add_server_options(cmd: argparse.ArgumentParser) -> None:
             metavar=metavar,
             help=f"{text} (default {_default_text(_CONFIG_DEFAULTS[option])})",
         )
+    limits.add_argument(
+        "--rate-limit",
+        action="append",
+        type=_rate_limit,
+        metavar="SCOPE=N/PERIOD",
+        help="a rate limit (draft SEP-3304): N requests per PERIOD (s, min or h; e.g. 10s) with bursts of "
+        "N, for each SCOPE: principal, address, session, tool:NAME or method:NAME; refused requests get "
+        "429 and -32023; shared by the workers with --redis; repeatable (e.g. --rate-limit "
+        "address=100/min --rate-limit tool:search=5/s)",
+    )
     _add_origin_options(cmd)
     _add_worker_options(cmd)
     _add_oauth_options(cmd)
@@ -199,6 +210,14 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
     return value
+
+
+def _rate_limit(text: str) -> RateLimit:
+    """An argparse type: a :class:`RateLimit` (``SCOPE=N/PERIOD``)."""
+    try:
+        return RateLimit.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _PROTECTION = {"auto": None, "on": True, "off": False}
@@ -299,8 +318,9 @@ def _add_worker_options(cmd: argparse.ArgumentParser) -> None:
         "--redis",
         default=None,
         metavar="URL",
-        help="share list-changed and resource-updated notifications, tasks and the events kept for "
-        "resumption with the other workers through Redis (redis://HOST:PORT[/DB], rediss:// or "
+        help="share list-changed and resource-updated notifications, tasks, the events kept for "
+        "resumption and the --rate-limit buckets with the other workers through Redis "
+        "(redis://HOST:PORT[/DB], rediss:// or "
         "unix://), signed with the key ring of MCP_TRIO_REQUEST_STATE_SECRET (required); needs pip "
         "install 'mcp_trio[redis]'",
     )
@@ -373,6 +393,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     options.update(_origin_config(args))
     if args.worker_id is not None:
         options["worker_id"] = args.worker_id
+    if args.rate_limit:
+        options["rate_limits"] = tuple(args.rate_limit)
     oauth = _oauth_config(args)
     if oauth is not None:
         options["oauth"] = oauth

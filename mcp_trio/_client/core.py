@@ -10,6 +10,7 @@ each of these records (``observe.py``).  The typed methods are built on :meth:`S
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,6 +32,7 @@ from .http import HTTPTransport, _ErrorAnswer
 from .messages import MessageTransport
 from .observe import Listed, error_type, failed, parent_of, sent, trace_context
 from .options import DEFAULT_CLIENT_INFO, SessionOptions
+from .retry import RetryPolicy, until_admitted
 from .serving import reply_to, serve_request
 from .wire import object_of, result_of, rpc_error, text_of, valid_id
 
@@ -259,8 +261,10 @@ class SessionCore:
             params["_meta"] = {**self._meta(), **params.get("_meta", {})}
         else:  # 2025 era: the client session id alone (SEP-2822 sends it with every request)
             params["_meta"] = {clientsession.META_KEY: self.client_session_id, **params.get("_meta", {})}
+        policy = getattr(self._transport, "retry", None)  # (an HTTP transport retries its 429s itself)
         for _round in range(MAX_INPUT_ROUNDS):
-            result = await self._request_once(method, params, progress)
+            once = functools.partial(self._request_once, method, params, progress)
+            result = await until_admitted(method, once, policy if isinstance(policy, RetryPolicy) else None)
             if result.get("resultType") != "input_required":
                 return result
             params = await self._answer_inputs(params, result)

@@ -64,9 +64,11 @@ _GAUGES: tuple[tuple[str, str, str], ...] = (
     ("process_tasks", "mcp_trio_process_trio_tasks", "Trio tasks of the whole process"),
     ("quota_principals", "mcp_trio_quota_principals", "principals holding sessions (quotas)"),
     ("quota_addresses", "mcp_trio_quota_addresses", "client addresses holding sessions (quotas)"),
+    ("rate_limit_buckets", "mcp_trio_rate_limit_buckets", "rate limit buckets kept by this process"),
 )
 _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("sessions_created", "mcp_trio_sessions_created_total", "2025-era sessions created"),
+    ("rate_limit_admitted", "mcp_trio_rate_limit_admitted_total", "requests the rate limits admitted"),
     (
         "keepalive_comments",
         "mcp_trio_keepalive_comments_total",
@@ -93,7 +95,9 @@ _EVENT_STORE: tuple[tuple[str, str, str, str], ...] = (
     ("evicted_bytes", "counter", "mcp_trio_event_store_evicted_bytes_total", "bytes evicted by the bound"),
 )
 REDIS_LINKS = ("notifications", "tasks", "events")
-"""The ``link`` label of the Redis metrics: the notification bus, the task store, the event store."""
+"""The ``link`` label of the Redis metrics: the notification bus, the task store, the event store (and
+``ratelimits``, the rate limits' store, which readiness does not wait for: local limits apply
+without it)."""
 _REDIS_COUNTERS: tuple[tuple[str, str], ...] = (
     ("connects", "connections to Redis made"),
     ("failures", "failed connection attempts and lost connections"),
@@ -144,6 +148,11 @@ def samples(stats: Mapping[str, Any]) -> list[Sample]:
         counts = [({"status": status}, count) for status, count in refused.items() if _is_number(count)]
         help = "HTTP requests refused before any handler (admission, framing, unknown sessions), by status"
         found.append(("mcp_trio_http_refused_total", "counter", help, counts))
+    limited = stats.get("rate_limited")
+    if isinstance(limited, Mapping):
+        counts = [({"scope": kind}, count) for kind, count in limited.items() if _is_number(count)]
+        help = "requests refused by a rate limit (429, -32023), by the kind of the limit's scope"
+        found.append(("mcp_trio_rate_limited_total", "counter", help, counts))
     found.extend(_redis_samples(stats))
     return found
 
@@ -182,6 +191,9 @@ def _redis_statistics(stats: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[s
     ):
         if isinstance(found, Mapping) and found.get("state") in _REDIS_STATES:
             yield link, found
+    store = stats.get("rate_limit_store")  # not in REDIS_LINKS: readiness does not wait for it
+    if isinstance(store, Mapping) and store.get("state") in _REDIS_STATES:
+        yield "ratelimits", store
 
 
 def _is_number(value: object) -> bool:

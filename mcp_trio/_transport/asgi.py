@@ -114,11 +114,7 @@ class MCPApp:
             forwarding = self._legacy.forwarding = Forwarding(link, self.config.worker_id, self._manager)
             if (leases := getattr(bus, "session_leases", None)) is not None:  # it keeps session records
                 self._legacy.ownership = Ownership(
-                    leases,
-                    forwarding,
-                    self._manager,
-                    self._modern.principals,
-                    self.config,
+                    leases, forwarding, self._manager, self._modern.principals, self.config
                 )
         bus_run = getattr(bus, "run", None)
         tasks = self._modern.tasks
@@ -134,6 +130,7 @@ class MCPApp:
             if events_run is not None:  # an event store with a task of its own (a shared one's writer)
                 await nursery.start(events_run)
             await nursery.start(tasks.run)
+            await nursery.start(self._modern.limits.run)
             await nursery.start(self._modern.keepalive.run)
             await nursery.start(self._bodies.run)
             await self._manager.run(task_status=task_status)
@@ -312,7 +309,7 @@ class MCPApp:
                 await reject(http_send, exc)
             return
         connection = WebSocketConnection(self.server, self.config, self._modern, receive, send)
-        connection.principal = principal
+        connection.principal, connection.address = principal, client_address(scope.get("client"))
         oauth = self._oauth
         if oauth is not None and isinstance(principal, AccessToken):  # the scopes of each operation
 
@@ -406,6 +403,9 @@ class MCPApp:
     ) -> None:
         incoming = jsonrpc.parse_body(body, allow_batch=True)
         clientsession.take_header(facts, incoming.messages)
+        if (limits := self._modern.limits) and incoming.requests:  # once who and what are known (both eras)
+            address, session = client_address(client), facts.session_id
+            await limits.admit(incoming.requests, principal, address, session, batch=incoming.batch)
         first = incoming.messages[0]
         params = first.params if isinstance(first, (mt.JSONRPCRequest, mt.JSONRPCNotification)) else None
         modern = versions.select_era(

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._protocol.cluster import check_worker_id
+from .._protocol.ratelimits import RateLimit
 from .._protocol.session import new_session_id
 from .eventstore import EventStore, InMemoryEventStore
 
 if TYPE_CHECKING:
     from .._app.tasks import TaskStore
     from ..auth.server._resource import ProtectedResource
+    from .ratelimit import RateLimitStore
     from .registry import SessionRegistry
 
 __all__ = ["DRAIN_DELAY", "LAST_WORDS", "Authenticate", "HTTPRequestInfo", "ServerConfig"]
@@ -158,8 +160,9 @@ class ServerConfig:
     ``Host`` is still checked).  None: CORS off, OPTIONS gets 405.  Preflights from these origins get
     204 with the methods and the MCP request headers they ask for (``Authorization`` included); every
     response to them carries ``Access-Control-Allow-Origin`` and exposes ``Mcp-Session-Id``,
-    ``WWW-Authenticate`` and ``Retry-After``; a preflight from any other origin gets 403.  These origins
-    pass the ``Origin`` check, and do not by themselves turn automatic protection on."""
+    ``WWW-Authenticate``, ``Retry-After``, ``RateLimit-Limit`` and ``RateLimit-Remaining``; a preflight
+    from any other origin gets 403.  These origins pass the ``Origin`` check, and do not by themselves
+    turn automatic protection on."""
     event_store_factory: Callable[[], EventStore | None] = field(default=InMemoryEventStore)
     """Makes the app's event store; return None to switch resumability off."""
     session_id_factory: Callable[[], str] = field(default=new_session_id)
@@ -209,6 +212,18 @@ class ServerConfig:
     challenge); without authentication it is open as the endpoint is.  The statistics count every task
     of the process, so the answer is computed at most every 50 ms, however many requests come."""
 
+    rate_limits: Sequence[RateLimit] = ()
+    """Rate limits (following the draft SEP-3304, which may change): each a :class:`RateLimit
+    <mcp_trio.server.RateLimit>` (``RateLimit.parse("address=100/min")``), a token bucket per
+    principal, client address, session, or tool or method and caller.  A request over one is refused
+    before any handler: HTTP 429 with ``Retry-After``, ``RateLimit-Limit`` and ``RateLimit-Remaining``,
+    and the JSON-RPC error -32023 with ``data.retryAfterMs`` (on WebSocket and stdio, the error
+    alone).  A new session does not reset ``principal`` and ``address`` limits (docs/rate-limits.md)."""
+    rate_limit_store_factory: Callable[[], RateLimitStore] | None = None
+    """Makes the store that shares the buckets of ``rate_limits`` with the other workers
+    (:class:`mcp_trio.redis.RedisRateLimiter`); the limits of this process apply besides, and alone
+    while the store cannot be reached.  None: this process's buckets only."""
+
     def __post_init__(self) -> None:
         if self.oauth is not None:
             if not isinstance(self.oauth, _ProtectedResourceShape):
@@ -227,6 +242,11 @@ class ServerConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be positive, or 0 or None for no quota")
+        if isinstance(self.rate_limits, str | bytes) or not all(
+            isinstance(limit, RateLimit) for limit in self.rate_limits
+        ):
+            raise TypeError("rate_limits: a sequence of RateLimit (RateLimit.parse('address=100/min'))")
+        object.__setattr__(self, "rate_limits", tuple(self.rate_limits))
         if self.task_ttl is not None and not self.task_ttl > 0:
             raise ValueError("task_ttl must be positive (or None)")
         if not 0 < self.task_poll_interval < 3600:

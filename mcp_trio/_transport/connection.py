@@ -24,6 +24,7 @@ Bad input never ends the loop: a message that is not JSON gets -32700, one that 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ import trio
 from .._protocol import jsonrpc, versions
 from .._protocol import modern as modern_rules
 from .._protocol.admission import SHUTTING_DOWN, SHUTTING_DOWN_CODE, shutdown_answer
+from .._protocol.ratelimits import refused
 from .._runtime.containment import contained
 from .._runtime.peerlog import MAX_LOGGED_VALUE, RateLimitedLog, printable
 from ..errors import RemoteProtocolError, RPCError
@@ -105,6 +107,8 @@ class MessageConnection(SessionPeer):
     principal: object = None
     """Who the client is (a WebSocket upgrade's bearer token or ``authenticate`` hook's answer; None over
     stdio): handlers see it as ``ctx.principal``, and the 2026 tasks it starts belong to it."""
+    address: str | None = None
+    """The client's address as rate limits and quotas count it (a WebSocket's; None over stdio)."""
     authorize: Callable[[mt.JSONRPCRequest | mt.JSONRPCNotification], None] | None = None
     """Checks each request and notification before it is served (a WebSocket's per-operation OAuth
     scopes); raises :class:`RemoteProtocolError` to refuse it (a request gets that error, a
@@ -147,6 +151,8 @@ class MessageConnection(SessionPeer):
             max(1, config.stream_buffer)
         )
         self._nursery: trio.Nursery | None = None
+        self._connection_key = f"c:{secrets.token_hex(12)}"
+        """What a ``session`` rate limit counts this connection's requests by."""
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -158,6 +164,7 @@ class MessageConnection(SessionPeer):
             if self._owns_endpoint:
                 self._modern.tasks.publish = self.server.notifications.publish  # notifications/tasks
                 await nursery.start(self._modern.tasks.run)
+                await nursery.start(self._modern.limits.run)
             self.server.attach(self)
             clock = self.server.telemetry.session(self.carrier)
             try:
@@ -265,6 +272,13 @@ class MessageConnection(SessionPeer):
             message = f"Too many requests in flight on this connection (limit {self.max_inflight})"
             await self._error(request.id, mt.INTERNAL_ERROR, message)
             return
+        if self._modern.limits:  # the rate limits: the JSON-RPC error alone (no HTTP status here)
+            session = self.session_id or self._connection_key
+            refusal = await self._modern.limits.check((request,), self.principal, self.address, session)
+            if refusal is not None:
+                answer = refused(refusal, request.id)
+                await self._error(request.id, answer.code, answer.message, answer.data)
+                return
         try:
             if modern_rules.meta_version(request.params) is not None:
                 self._start_modern(request)

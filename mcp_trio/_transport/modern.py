@@ -38,6 +38,7 @@ from ..errors import RPCError
 from .config import ServerConfig
 from .core import ServerCore
 from .inflight import InFlight
+from .ratelimit import RateLimits
 from .responder import KeepAlive, Responder, disconnected, watch_disconnect
 from .streams import GuardedSend
 from .subscriptions import Listener, Subscriptions
@@ -193,6 +194,10 @@ class ModernEndpoint:
                 "task owners are recognised only by the worker that started each task",
                 REQUEST_STATE_SECRET_ENV,
             )
+        store = config.rate_limit_store_factory
+        self.limits = RateLimits(config.rate_limits, self.principals, store() if store is not None else None)
+        """The rate limits (``config.rate_limits``): every HTTP request, WebSocket and stdio message of
+        the app is counted here (its store's connection runs in :meth:`MCPApp.run`)."""
         self.subscriptions = Subscriptions(server, config, self.tasks, self.principals)
         """The open ``subscriptions/listen`` streams."""
         self.keepalive = KeepAlive(config.keepalive_interval)
@@ -428,7 +433,7 @@ class ModernEndpoint:
                 if isinstance(responder.send, GuardedSend):
                     responder.send.abort()
 
-    def statistics(self) -> dict[str, int]:
+    def statistics(self) -> dict[str, Any]:
         listeners = len(self.subscriptions.open)
         return {
             "modern_inflight": self.inflight,
@@ -436,4 +441,5 @@ class ModernEndpoint:
             "keepalive_watched": len(self.keepalive),
             "keepalive_comments": self.keepalive.comments,
             **self.tasks.statistics(),
+            **self.limits.statistics(),
         }

@@ -120,7 +120,10 @@ def test_response_headers_of_an_explicit_list() -> None:
     policy = http.CORSPolicy.of([APP])
     assert policy.response_headers(APP) == [
         (b"access-control-allow-origin", APP.encode()),
-        (b"access-control-expose-headers", b"Mcp-Session-Id, WWW-Authenticate, Retry-After"),
+        (
+            b"access-control-expose-headers",
+            b"Mcp-Session-Id, WWW-Authenticate, Retry-After, RateLimit-Limit, RateLimit-Remaining",
+        ),
         (b"vary", b"Origin"),
     ]
     assert policy.response_headers("https://evil.example") == [(b"vary", b"Origin")]

@@ -22,7 +22,7 @@ LOOPBACK = ("127.0.0.1", 8000)
 PUBLIC = ("10.1.2.3", 8000)
 APP_ORIGIN = "https://app.example"
 PREFLIGHT_HEADERS = {"origin": APP_ORIGIN, "access-control-request-method": "POST"}
-EXPOSED = "Mcp-Session-Id, WWW-Authenticate, Retry-After"
+EXPOSED = "Mcp-Session-Id, WWW-Authenticate, Retry-After, RateLimit-Limit, RateLimit-Remaining"
 
 
 @asynccontextmanager

@@ -221,7 +221,7 @@ CORS_REQUEST_HEADERS = frozenset(
     }
 )
 """The request headers MCP clients send, besides ``Mcp-Param-{Name}``: what a preflight may ask for."""
-CORS_EXPOSE_HEADERS = "Mcp-Session-Id, WWW-Authenticate, Retry-After"
+CORS_EXPOSE_HEADERS = "Mcp-Session-Id, WWW-Authenticate, Retry-After, RateLimit-Limit, RateLimit-Remaining"
 """Response headers a browser script may read besides the CORS-safelisted ones."""
 CORS_MAX_AGE = 7200
 """How long (seconds) a browser may reuse a preflight's answer (Chromium's own cap)."""
