@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "LocalSessionRegistry": "._transport.registry",
     "MemoryTaskStore": "._app.tasks.store",
     "NotificationBus": "._app.bus",
+    "ServerCard": "._protocol.card",
     "SessionRegistry": "._transport.registry",
     "StoredEvent": "._transport.eventstore",
     "TaskRecord": "._app.tasks.record",
@@ -61,6 +62,7 @@ __all__ = [
     "LocalSessionRegistry",
     "MemoryTaskStore",
     "NotificationBus",
+    "ServerCard",
     "SessionRegistry",
     "StoredEvent",
     "TaskRecord",
@@ -82,6 +84,7 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._http.hypercorn_server import hypercorn_config as hypercorn_config
     from ._observe.logs import JSONFormatter as JSONFormatter
     from ._observe.telemetry import Telemetry as Telemetry
+    from ._protocol.card import ServerCard as ServerCard
     from ._serve import wait_for_signal as wait_for_signal
     from ._transport.admin import AdminApp as AdminApp
     from ._transport.config import HTTPRequestInfo as HTTPRequestInfo

@@ -25,6 +25,7 @@ from ..auth.server._token import AccessToken
 from ..errors import RemoteProtocolError
 from . import lifetime
 from .bodies import BodyDeadlines, ClientGone, read_body
+from .card import CardRoutes
 from .config import HTTPRequestInfo, ServerConfig
 from .core import ServerCore
 from .forwarding import Forwarding, WorkerLink
@@ -65,6 +66,7 @@ class MCPApp:
         self._modern = ModernEndpoint(server, self.config)
         self._sends: set[GuardedSend] = set()
         """Sends under way (each HTTP request's, while one is being written)."""
+        self._card = CardRoutes(server, self.config, self._sends)  # config.server_card: its public documents
         config = self.config
         self._admission = admission.Admission.of(
             path=config.path,
@@ -204,7 +206,7 @@ class MCPApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, receive, send)
+            await (self._card.serve if self._card.serves(scope) else self._http)(scope, receive, send)
         elif kind == "lifespan":
             await lifetime.asgi_lifespan(self, receive, send)
         elif kind == "websocket":

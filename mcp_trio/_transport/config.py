@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .._protocol.card import ServerCard
 from .._protocol.cluster import check_worker_id
 from .._protocol.session import new_session_id
 from .eventstore import EventStore, InMemoryEventStore
@@ -208,6 +209,11 @@ class ServerConfig:
     endpoint's ``required_scopes``) or ``authenticate``, with the same refusals (421, 403, 401 with its
     challenge); without authentication it is open as the endpoint is.  The statistics count every task
     of the process, so the answer is computed at most every 50 ms, however many requests come."""
+    server_card: ServerCard | None = None
+    """Serve a server card (the server card extension, SEP-2127, a draft) at ``<path>/server-card`` and
+    the AI Catalog linking to it at ``/.well-known/ai-catalog.json``: public documents made from the
+    server's ``server/discover`` answer, with what the :class:`~mcp_trio.server.ServerCard` adds
+    (``ServerCard()`` adds nothing).  None: not served (404)."""
 
     def __post_init__(self) -> None:
         if self.oauth is not None:
@@ -215,6 +221,8 @@ class ServerConfig:
                 raise TypeError("oauth must be a mcp_trio.auth.ProtectedResource")
             if self.authenticate is not None:
                 raise ValueError("oauth and authenticate are exclusive: each decides who sends a request")
+        if self.server_card is not None and not isinstance(self.server_card, ServerCard):
+            raise TypeError("server_card must be a mcp_trio.server.ServerCard")
         if self.worker_id is not None:
             check_worker_id(self.worker_id)
         if self.drain_delay is not None and not 0 <= self.drain_delay <= 600:
