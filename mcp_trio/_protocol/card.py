@@ -77,7 +77,7 @@ class ServerCard:
 
     ``name``: the card's reverse-DNS name (``com.example/weather``).  Default: the server's name if it
     has that form, else ``<the endpoint's host, reversed>/<the server's name>``
-    (``com.example.mcp/weather`` for ``https://mcp.example.com/mcp``).
+    (``com.example.mcp/weather`` for ``https://mcp.example.com/mcp``; ``localhost/weather`` on loopback).
     ``url``: the endpoint's public URL (``https://mcp.example.com/mcp``).  Default: the OAuth resource
     when ``ServerConfig.oauth`` is set, else the URL the card was requested at (its scheme, ``Host`` and
     the endpoint's path), which is wrong behind a proxy that changes them: give it there.
@@ -123,13 +123,14 @@ def endpoint_url(scheme: str, host: str | None, fallback_host: str, path: str) -
 
 
 def _namespace(url: str) -> str:
-    """The reverse-DNS namespace of an endpoint URL's host (an address as it is, ``:`` as ``-``)."""
+    """The reverse-DNS namespace of an endpoint URL's host: ``localhost`` for a loopback one, an
+    address as it is (``:`` as ``-``)."""
     host = urlsplit(url).hostname or "localhost"
     try:
-        ipaddress.ip_address(host)
+        address = ipaddress.ip_address(host)
     except ValueError:
         return ".".join(reversed(host.split(".")))
-    return host.replace(":", "-")
+    return "localhost" if address.is_loopback else host.replace(":", "-")
 
 
 def _card_name(server_name: str, card: ServerCard, url: str) -> str:

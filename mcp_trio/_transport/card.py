@@ -12,10 +12,10 @@ most one a second for them.  The documents themselves are in :mod:`.._protocol.c
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import mcp_types as mt
+import trio
 
 from .._app.context import Context
 from .._protocol import admission, versions
@@ -146,7 +146,7 @@ class CardRoutes:
         return public_response(method, card, CARD_MEDIA_TYPE, if_none_match)
 
     async def _discover(self) -> dict[str, Any]:
-        now = time.monotonic()
+        now = trio.current_time()
         cached = self._discovered
         if cached is not None and now - cached[0] < DISCOVER_MAX_AGE:
             return cached[1]
