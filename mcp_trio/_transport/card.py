@@ -86,7 +86,7 @@ class CardRoutes:
 
     def serves(self, scope: Scope) -> bool:
         """Whether an HTTP request is the card's or the catalog's (never with the card off)."""
-        if self.card is None or scope["type"] != "http":
+        if self.card is None:
             return False
         path = scope.get("path", "/")
         return path in CATALOG_PATHS or self._endpoint_of(path) is not None
