@@ -371,3 +371,51 @@ def test_a_card_that_cannot_be_is_refused(options: dict[str, Any], message: str)
         ServerCard(meta={"com.example/x": object()})
     with pytest.raises(TypeError, match="ServerCard"):
         ServerConfig(server_card={"name": "com.example/x"})  # type: ignore[arg-type]
+
+
+def card_scope(headers: list[tuple[bytes, bytes]], server: Any) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "method": "GET",
+        "scheme": "https",
+        "path": CARD,
+        "headers": headers,
+        "server": server,
+        "client": ("127.0.0.1", 5000),
+    }
+
+
+@pytest.mark.parametrize(
+    ("server", "url"),
+    [(("::1", 8443), "https://[::1]:8443/mcp"), (None, "https://localhost/mcp"), (("10.0.0.1", None), "https://10.0.0.1/mcp")],
+)
+async def test_without_a_host_the_card_names_the_servers_address(server: Any, url: str) -> None:
+    app = card_app()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(card_scope([], server), receive, send)
+    assert sent[0]["status"] == 200
+    card = json.loads(sent[1]["body"])
+    assert card["remotes"][0]["url"] == url
+
+
+async def test_a_client_gone_ends_the_answer_quietly() -> None:
+    app = card_app()
+    sends = 0
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal sends
+        sends += 1
+        raise trio.BrokenResourceError("gone")
+
+    await app(card_scope([(b"host", b"127.0.0.1:8000")], ("127.0.0.1", 8000)), receive, send)
+    assert sends == 1  # the head failed: nothing more is tried, nothing raised
