@@ -387,7 +387,11 @@ def card_scope(headers: list[tuple[bytes, bytes]], server: Any) -> dict[str, Any
 
 @pytest.mark.parametrize(
     ("server", "url"),
-    [(("::1", 8443), "https://[::1]:8443/mcp"), (None, "https://localhost/mcp"), (("10.0.0.1", None), "https://10.0.0.1/mcp")],
+    [
+        (("::1", 8443), "https://[::1]:8443/mcp"),
+        (None, "https://localhost/mcp"),
+        (("10.0.0.1", None), "https://10.0.0.1/mcp"),
+    ],
 )
 async def test_without_a_host_the_card_names_the_servers_address(server: Any, url: str) -> None:
     app = card_app()
