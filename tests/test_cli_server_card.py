@@ -37,3 +37,11 @@ def test_a_url_that_is_not_one_is_a_usage_error(
     assert exited.value.code == 2
     assert "server card url must be an http(s) URL" in capsys.readouterr().err
     assert served == []
+
+
+def test_not_over_stdio(served: list[MCPApp], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["demo", "--stdio", "--server-card"])
+    assert exited.value.code == 2
+    assert "--server-card is for HTTP" in capsys.readouterr().err
+    assert served == []
