@@ -28,11 +28,13 @@ __all__ = [
     "CARD_SUFFIX",
     "CATALOG_MEDIA_TYPE",
     "CATALOG_PATHS",
+    "MinuteLimit",
     "ServerCard",
     "card_document",
     "catalog_document",
     "public_response",
     "refusal_or_preflight",
+    "too_many",
 ]
 
 CARD_SCHEMA = "https://static.modelcontextprotocol.io/schemas/v1/server-card.schema.json"
@@ -95,6 +97,11 @@ class ServerCard:
     icons: Sequence[Mapping[str, Any]] = ()
     repository: Mapping[str, str] | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    requests_per_minute: int | None = 120
+    """The most requests for the card and the catalog one client address (an IPv4 address, the /64 of
+    an IPv6 one) makes in a minute; beyond, 429 with ``Retry-After`` until the minute is over.  Behind
+    a reverse proxy every client has the proxy's address: raise it, or turn it off (None or 0) and
+    limit at the proxy."""
 
     def __post_init__(self) -> None:
         if self.name is not None and (len(self.name) > 200 or not _NAME.fullmatch(self.name)):
@@ -111,7 +118,48 @@ class ServerCard:
             raise ValueError("server card repository needs its url and source")
         if CAPABILITIES_META_KEY in self.meta:
             raise ValueError(f"{CAPABILITIES_META_KEY} in a server card's meta comes from server/discover")
+        if self.requests_per_minute is not None and self.requests_per_minute < 0:
+            raise ValueError("server card requests_per_minute must be positive, or 0 or None for no limit")
         json.dumps([list(self.icons), self.repository, dict(self.meta)])  # JSON, or a TypeError now
+
+
+class MinuteLimit:
+    """At most ``limit`` requests per key (a client address) in each minute of ``now`` (seconds, any
+    clock): the counts are dropped when the minute is over, and at most ``max_keys`` keys are counted
+    in one minute (beyond them a new key is refused too: never unlimited)."""
+
+    __slots__ = ("_counts", "_minute", "limit", "max_keys")
+
+    def __init__(self, limit: int, max_keys: int = 10_000) -> None:
+        self.limit = limit
+        self.max_keys = max_keys
+        self._minute = -1
+        self._counts: dict[str | None, int] = {}
+
+    def retry_after(self, key: str | None, now: float) -> int | None:
+        """Count one request of ``key``: None if it is admitted, else the seconds until the next minute."""
+        minute = int(now // 60)
+        if minute != self._minute:
+            self._minute = minute
+            self._counts.clear()
+        count = self._counts.get(key, 0)
+        if count >= self.limit or (count == 0 and len(self._counts) >= self.max_keys):
+            return max(1, int((minute + 1) * 60 - now + 0.999))
+        self._counts[key] = count + 1
+        return None
+
+
+def too_many(retry_after: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """429 for a client over the card's limit: ``Retry-After`` and the CORS headers (a page can read
+    the status)."""
+    body = b'{"error":"Too Many Requests"}'
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(retry_after).encode()),
+        *CORS_HEADERS,
+    ]
+    return 429, headers, body
 
 
 def endpoint_url(scheme: str, host: str | None, fallback_host: str, path: str) -> str:

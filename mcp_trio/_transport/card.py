@@ -6,7 +6,8 @@ linking to it.  Both are public: no ``Host``/``Origin`` check, no authentication
 The card is made from the server's own ``server/discover`` answer (:func:`discover`, the request a
 client of the latest revision sends, answered by the server as any other), so the two cannot disagree;
 that answer is kept for :data:`DISCOVER_MAX_AGE`, so however many requests come, the server answers at
-most one a second for them.  The documents themselves are in :mod:`.._protocol.card`.
+most one a second for them, and each client address gets ``ServerCard.requests_per_minute`` requests a
+minute (then 429).  The documents themselves are in :mod:`.._protocol.card`.
 """
 
 from __future__ import annotations
@@ -24,18 +25,21 @@ from .._protocol.card import (
     CARD_SUFFIX,
     CATALOG_MEDIA_TYPE,
     CATALOG_PATHS,
+    MinuteLimit,
     ServerCard,
     card_document,
     catalog_document,
     endpoint_url,
     public_response,
     refusal_or_preflight,
+    too_many,
 )
 from .._runtime.contract import CANCELLABLE_SEND
 from ..errors import RPCError
 from .config import ServerConfig
 from .core import ServerCore
 from .modern import RequestPeer
+from .quotas import client_address
 from .responder import Responder
 from .streams import TRANSPORT_ERRORS, GuardedSend, reject
 from .wire import Receive, Scope, Send
@@ -81,6 +85,9 @@ class CardRoutes:
         """The OAuth resource (the endpoint's public URL) when the endpoint needs a token."""
         self.auth_metadata_url: str | None = getattr(oauth, "metadata_url", None)
         self._sends = sends
+        limit = self.card.requests_per_minute if self.card is not None else None
+        self._limit = MinuteLimit(limit) if limit else None
+        """Requests per client address and minute (``ServerCard.requests_per_minute``)."""
         self._discovered: tuple[float, dict[str, Any]] | None = None
         """When the last ``server/discover`` answer was had, and what it was."""
 
@@ -101,7 +108,7 @@ class CardRoutes:
         return endpoint if endpoint.rstrip("/") == self.endpoint.rstrip("/") else None
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer a request :meth:`serves`: the document, 304, a preflight's 204, or 405."""
+        """Answer a request :meth:`serves`: the document, 304, a preflight's 204, 405, or 429."""
         extensions = scope.get("extensions")
         abortable = isinstance(extensions, dict) and CANCELLABLE_SEND in extensions
         guarded = GuardedSend(send, abortable=abortable, in_progress=self._sends)
@@ -113,12 +120,21 @@ class CardRoutes:
             ):
                 await reject(guarded, admission.AMBIGUOUS_FRAMING)
                 return
-            answer = refusal_or_preflight(method) or await self._document(scope, method)
+            answer = await self._answer(scope, method)
             status, head, body = answer
             await guarded({"type": "http.response.start", "status": status, "headers": head})
             await guarded({"type": "http.response.body", "body": body, "more_body": False})
         except TRANSPORT_ERRORS:
             return
+
+    async def _answer(self, scope: Scope, method: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """429 for a client address over the limit, else the document, a preflight's 204 or 405."""
+        limit = self._limit
+        if limit is not None:
+            wait = limit.retry_after(client_address(scope.get("client")), trio.current_time())
+            if wait is not None:
+                return too_many(wait)
+        return refusal_or_preflight(method) or await self._document(scope, method)
 
     async def _document(self, scope: Scope, method: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """The card (or the catalog) of the endpoint a request names, as :func:`public_response` sends it."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from mcp_trio._protocol.card import ServerCard, card_document, endpoint_url, public_response
+from mcp_trio._protocol.card import MinuteLimit, ServerCard, card_document, endpoint_url, public_response
 
 INFO = {"name": "weather", "version": "1"}
 
@@ -44,3 +44,12 @@ def test_head_and_conditional_answers() -> None:
     assert public_response("GET", {"a": 1}, "application/x", f"W/{etag}")[0] == 304
     assert public_response("GET", {"a": 1}, "application/x", '"nope", W/"nope"')[0] == 200
     assert public_response("GET", {"a": 2}, "application/x", etag)[0] == 200  # another document
+
+
+def test_the_minute_limit_counts_a_bounded_number_of_addresses() -> None:
+    limit = MinuteLimit(2, max_keys=2)
+    assert [limit.retry_after(key, 120.0) for key in ("a", "b", "a")] == [None, None, None]
+    assert limit.retry_after("a", 130.0) == 50  # its two are used
+    assert limit.retry_after("c", 130.5) == 50  # a third address while two are counted: refused too
+    assert limit.retry_after("b", 179.9) is None
+    assert limit.retry_after("c", 180.0) is None  # a new minute: counts dropped

@@ -362,6 +362,7 @@ async def test_a_server_that_fails_discover_gets_503(
         ({"title": "t" * 101}, "1 to 100"),
         ({"repository": {"url": "https://github.com/x/y"}}, "source"),
         ({"meta": {CAPABILITIES: {}}}, "server/discover"),
+        ({"requests_per_minute": -1}, "requests_per_minute"),
     ],
 )
 def test_a_card_that_cannot_be_is_refused(options: dict[str, Any], message: str) -> None:
@@ -423,3 +424,34 @@ async def test_a_client_gone_ends_the_answer_quietly() -> None:
 
     await app(card_scope([(b"host", b"127.0.0.1:8000")], ("127.0.0.1", 8000)), receive, send)
     assert sends == 1  # the head failed: nothing more is tried, nothing raised
+
+
+@pytest.mark.deadline(300)  # virtual seconds (autojump): two minutes go by
+async def test_each_client_address_gets_its_requests_per_minute(autojump_clock: trio.abc.Clock) -> None:
+    async with open_asgi_client(card_app(ServerCard(requests_per_minute=3))) as asgi:
+        await trio.sleep(60 - trio.current_time() % 60)  # at the start of a minute
+        for path in (CARD, CATALOG, CARD):
+            assert (await asgi.request("GET", path)).status == 200
+        refused = await asgi.request("GET", CATALOG, headers={"origin": "https://elsewhere.example"})
+        assert refused.status == 429 and refused.headers["retry-after"] == "60"
+        assert refused.headers["access-control-allow-origin"] == "*"  # a page can read why
+        assert json.loads(await refused.read()) == {"error": "Too Many Requests"}
+        preflight = await asgi.request("OPTIONS", CARD)
+        assert preflight.status == 429  # every request counts
+        other = await asgi.request("GET", CARD, client=("192.0.2.9", 4000))
+        assert other.status == 200  # another address has its own count
+        same_64 = [("2001:db8::1", 1), ("2001:db8::2", 2), ("2001:db8::3", 3), ("2001:db8::4", 4)]
+        statuses = [(await asgi.request("GET", CARD, client=client)).status for client in same_64]
+        assert statuses == [200, 200, 200, 429]  # an IPv6 /64 is one address
+        await trio.sleep(45)
+        late = await asgi.request("GET", CARD)
+        assert late.status == 429 and late.headers["retry-after"] == "15"
+        await trio.sleep(15)
+        assert (await asgi.request("GET", CARD)).status == 200  # a new minute
+
+
+@pytest.mark.parametrize("off", [None, 0])
+async def test_no_limit_when_turned_off(off: int | None) -> None:
+    async with open_asgi_client(card_app(ServerCard(requests_per_minute=off))) as asgi:
+        statuses = {(await asgi.request("HEAD", CARD)).status for _ in range(130)}
+        assert statuses == {200}
