@@ -5,7 +5,8 @@ A server card is a public JSON document that describes a remote MCP server befor
 answer, so the two cannot disagree: :func:`card_document` maps that answer (and the few fields only a
 card has, :class:`ServerCard`) to the card; :func:`catalog_document` makes a domain's AI Catalog entry
 for it; :func:`public_response` answers a ``GET`` of either with the headers the draft names (CORS for
-any origin, ``Cache-Control``, an ``ETag`` and ``304`` for ``If-None-Match``).
+any origin, ``Cache-Control``, an ``ETag`` and ``304`` for ``If-None-Match``); :class:`MinuteLimit`
+counts each client address's requests for them.
 
 The draft is maintained in modelcontextprotocol/experimental-ext-server-card (``schema.ts``,
 ``docs/discovery.md``); it may change.
