@@ -117,11 +117,7 @@ class MCPApp:
             forwarding = self._legacy.forwarding = Forwarding(link, self.config.worker_id, self._manager)
             if (leases := getattr(bus, "session_leases", None)) is not None:  # it keeps session records
                 self._legacy.ownership = Ownership(
-                    leases,
-                    forwarding,
-                    self._manager,
-                    self._modern.principals,
-                    self.config,
+                    leases, forwarding, self._manager, self._modern.principals, self.config
                 )
         bus_run = getattr(bus, "run", None)
         tasks = self._modern.tasks
