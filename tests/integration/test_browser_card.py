@@ -77,10 +77,13 @@ async function run() {
       "io.modelcontextprotocol/clientCapabilities": {},
     };
     const body = {jsonrpc: "2.0", id: 1, method: "server/discover", params: {_meta: meta}};
-    const headers = {"content-type": "application/json", "accept": "application/json",
+    const headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
                      "mcp-protocol-version": "2026-07-28", "mcp-method": "server/discover"};
     const response = await fetch(MCP, {method: "POST", headers, body: JSON.stringify(body)});
-    return {status: response.status, answer: await response.json()};
+    const text = await response.text();
+    const sse = (response.headers.get("content-type") || "").startsWith("text/event-stream");
+    const data = sse ? text.split(/\\r?\\n/).filter(line => line.startsWith("data:")).pop().slice(5) : text;
+    return {status: response.status, answer: JSON.parse(data)};
   });
   return results;
 }
