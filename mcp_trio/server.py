@@ -11,6 +11,8 @@ you replace or tune once it grows:
   several workers;
 - :class:`TaskStarter`, what a tool that may run as a task receives to say when it has started;
 - :class:`HTTPRequestInfo`, what ``ServerConfig.authenticate`` is given about a request;
+- :class:`ServerCard`, what the server card adds to the server's ``server/discover`` answer
+  (``ServerConfig.server_card``; a draft, SEP-2127);
 - :class:`AdminApp`, the operations listener's ASGI application (``/metrics``, ``/healthz``,
   ``/readyz``, ``/stats``) for a program that runs its own ASGI server (``serve(admin_bind=...)``
   serves it otherwise);
