@@ -13,6 +13,8 @@ you replace or tune once it grows:
 - :class:`HTTPRequestInfo`, what ``ServerConfig.authenticate`` is given about a request;
 - :class:`RateLimit`, one of ``ServerConfig.rate_limits``, and :class:`RateLimitStore`, the seam of
   buckets shared by workers (``mcp_trio.redis.RedisRateLimiter``), which answers a :class:`Refusal`;
+- :class:`ServerCard`, what the server card adds to the server's ``server/discover`` answer
+  (``ServerConfig.server_card``; a draft, SEP-2127);
 - :class:`AdminApp`, the operations listener's ASGI application (``/metrics``, ``/healthz``,
   ``/readyz``, ``/stats``) for a program that runs its own ASGI server (``serve(admin_bind=...)``
   serves it otherwise);
@@ -45,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "RateLimit": "._protocol.ratelimits",
     "RateLimitStore": "._transport.ratelimit",
     "Refusal": "._protocol.ratelimits",
+    "ServerCard": "._protocol.card",
     "SessionRegistry": "._transport.registry",
     "StoredEvent": "._transport.eventstore",
     "TaskRecord": "._app.tasks.record",
@@ -69,6 +72,7 @@ __all__ = [
     "RateLimit",
     "RateLimitStore",
     "Refusal",
+    "ServerCard",
     "SessionRegistry",
     "StoredEvent",
     "TaskRecord",
@@ -90,6 +94,7 @@ if TYPE_CHECKING:  # for type checkers and the docs: the real imports
     from ._http.hypercorn_server import hypercorn_config as hypercorn_config
     from ._observe.logs import JSONFormatter as JSONFormatter
     from ._observe.telemetry import Telemetry as Telemetry
+    from ._protocol.card import ServerCard as ServerCard
     from ._protocol.ratelimits import RateLimit as RateLimit
     from ._protocol.ratelimits import Refusal as Refusal
     from ._serve import wait_for_signal as wait_for_signal

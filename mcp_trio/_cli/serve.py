@@ -344,6 +344,8 @@ def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(str(exc))
     if config.oauth is not None and args.stdio:
         parser.error("--oauth-issuer/--resource are for HTTP; over stdio the client starts the server")
+    if config.server_card is not None and args.stdio:
+        parser.error("--server-card is for HTTP: a stdio server has no URL to describe")
     ring = os.environ.get(REQUEST_STATE_SECRET_ENV)
     try:
         if ring is not None:

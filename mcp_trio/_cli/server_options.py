@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._protocol import http
+from .._protocol.card import ServerCard
 from .._protocol.cluster import check_worker_id
 from .._protocol.ratelimits import RateLimit
 from .._transport.config import ServerConfig
@@ -134,6 +135,19 @@ def add_server_options(cmd: argparse.ArgumentParser) -> None:
         "--stats-path", default=None, metavar="PATH", help="serve the app's statistics as JSON on PATH"
     )
     cmd.add_argument(
+        "--server-card",
+        action="store_true",
+        help="serve a server card at <endpoint>/server-card and an AI Catalog at "
+        "/.well-known/ai-catalog.json, made from server/discover (a draft: SEP-2127)",
+    )
+    cmd.add_argument(
+        "--server-card-url",
+        default=None,
+        metavar="URL",
+        help="the endpoint's public URL the card names (default: the OAuth resource, else the URL the "
+        "card is requested at); implies --server-card",
+    )
+    cmd.add_argument(
         "--admin-bind",
         default=None,
         metavar="HOST:PORT",
@@ -175,7 +189,7 @@ def add_server_options(cmd: argparse.ArgumentParser) -> None:
     )
     limits = cmd.add_argument_group(
         "session and connection limits",
-        "These and --json-response, --stats-path configure the app when\n"
+        "These and --json-response, --stats-path, --server-card configure the app when\n"
         "MODULE:ATTR names an MCPServer; an MCPApp brings its own ServerConfig.",
     )
     for option, (kind, metavar, text) in _CONFIG_HELP.items():
@@ -398,4 +412,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     oauth = _oauth_config(args)
     if oauth is not None:
         options["oauth"] = oauth
+    if args.server_card or args.server_card_url is not None:
+        options["server_card"] = ServerCard(url=args.server_card_url)
     return ServerConfig(json_response=args.json_response, stats_path=args.stats_path, **options)

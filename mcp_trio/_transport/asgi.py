@@ -32,6 +32,7 @@ from .legacy import LegacyEndpoint
 from .manager import SessionManager
 from .modern import ModernEndpoint
 from .ownership import Ownership, close_sessions, drain
+from .public import PublicDocuments
 from .quotas import QuotaExceeded, client_address
 from .streams import TRANSPORT_ERRORS, GuardedSend, reject, respond
 from .websocket import SUBPROTOCOL, WebSocketConnection, http_response_send
@@ -74,7 +75,9 @@ class MCPApp:
         )
         oauth = config.oauth
         self._oauth = BearerGuard(oauth, config.path) if oauth is not None else None
-        """With ``config.oauth``: the bearer check of every request, and the resource metadata."""
+        """With ``config.oauth``: the bearer check of every request."""
+        self._public = PublicDocuments(server, config, self._oauth, self._sends)
+        """The documents any client may fetch before the endpoint's rules (OAuth metadata, server card)."""
         self._legacy = LegacyEndpoint(
             server, config, self._manager, self._modern.principals, self._oauth, self._not_running
         )
@@ -200,7 +203,7 @@ class MCPApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, receive, send)
+            await (self._public.serve if self._public.serves(scope) else self._http)(scope, receive, send)
         elif kind == "lifespan":
             await lifetime.asgi_lifespan(self, receive, send)
         elif kind == "websocket":
@@ -212,8 +215,7 @@ class MCPApp:
         extensions = scope.get("extensions")
         abortable = isinstance(extensions, dict) and CANCELLABLE_SEND in extensions
         facts = http.RequestFacts.from_headers(scope["method"], scope.get("headers", ()))
-        metadata = self._oauth is not None and scope.get("path", "/").rstrip("/") in self._oauth.paths
-        if self._admission.cors is not None and not metadata:  # every response carries its CORS headers
+        if self._admission.cors is not None:  # every response carries its CORS headers
             cors_headers = self._admission.cors_headers(facts.origin)
             if cors_headers:
                 raw_send = _with_headers(raw_send, cors_headers)
@@ -222,8 +224,6 @@ class MCPApp:
             if facts.ambiguous_framing:  # before anything else: the request's end is in doubt
                 self._refused[400] = self._refused.get(400, 0) + 1
                 await reject(send, admission.AMBIGUOUS_FRAMING)
-            elif metadata:
-                await self._metadata(facts, send)
             else:
                 await self._route(scope, facts, receive, send)
         except TRANSPORT_ERRORS:  # the connection was abandoned (a send was cut): nothing more to say
@@ -324,13 +324,6 @@ class MCPApp:
         finally:
             self._websockets.discard(connection)
             self._manager.quotas.give_back(quota)
-
-    async def _metadata(self, facts: http.RequestFacts, send: GuardedSend) -> None:
-        """The protected resource metadata (RFC 9728): public, for any origin, before any other rule."""
-        assert self._oauth is not None
-        status, headers, body = self._oauth.metadata_response(facts.method, facts.cors_headers)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _authenticate(self, scope: Scope) -> object:
         """The principal of a request, by ``config.oauth`` (its :class:`AccessToken`) or

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .._protocol.card import ServerCard
 from .._protocol.cluster import check_worker_id
 from .._protocol.ratelimits import RateLimit
 from .._protocol.session import new_session_id
@@ -211,6 +212,11 @@ class ServerConfig:
     endpoint's ``required_scopes``) or ``authenticate``, with the same refusals (421, 403, 401 with its
     challenge); without authentication it is open as the endpoint is.  The statistics count every task
     of the process, so the answer is computed at most every 50 ms, however many requests come."""
+    server_card: ServerCard | None = None
+    """Serve a server card (the server card extension, SEP-2127, a draft) at ``<path>/server-card`` and
+    the AI Catalog linking to it at ``/.well-known/ai-catalog.json``: public documents made from the
+    server's ``server/discover`` answer, with what the :class:`~mcp_trio.server.ServerCard` adds
+    (``ServerCard()`` adds nothing).  None: not served (404)."""
 
     rate_limits: Sequence[RateLimit] = ()
     """Rate limits (following the draft SEP-3304, which may change): each a :class:`RateLimit
@@ -230,6 +236,8 @@ class ServerConfig:
                 raise TypeError("oauth must be a mcp_trio.auth.ProtectedResource")
             if self.authenticate is not None:
                 raise ValueError("oauth and authenticate are exclusive: each decides who sends a request")
+        if self.server_card is not None and not isinstance(self.server_card, ServerCard):
+            raise TypeError("server_card must be a mcp_trio.server.ServerCard")
         if self.worker_id is not None:
             check_worker_id(self.worker_id)
         if self.drain_delay is not None and not 0 <= self.drain_delay <= 600:
