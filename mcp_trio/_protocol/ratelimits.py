@@ -42,7 +42,8 @@ class RateLimit:
 
     ``scope``: ``principal`` (each authenticated principal; requests without one are not counted
     here), ``address`` (each client address: an IPv4 address, or the /64 of an IPv6 one),
-    ``session`` (each 2025 session, WebSocket connection or stdio connection), ``tool:NAME`` (the
+    ``session`` (each 2025 session, WebSocket connection or stdio connection; a 2026 HTTP request
+    by the client's own session id, ``Mcp-Client-Session-Id``, scoped by the principal), ``tool:NAME`` (the
     ``tools/call`` requests for tool NAME) or ``method:NAME`` (the requests of method NAME), the last
     two counted for each caller: its principal, else its address, else all together.
     """

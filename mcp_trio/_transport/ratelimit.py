@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import mcp_types as mt
 import trio
 
+from .._protocol import clientsession
 from .._protocol.ratelimits import KINDS, RateLimit, Refusal, refill, refused
 
 if TYPE_CHECKING:
@@ -115,7 +116,9 @@ class RateLimits:
     ``store``: buckets shared with other workers (None: this process's only).  The subjects of the
     scopes: ``principal``, the principal's owner key (:class:`PrincipalKeys`: workers that share a
     key ring agree on it); ``address``, the client address (as the session quotas count it);
-    ``session``, the 2025 session id (or the WebSocket or stdio connection); ``tool:`` and
+    ``session``, the 2025 session id (or the WebSocket or stdio connection), else the client's own
+    session id (``Mcp-Client-Session-Id``) scoped by the principal, as ``Context.client_session_key``
+    is (a 2026 request over HTTP; one without either is not counted by session); ``tool:`` and
     ``method:``, the caller (its principal, else its address, else everyone together)."""
 
     def __init__(
@@ -135,7 +138,7 @@ class RateLimits:
         """Requests refused, by the kind of the limit that refused them."""
         self._tools = {limit.name: limit for limit in self.limits if limit.kind == "tool"}
         self._by_kind = {kind: tuple(lim for lim in self.limits if lim.kind == kind) for kind in KINDS}
-        self._by_principal = any(lim.kind in ("principal", "tool", "method") for lim in self.limits)
+        self._by_principal = any(lim.kind != "address" for lim in self.limits)
 
     def __bool__(self) -> bool:
         return bool(self.limits)
@@ -168,7 +171,10 @@ class RateLimits:
         for request in requests:
             count(by_kind["principal"], owner)
             count(by_kind["address"], address)
-            count(by_kind["session"], session)
+            if session is not None or not by_kind["session"]:
+                count(by_kind["session"], session)
+            elif (client_session := clientsession.from_meta(_meta(request))) is not None:
+                count(by_kind["session"], f"cs:{owner}/{client_session}")  # (the key handlers get)
             count((lim for lim in by_kind["method"] if lim.name == request.method), caller)
             if request.method == "tools/call" and self._tools:
                 name = (request.params or {}).get("name")
@@ -226,3 +232,8 @@ class RateLimits:
         if self.store is not None:
             found["rate_limit_store"] = self.store.statistics()
         return found
+
+
+def _meta(request: mt.JSONRPCRequest) -> dict[str, Any] | None:
+    meta = request.params.get("_meta") if request.params else None
+    return meta if type(meta) is dict else None

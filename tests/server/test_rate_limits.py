@@ -281,6 +281,36 @@ async def test_2026_a_tool_limit_hit_is_refused_before_the_tool_runs() -> None:
         assert calls == ["ran"]
 
 
+async def test_2026_a_session_limit_counts_by_the_client_session_id_of_each_principal() -> None:
+    app = limited("session=2/min", principal=True)
+    async with open_asgi_client(app) as asgi:
+        modern = Modern(asgi)
+        conversation = "6f1c1e7a-3b0e-4d5e-9a51-4b7e0c2d8f10"
+        alice = {**_modern_headers("tools/call", "echo"), "x-user": "alice"}
+        alice_1 = {**alice, "mcp-client-session-id": conversation}
+        for _ in range(2):
+            status, body = await modern.call("tools/call", ECHO, headers=alice_1)
+            assert status == 200 and "result" in body, body
+        error = await expect_limited(await modern.post("tools/call", ECHO, headers=alice_1), modern.next_id, 2)
+        assert "session" in error["message"]
+        # the same id in _meta alone is the same conversation
+        in_meta = {**ECHO, "_meta": {**meta(), "clientSessionId": conversation.upper()}}
+        await expect_limited(await modern.post("tools/call", in_meta, headers=alice), modern.next_id, 2)
+        # another conversation of alice's, the same id sent by bob (scoped by the principal), and a
+        # request with no id (nothing to count it by) are admitted
+        others = [
+            {**alice, "mcp-client-session-id": "0e3b1a52-88f4-4f27-bd2c-5d9f0a6c7e31"},
+            {**alice_1, "x-user": "bob"},
+            alice,
+            {**alice, "mcp-client-session-id": "not-a-uuid"},  # ignored, as no id
+        ]
+        for headers in others:
+            for _ in range(2):
+                status, body = await modern.call("tools/call", ECHO, headers=headers)
+                assert status == 200 and "result" in body, (headers, body)
+        assert app.statistics()["rate_limited"]["session"] == 2
+
+
 def _meta() -> dict[str, Any]:
     return meta()
 
