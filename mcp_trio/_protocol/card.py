@@ -98,8 +98,9 @@ class ServerCard:
     repository: Mapping[str, str] | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     requests_per_minute: int | None = 120
-    """The most requests for the card and the catalog one client address (an IPv4 address, the /64 of
-    an IPv6 one) makes in a minute; beyond, 429 with ``Retry-After`` until the minute is over.  Behind
+    """The requests for the card and the catalog one client address (an IPv4 address, the /64 of an
+    IPv6 one) makes a minute: a token bucket, bursts of as many; beyond, 429 with ``Retry-After``
+    until the next token.  Behind
     a reverse proxy every client has the proxy's address: raise it, or turn it off (None or 0) and
     limit at the proxy."""
 
@@ -118,8 +119,9 @@ class ServerCard:
             raise ValueError("server card repository needs its url and source")
         if CAPABILITIES_META_KEY in self.meta:
             raise ValueError(f"{CAPABILITIES_META_KEY} in a server card's meta comes from server/discover")
-        if self.requests_per_minute is not None and self.requests_per_minute < 0:
-            raise ValueError("server card requests_per_minute must be positive, or 0 or None for no limit")
+        per_minute = self.requests_per_minute
+        if per_minute is not None and not (isinstance(per_minute, int) and 0 <= per_minute <= 10**9):
+            raise ValueError("server card requests_per_minute: 1 to 10**9, or 0 or None for no limit")
         json.dumps([list(self.icons), self.repository, dict(self.meta)])  # JSON, or a TypeError now
 
 

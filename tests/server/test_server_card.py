@@ -363,6 +363,8 @@ async def test_a_server_that_fails_discover_gets_503(
         ({"repository": {"url": "https://github.com/x/y"}}, "source"),
         ({"meta": {CAPABILITIES: {}}}, "server/discover"),
         ({"requests_per_minute": -1}, "requests_per_minute"),
+        ({"requests_per_minute": 10**10}, "requests_per_minute"),
+        ({"requests_per_minute": 2.5}, "requests_per_minute"),
     ],
 )
 def test_a_card_that_cannot_be_is_refused(options: dict[str, Any], message: str) -> None:
