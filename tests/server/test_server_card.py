@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from .test_modern import Modern
 
 CARD = "/mcp/server-card"
 CATALOG = "/.well-known/ai-catalog.json"
+DOCS_PAGE = (Path(__file__).resolve().parents[2] / "docs" / "server-card.md").read_text()
 SCHEMA = "https://static.modelcontextprotocol.io/schemas/v1/server-card.schema.json"
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 CAPABILITIES = "io.github.mcp-trio/capabilities"
@@ -460,3 +462,22 @@ async def test_no_limit_when_turned_off(off: int | None) -> None:
     async with open_asgi_client(card_app(ServerCard(requests_per_minute=off))) as asgi:
         statuses = {(await asgi.request("HEAD", CARD)).status for _ in range(130)}
         assert statuses == {200}
+
+
+async def test_the_example_of_the_docs_answers_as_shown() -> None:
+    """docs/server-card.md's program, and the card and catalog its page shows (its lines joined)."""
+    shown = re.search(r"^```text\n(.*?)^```", DOCS_PAGE, re.S | re.M)
+    assert shown is not None
+    answers = re.split(r"^\$ curl -s \S+\n", shown.group(1), flags=re.M)[1:]
+    card_shown, catalog_shown = (json.loads("".join(ln.strip() for ln in a.splitlines())) for a in answers)
+    server = MCPServer("weather", "1.4.2", instructions="Forecasts for any city.")
+
+    @server.tool(description="Forecast for a city")
+    async def forecast(city: str) -> str:
+        return f"{city}: sunny"
+
+    app = MCPApp(server, ServerConfig(server_card=ServerCard(name="com.example/weather", title="Weather")))
+    async with open_asgi_client(app) as asgi:
+        host = {"host": "127.0.0.1:8000"}
+        assert await (await asgi.request("GET", CARD, headers=host)).json() == card_shown
+        assert await (await asgi.request("GET", CATALOG, headers=host)).json() == catalog_shown
