@@ -1,6 +1,7 @@
 """The compatibility suite in this Trio run: every recorded client (``tests/compat/clients``, see
 :mod:`tests.compat.replay`) replayed against the demo served by each HTTP server (hypercorn, the embedded
-h11 server) on 127.0.0.1.  ``tests/integration/test_compat_clients.py`` replays them against the demo
+h11 server) on 127.0.0.1 (``tests/hosting/test_hosted_compat.py``: against a hosted python-sdk
+server).  ``tests/integration/test_compat_clients.py`` replays them against the demo
 in a child process, as users run it."""
 
 from __future__ import annotations
@@ -21,17 +22,12 @@ from tests.compat.replay import Recording, recordings, replay
 
 pytestmark = IGNORE_HTTPX_ASYNCGEN_WARNINGS  # a replay stops reading an SSE stream at its answer
 RECORDINGS = recordings()
+TIMEOUT = httpx.Timeout(10.0, read=5.0)
 
 
 @asynccontextmanager
-async def demo(kind: Literal["hypercorn", "h11"], hosted: bool = False) -> AsyncIterator[str]:
-    if hosted:  # a python-sdk server hosted by mcp_trio (its own results, our transport)
-        from mcp_trio.sdk import hosted_app
-        from tests.integration.sdk_servers import build_server
-
-        app = hosted_app(build_server(), ServerConfig(shutdown_grace=1))
-    else:
-        app = MCPApp(build_demo_server(), ServerConfig(shutdown_grace=1))
+async def served(app: MCPApp, kind: Literal["hypercorn", "h11"]) -> AsyncIterator[str]:
+    """``app`` served by ``kind`` on 127.0.0.1: its URL."""
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
@@ -55,18 +51,8 @@ def test_every_client_is_recorded() -> None:
 @pytest.mark.parametrize("kind", ["hypercorn", "h11"])
 @pytest.mark.parametrize("recording", RECORDINGS, ids=[r.name for r in RECORDINGS])
 async def test_replay(kind: Literal["hypercorn", "h11"], recording: Recording) -> None:
+    app = MCPApp(build_demo_server(), ServerConfig(shutdown_grace=1))
     with trio.fail_after(20):
-        async with demo(kind) as url, httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=5.0)) as http:
-            seen = await replay(http, url, recording)
-    assert len(seen.steps) == len(recording.steps)
-
-
-@pytest.mark.parametrize("recording", RECORDINGS, ids=[r.name for r in RECORDINGS])
-async def test_replay_on_a_hosted_python_sdk_server(recording: Recording) -> None:
-    with trio.fail_after(20):
-        async with (
-            demo("h11", hosted=True) as url,
-            httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=5.0)) as http,
-        ):
+        async with served(app, kind) as url, httpx.AsyncClient(timeout=TIMEOUT) as http:
             seen = await replay(http, url, recording)
     assert len(seen.steps) == len(recording.steps)
