@@ -291,7 +291,8 @@ async def test_2026_a_session_limit_counts_by_the_client_session_id_of_each_prin
         for _ in range(2):
             status, body = await modern.call("tools/call", ECHO, headers=alice_1)
             assert status == 200 and "result" in body, body
-        error = await expect_limited(await modern.post("tools/call", ECHO, headers=alice_1), modern.next_id, 2)
+        refused_call = await modern.post("tools/call", ECHO, headers=alice_1)
+        error = await expect_limited(refused_call, modern.next_id, 2)
         assert "session" in error["message"]
         # the same id in _meta alone is the same conversation
         in_meta = {**ECHO, "_meta": {**meta(), "clientSessionId": conversation.upper()}}
