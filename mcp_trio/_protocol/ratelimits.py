@@ -45,7 +45,7 @@ class RateLimit:
     ``session`` (each 2025 session, WebSocket connection or stdio connection; a 2026 HTTP request
     by the client's own session id, ``Mcp-Client-Session-Id``, scoped by the principal), ``tool:NAME`` (the
     ``tools/call`` requests for tool NAME) or ``method:NAME`` (the requests of method NAME), the last
-    two counted for each caller: its principal, else its address, else all together.
+    two counted for all callers together.
     """
 
     scope: str

@@ -221,7 +221,7 @@ class ServerConfig:
     rate_limits: Sequence[RateLimit] = ()
     """Rate limits (following the draft SEP-3304, which may change): each a :class:`RateLimit
     <mcp_trio.server.RateLimit>` (``RateLimit.parse("address=100/min")``), a token bucket per
-    principal, client address, session, or tool or method and caller.  A request over one is refused
+    principal, client address, session, tool or method.  A request over one is refused
     before any handler: HTTP 429 with ``Retry-After``, ``RateLimit-Limit`` and ``RateLimit-Remaining``,
     and the JSON-RPC error -32023 with ``data.retryAfterMs`` (on WebSocket and stdio, the error
     alone).  A new session does not reset ``principal`` and ``address`` limits (docs/rate-limits.md)."""

@@ -119,7 +119,8 @@ class RateLimits:
     ``session``, the 2025 session id (or the WebSocket or stdio connection), else the client's own
     session id (``Mcp-Client-Session-Id``) scoped by the principal, as ``Context.client_session_key``
     is (a 2026 request over HTTP; one without either is not counted by session); ``tool:`` and
-    ``method:``, the caller (its principal, else its address, else everyone together)."""
+    ``method:``, the tool or method itself: one bucket for all its callers (with a ``principal`` or
+    ``address`` limit beside it, so that no caller can spend it all)."""
 
     def __init__(
         self,
@@ -138,7 +139,7 @@ class RateLimits:
         """Requests refused, by the kind of the limit that refused them."""
         self._tools = {limit.name: limit for limit in self.limits if limit.kind == "tool"}
         self._by_kind = {kind: tuple(lim for lim in self.limits if lim.kind == kind) for kind in KINDS}
-        self._by_principal = any(lim.kind != "address" for lim in self.limits)
+        self._by_principal = any(lim.kind in ("principal", "session") for lim in self.limits)
 
     def __bool__(self) -> bool:
         return bool(self.limits)
@@ -160,7 +161,6 @@ class RateLimits:
         """The buckets ``requests`` (of one POST or one message) take a token from, with how many each."""
         by_kind = self._by_kind
         owner = self.principals.key(principal) if principal is not None and self._by_principal else ""
-        caller = f"p:{owner}" if owner else (f"a:{address}" if address else "*")
         found: dict[BucketKey, int] = {}
 
         def count(limits: Iterable[RateLimit], subject: str | None) -> None:
@@ -175,10 +175,10 @@ class RateLimits:
                 count(by_kind["session"], session)
             elif (client_session := clientsession.from_meta(_meta(request))) is not None:
                 count(by_kind["session"], f"cs:{owner}/{client_session}")  # (the key handlers get)
-            count((lim for lim in by_kind["method"] if lim.name == request.method), caller)
+            count((lim for lim in by_kind["method"] if lim.name == request.method), "*")
             if request.method == "tools/call" and self._tools:
                 name = (request.params or {}).get("name")
-                count((lim for lim in by_kind["tool"] if lim.name == name), caller)
+                count((lim for lim in by_kind["tool"] if lim.name == name), "*")
         return found
 
     async def check(
