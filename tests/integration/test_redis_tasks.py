@@ -554,6 +554,45 @@ async def test_tasks_update_on_b_answers_the_task_on_a(redis: RedisServer) -> No
         assert status == 200 and reply["error"]["code"] == -32602, reply
 
 
+async def test_a_partial_update_on_b_is_seen_at_once_on_either_worker(
+    redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read your writes: once ``tasks/update`` on b is acknowledged, a ``tasks/get`` anywhere shows the
+    answered request gone (b waits for a to store it, here a worker whose writes lag), the other still
+    pending; an answer of the wrong shape is refused by b as a would refuse it."""
+    async with two_workers(redis) as (a, b):
+        task_id = await a.start_task("multi_input", {})
+        for _ in range(int(STEP / 0.05)):  # both questions asked (the tool asks them one after the other)
+            waiting = await b.task(task_id)
+            if len(waiting.get("inputRequests") or {}) == 2:
+                break
+            await trio.sleep(0.05)
+        first, second = waiting["inputRequests"]
+        wrong = {"taskId": task_id, "inputResponses": {first: {"action": "maybe"}}}
+        status, reply = await b.rpc("tasks/update", wrong, name=task_id)
+        assert status == 200 and reply["error"]["code"] == -32602, reply
+        store = a.app._modern.tasks.store
+        put = store.put
+
+        async def lagging_put(record: Any) -> None:  # a's writes reach Redis 0.3 s late (a loaded worker)
+            await trio.sleep(0.3)
+            await put(record)
+
+        monkeypatch.setattr(store, "put", lagging_put)
+        answer = {"action": "accept", "content": {"name": "partial-1", "confirm": True}}
+        params = {"taskId": task_id, "inputResponses": {first: answer}}
+        status, reply = await b.rpc("tasks/update", params, name=task_id)
+        assert status == 200 and empty(reply), reply
+        for worker in (b, a):
+            seen = await worker.task(task_id)
+            assert seen["status"] == "input_required" and list(seen["inputRequests"]) == [second], seen
+        params = {"taskId": task_id, "inputResponses": {second: answer}}
+        status, reply = await b.rpc("tasks/update", params, name=task_id)
+        assert status == 200 and empty(reply), reply
+        assert (await b.wait_status(task_id, "completed"))["status"] == "completed"
+        assert a.app.statistics()["task_store"]["signals_received"] == 2  # the wrong answer never left b
+
+
 async def test_a_task_is_its_owners_only_on_either_worker(redis: RedisServer) -> None:
     async with two_workers(redis) as (a, b):
         task_id = await a.start_task("slow_compute", {"seconds": 60}, user="x")

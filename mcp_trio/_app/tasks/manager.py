@@ -16,7 +16,7 @@ import trio
 from ...errors import RPCError, TaskStoreFull, TaskStoreUnavailable
 from ..principal import PrincipalKeys
 from .record import TaskRecord, declares_tasks, missing_extension
-from .run import ENDED_ELSEWHERE, TaskPeer, TaskRun
+from .run import ENDED_ELSEWHERE, TaskPeer, TaskRun, answers_to
 from .starter import TaskStarter
 from .store import MemoryTaskStore, TaskStore
 
@@ -29,6 +29,10 @@ logger = logging.getLogger("mcp_trio._app.tasks")
 
 MAX_TASK_ID_LENGTH = 256
 """Longest task id looked up (ours are 32 characters); a longer one is simply not found."""
+APPLIED_WAIT = 2.0
+"""Seconds a ``tasks/update`` passed on to the worker that runs the task waits for its answers to
+leave the stored ``inputRequests`` before it is acknowledged (so a ``tasks/get`` after the
+acknowledgement, on any worker, sees them applied); past it the acknowledgement goes anyway."""
 SAVE_TIMEOUT = 5.0
 """How long the last write of a task that ended by cancellation (its ``cancelled`` or ``failed``
 status) may take."""
@@ -311,7 +315,10 @@ class TaskManager:
             # Not running here: ended since it was read if it ran here, else it runs on another worker.
             if record.terminal or record.status != "input_required" or self._ran_here(record):
                 raise RPCError(mt.INVALID_PARAMS, f"Task {record.task_id} is not waiting for input")
-            await self._signal(record, {"inputResponses": responses})
+            applied = answers_to(record.input_requests, responses)  # (-32602 here, as on its worker)
+            if applied:
+                await self._signal(record, {"inputResponses": applied})
+                await self._until_applied(record, set(applied))
             return {}
         try:
             await run.deliver(responses)
@@ -329,6 +336,23 @@ class TaskManager:
         elif not self._ran_here(record):  # one that ran here ended since it was read: nothing to cancel
             await self._signal(record, {"cancel": True})
         return {}
+
+    async def _until_applied(self, record: TaskRecord, keys: set[str]) -> None:
+        """Wait (at most :data:`APPLIED_WAIT`) until the store shows the task's input requests ``keys``
+        answered, or the task no longer waiting for input."""
+        delay = 0.005
+        with trio.move_on_after(APPLIED_WAIT):
+            while True:
+                try:
+                    fresh = await self.store.get(record.task_id)
+                except TaskStoreUnavailable:
+                    return
+                waiting = fresh.input_requests.keys() if fresh and fresh.status == "input_required" else ()
+                if not keys.intersection(waiting):
+                    return
+                await trio.sleep(delay)
+                delay = min(2 * delay, 0.05)
+        logger.info("task %s: answers passed on to its worker, not yet applied", record.task_id)
 
     def _ran_here(self, record: TaskRecord) -> bool:
         return record.worker is None or record.worker == self.worker_id

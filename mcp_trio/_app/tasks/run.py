@@ -30,6 +30,26 @@ _RESULT_MODELS: dict[str, type[pydantic.BaseModel]] = {
 }
 
 
+def answers_to(outstanding: Mapping[str, dict[str, Any]], responses: Mapping[str, Any]) -> dict[str, Any]:
+    """The answers among ``responses`` to ``outstanding`` input requests (others are ignored); an
+    answer of the wrong shape is -32602 (RPCError), and then none of them counts."""
+    applied: dict[str, Any] = {}
+    for key, answer in responses.items():
+        request = outstanding.get(key)
+        if request is None:
+            continue
+        model = _RESULT_MODELS.get(request.get("method", ""))
+        if model is not None:
+            try:
+                model.model_validate(answer)
+            except pydantic.ValidationError as exc:
+                raise RPCError(
+                    mt.INVALID_PARAMS, f"Invalid input response {key!r} to {request['method']}"
+                ) from exc
+        applied[key] = answer
+    return applied
+
+
 class TaskPeer:
     """A running task as its handler's peer: input requests become the task's ``inputRequests``;
     notifications (progress, log) are not sent for tasks."""
@@ -117,20 +137,7 @@ class TaskRun:
         if self.record.status != "input_required":
             raise RPCError(mt.INVALID_PARAMS, f"Task {self.record.task_id} is not waiting for input")
         outstanding = self.record.input_requests
-        applied: dict[str, Any] = {}
-        for key, answer in responses.items():
-            request = outstanding.get(key)
-            if request is None:
-                continue
-            model = _RESULT_MODELS.get(request.get("method", ""))
-            if model is not None:
-                try:
-                    model.model_validate(answer)
-                except pydantic.ValidationError as exc:
-                    raise RPCError(
-                        mt.INVALID_PARAMS, f"Invalid input response {key!r} to {request['method']}"
-                    ) from exc
-            applied[key] = answer
+        applied = answers_to(outstanding, responses)
         if not applied:
             return
         for key, answer in applied.items():
