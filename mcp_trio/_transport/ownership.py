@@ -23,6 +23,7 @@ here without taking its record or events with it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Literal, Protocol
 
@@ -123,6 +124,10 @@ class Ownership:
         self.config = config
         self._adopting: dict[str, trio.Event] = {}
         """Sessions this worker is adopting now (a second request for one waits for the first)."""
+        self._checked_at = 0.0
+        """The wall-clock time just before the last check :meth:`_current` passed: when the serving that
+        follows it was decided (a pause of the process after the check moves the log record's time, not
+        the decision; each serving follows its check with nothing awaited between)."""
         self.handover_wait = config.shutdown_grace + 5.0
         """How long a request waits for its session to be handed over by its owner."""
         link.session_ttl = config.idle_timeout + 60.0
@@ -245,6 +250,7 @@ class Ownership:
                 raise handing_over()
             if session.custody is not Custody.SERVING or self.manager.get(session.session_id) is not session:
                 return None
+            self._checked_at = time.time()
             if not self.link.must_confirm(session.session_id):
                 return session  # sure now, and nothing awaited between this and its serving
             confirmed = await self.link.confirm_session(session.session_id)
@@ -261,7 +267,12 @@ class Ownership:
         """``session`` is served here now, under its current epoch (logged at DEBUG)."""
         if logger.isEnabledFor(logging.DEBUG):
             epoch = self.link.epoch_of(session.session_id) or 0
-            extra = {"mcp_session": session.session_id, "mcp_epoch": epoch, "mcp_worker": self.worker}
+            extra = {
+                "mcp_session": session.session_id,
+                "mcp_epoch": epoch,
+                "mcp_worker": self.worker,
+                "mcp_decided": self._checked_at,
+            }
             logger.debug("serving session %s under epoch %d", session.session_id, epoch, extra=extra)
         return session
 

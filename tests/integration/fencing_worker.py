@@ -5,7 +5,9 @@ with ``MCP_TRIO_TEST_EPOCHS=DIR`` in its environment.
 Besides serving the demo, the process records which epoch of which session it served: each DEBUG record
 of the ``mcp_trio._transport.ownership`` logger that carries ``mcp_session``, ``mcp_epoch`` and
 ``mcp_worker`` (one per request admitted to a session this worker owns) becomes a JSON line in
-``DIR/<pid>.jsonl``: ``{"t": record.created, "session", "epoch", "worker", "pid"}``.  Each line is one
+``DIR/<pid>.jsonl``: ``{"t", "session", "epoch", "worker", "pid"}``, ``t`` the wall-clock time the
+serving was decided (``mcp_decided``: just before its check passed; a pause of the process between the
+check and the record would otherwise date it after the pause).  Each line is one
 ``write`` on a file opened for appending and reaches the kernel at once, so a worker killed with SIGKILL
 leaves every record it made.
 """
@@ -39,7 +41,7 @@ class EpochRecorder(logging.Handler):
         if epoch is None:
             return
         line = {
-            "t": record.created,
+            "t": getattr(record, "mcp_decided", record.created),  # (when the check passed)
             "session": getattr(record, "mcp_session", None),
             "epoch": epoch,
             "worker": getattr(record, "mcp_worker", None),
