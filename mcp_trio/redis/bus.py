@@ -26,7 +26,6 @@ from .._protocol.cluster import (
 from .connection import (
     MALFORMED_LOG_INTERVAL,
     RedisLink,
-    check_url,
     load_coredis,
     logger,
     new_client,
@@ -99,10 +98,9 @@ class RedisNotificationBus(RedisLink, LocalNotificationBus):
         inbox_ttl: float = 60.0,
         secret: bytes | Sequence[bytes] | None = None,
     ) -> None:
-        load_coredis()  # fail here, not in the app's nursery
-        check_url(url)
-        if outbox < 1 or retry_initial <= 0 or retry_max < retry_initial:
-            raise ValueError("outbox must be at least 1, and 0 < retry_initial <= retry_max")
+        RedisLink.__init__(self, url, retry_initial, retry_max)
+        if outbox < 1:
+            raise ValueError("outbox must be at least 1")
         if not 0 < heartbeat_interval < heartbeat_ttl or inbox_maxlen < 1:
             raise ValueError("0 < heartbeat_interval < heartbeat_ttl, and inbox_maxlen at least 1")
         if inbox_max_bytes < INBOX_MESSAGE_LIMIT or not inbox_ttl >= heartbeat_ttl:
@@ -111,7 +109,6 @@ class RedisNotificationBus(RedisLink, LocalNotificationBus):
                 "least heartbeat_ttl"
             )
         LocalNotificationBus.__init__(self)
-        RedisLink.__init__(self, url, retry_initial, retry_max)
         self._keys = ClusterKeys.of(secret)
         """The cluster's key ring: signs what this bus writes, verifies what it reads."""
         self.prefix = check_channel_prefix(channel_prefix)

@@ -108,6 +108,12 @@ class RedisLink:
         raise NotImplementedError
 
     def __init__(self, url: str, retry_initial: float, retry_max: float) -> None:
+        """Checks what every link needs (coredis importable, the URL, the backoff), so that a wrong
+        one fails where the link is made, not in the app's nursery; a subclass calls it first."""
+        load_coredis()
+        check_url(url)
+        if not 0 < retry_initial <= retry_max:
+            raise ValueError("0 < retry_initial <= retry_max")
         self.url = url
         self.retry_initial = retry_initial
         self.retry_max = retry_max

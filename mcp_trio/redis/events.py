@@ -25,11 +25,9 @@ from .._transport.eventstore import InMemoryEventStore, StoredEvent
 from .connection import (
     MALFORMED_LOG_INTERVAL,
     RedisLink,
-    check_url,
     closing_connections,
     describe,
     leaf_of,
-    load_coredis,
     logger,
     new_client,
     probe,
@@ -113,12 +111,9 @@ class RedisEventStore(EventReads, RedisLink):
         retry_max: float = 2.0,
         secret: bytes | Sequence[bytes] | None = None,
     ) -> None:
-        load_coredis()  # fail here, not in the app's nursery
-        check_url(url)
+        super().__init__(url, retry_initial, retry_max)
         if not ttl > 0 or not timeout > 0 or outbox < 1 or outbox_bytes < 1:
             raise ValueError("ttl and timeout must be positive, outbox and outbox_bytes at least 1")
-        if not 0 < retry_initial <= retry_max:
-            raise ValueError("0 < retry_initial <= retry_max")
         if max_events_per_stream > MAX_EVENTS_PER_STREAM or max_streams_per_session > MAX_STREAMS_PER_SESSION:
             raise ValueError(
                 f"max_events_per_stream and max_streams_per_session are at most {MAX_EVENTS_PER_STREAM} "
@@ -131,7 +126,6 @@ class RedisEventStore(EventReads, RedisLink):
             max_sessions=max_sessions,
             max_bytes=max_bytes,
         )
-        super().__init__(url, retry_initial, retry_max)
         self.prefix = check_channel_prefix(prefix)
         self.ttl = ttl
         self.max_events_per_stream = max_events_per_stream

@@ -16,10 +16,8 @@ from .._protocol.ratelimits import RateLimit, Refusal
 from .connection import (
     CallFailed,
     RedisLink,
-    check_url,
     closing_connections,
     describe,
-    load_coredis,
     new_client,
     probe,
     redact,
@@ -115,13 +113,9 @@ class RedisRateLimiter(RedisLink):
         retry_initial: float = 0.1,
         retry_max: float = 2.0,
     ) -> None:
-        load_coredis()  # fail here, not in the app's nursery
-        check_url(url)
+        super().__init__(url, retry_initial, retry_max)
         if not timeout > 0:
             raise ValueError("timeout must be positive")
-        if not 0 < retry_initial <= retry_max:
-            raise ValueError("0 < retry_initial <= retry_max")
-        super().__init__(url, retry_initial, retry_max)
         self.prefix = check_channel_prefix(prefix)
         self.timeout = timeout
         self.instance_id = secrets.token_hex(8)

@@ -34,7 +34,6 @@ from .connection import (
     MALFORMED_LOG_INTERVAL,
     CallFailed,
     RedisLink,
-    check_url,
     closing_connections,
     describe,
     get_value,
@@ -117,15 +116,11 @@ class RedisTaskStore(TaskWorkers, RedisLink):
         heartbeat_interval: float = 1.0,
         heartbeat_ttl: float = 3.0,
     ) -> None:
-        load_coredis()  # fail here, not in the app's nursery
-        check_url(url)
+        super().__init__(url, retry_initial, retry_max)
         if max_tasks < 1 or not timeout > 0 or signal_limit < 1:
             raise ValueError("max_tasks and signal_limit must be at least 1, and timeout positive")
-        if not 0 < retry_initial <= retry_max:
-            raise ValueError("0 < retry_initial <= retry_max")
         if not 0 < heartbeat_interval < heartbeat_ttl:
             raise ValueError("0 < heartbeat_interval < heartbeat_ttl")
-        super().__init__(url, retry_initial, retry_max)
         self.prefix = check_channel_prefix(prefix)
         self.index_key = f"{self.prefix}:tasks:index"
         self.max_tasks = max_tasks
