@@ -58,7 +58,37 @@ CHROMIUM_FLAGS = [
     "--mute-audio",
 ]
 
-PAGE = """\
+PAGE_HELPERS = """\
+function failure(error) {
+  return {failed: error && error.name ? error.name : "Error", message: String(error)};
+}
+
+async function step(results, name, action) {
+  try {
+    results[name] = await action();
+  } catch (error) {
+    results[name] = failure(error);
+  }
+}
+
+"""
+"""What every page's script uses: a step's failure, and ``step`` (one named part of ``run``)."""
+PAGE_REPORT = """\
+async function report(results) {
+  document.getElementById("out").textContent = JSON.stringify(results);
+  await fetch("/result", {method: "POST", headers: {"content-type": "application/json"},
+                          body: JSON.stringify(results)});
+}
+
+run().then(report, error => report({fatal: failure(error)}));
+</script>
+</body>
+</html>
+"""
+"""The end of every page: ``run()``'s results POSTed to the page server (``/result``)."""
+
+PAGE = (
+    """\
 <!doctype html>
 <html>
 <head><meta charset="utf-8"><title>mcp_trio in a browser</title></head>
@@ -73,10 +103,9 @@ const META = {
   "io.modelcontextprotocol/clientCapabilities": {},
 };
 
-function failure(error) {
-  return {failed: error && error.name ? error.name : "Error", message: String(error)};
-}
-
+"""
+    + PAGE_HELPERS
+    + """\
 function sseMessages(text) {
   const messages = [];
   for (const block of text.split(/\\r?\\n\\r?\\n/)) {
@@ -96,14 +125,6 @@ async function messagesOf(response) {
 function toolText(messages) {
   const last = messages[messages.length - 1];
   return last && last.result && last.result.content ? last.result.content[0].text : null;
-}
-
-async function step(results, name, action) {
-  try {
-    results[name] = await action();
-  } catch (error) {
-    results[name] = failure(error);
-  }
 }
 
 async function run() {
@@ -177,17 +198,9 @@ async function run() {
   return results;
 }
 
-async function report(results) {
-  document.getElementById("out").textContent = JSON.stringify(results);
-  await fetch("/result", {method: "POST", headers: {"content-type": "application/json"},
-                          body: JSON.stringify(results)});
-}
-
-run().then(report, error => report({fatal: failure(error)}));
-</script>
-</body>
-</html>
 """
+    + PAGE_REPORT
+)
 
 STEPS = ("initialize", "initialized", "call", "stream", "delete", "modern_call", "modern_params")
 
@@ -237,9 +250,9 @@ class PageServer:
         self.httpd.daemon_threads = True
         self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def show(self, mcp_url: str) -> None:
-        """Serve the page that speaks MCP to ``mcp_url``."""
-        self.page = PAGE.replace("__MCP_URL__", json.dumps(mcp_url)).encode()
+    def show(self, mcp_url: str, page: str = PAGE) -> None:
+        """Serve ``page`` (by default the one that speaks MCP) for ``mcp_url`` (its ``__MCP_URL__``)."""
+        self.page = page.replace("__MCP_URL__", json.dumps(mcp_url)).encode()
 
 
 @contextmanager

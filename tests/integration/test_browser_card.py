@@ -11,7 +11,6 @@ fixtures are those of ``test_browser.py``.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -20,14 +19,15 @@ from typing import Any
 
 import pytest
 from mcp_http import serve_demo
-from test_browser import chromium_binary, page_server, run_page
+from test_browser import PAGE_HELPERS, PAGE_REPORT, chromium_binary, page_server, run_page
 from tests.required import not_applicable
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason=not_applicable("Chromium from Debian (Linux)")
 )
 
-PAGE = """\
+PAGE = (
+    """\
 <!doctype html>
 <html>
 <head><meta charset="utf-8"><title>a server card in a browser</title></head>
@@ -38,18 +38,9 @@ const MCP = __MCP_URL__;
 const CARD = MCP + "/server-card";
 const CATALOG = new URL("/.well-known/ai-catalog.json", MCP).href;
 
-function failure(error) {
-  return {failed: error && error.name ? error.name : "Error", message: String(error)};
-}
-
-async function step(results, name, action) {
-  try {
-    results[name] = await action();
-  } catch (error) {
-    results[name] = failure(error);
-  }
-}
-
+"""
+    + PAGE_HELPERS
+    + """\
 async function run() {
   const results = {};
   let etag = "none";
@@ -88,17 +79,9 @@ async function run() {
   return results;
 }
 
-async function report(results) {
-  document.getElementById("out").textContent = JSON.stringify(results);
-  await fetch("/result", {method: "POST", headers: {"content-type": "application/json"},
-                          body: JSON.stringify(results)});
-}
-
-run().then(report, error => report({fatal: failure(error)}));
-</script>
-</body>
-</html>
 """
+    + PAGE_REPORT
+)
 
 
 @pytest.fixture
@@ -135,7 +118,7 @@ async def test_a_page_of_another_origin_reads_the_card_and_it_matches_discover(
 ) -> None:
     with page_server() as pages:
         async with serve_demo("--server-card", "--cors-origins", pages.origin) as demo:
-            pages.page = PAGE.replace("__MCP_URL__", json.dumps(demo.url)).encode()
+            pages.show(demo.url, PAGE)
             results = await run_page(chromium, pages, tmp)
     card = check_read(results, demo.url)
     discover = results["discover"]
@@ -151,7 +134,7 @@ async def test_a_page_of_another_origin_reads_the_card_and_it_matches_discover(
 async def test_the_card_is_read_where_the_endpoint_refuses_the_page(chromium: str, tmp: Path) -> None:
     with page_server() as pages:
         async with serve_demo("--server-card") as demo:
-            pages.page = PAGE.replace("__MCP_URL__", json.dumps(demo.url)).encode()
+            pages.show(demo.url, PAGE)
             results = await run_page(chromium, pages, tmp)
     check_read(results, demo.url)
     assert results["discover"]["failed"] == "TypeError", results  # no CORS on the endpoint for the page
