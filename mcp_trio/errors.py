@@ -13,7 +13,7 @@ The tree::
      +- TransportError           (client) the exchange with the server failed: a status, a broken stream
      |   +- SessionExpired       (client) the server answered 404 for our session
      |   +- ServerBusy           (client) 503 or 429 until the client's retries ran out
- |       +- RateLimited      (client) refused by the server's rate limit (429, -32023) until then
+     |       +- RateLimited      (client) refused by the server's rate limit (429, -32023) until then
      +- ListenError              (server) a server could not listen on its address (also an OSError)
      +- SkillVerificationError   (client) a skill file does not match its entry: it must not be used
      +- TaskStoreFull            (server) no room for another task in the task store
