@@ -136,6 +136,11 @@ class Refusal:
     def retry_after_ms(self) -> int:
         return max(1, math.ceil(self.retry_after * 1000))
 
+    @property
+    def retry_after_seconds(self) -> int:
+        """``Retry-After``'s whole seconds: :attr:`retry_after_ms` rounded up, at least 1."""
+        return max(1, math.ceil(self.retry_after_ms / 1000))
+
 
 def refill(limit: RateLimit, tokens: float, elapsed: float) -> float:
     """The tokens of ``limit``'s bucket that held ``tokens`` ``elapsed`` seconds ago (never more than
@@ -160,7 +165,7 @@ def refused(refusal: Refusal, request_id: Any = None) -> RemoteProtocolError:
         request_id=request_id,
         data={"retryAfterMs": ms, "limit": limit.count, "remaining": 0},
         headers=(
-            ("retry-after", str(max(1, math.ceil(ms / 1000)))),
+            ("retry-after", str(refusal.retry_after_seconds)),
             ("ratelimit-limit", str(limit.count)),
             ("ratelimit-remaining", "0"),
         ),

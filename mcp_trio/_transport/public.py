@@ -97,6 +97,8 @@ class PublicDocuments:
         self._buckets = LocalBuckets(10_000)
         self._discovered: tuple[float, dict[str, Any]] | None = None
         """When the last ``server/discover`` answer was had, and what it was."""
+        self._discovering = trio.Lock()
+        """Held while ``server/discover`` is asked: requests that come meanwhile wait for its answer."""
 
     def serves(self, scope: Scope) -> bool:
         """Whether an HTTP request is for a public document (the metadata's, the card's, the catalog's)."""
@@ -139,7 +141,7 @@ class PublicDocuments:
             bucket = {(self._limit, client_address(scope.get("client")) or "-"): 1}
             refusal = self._buckets.take(bucket, trio.current_time())
             if refusal is not None:
-                return too_many(max(1, -(-refusal.retry_after_ms // 1000)))
+                return too_many(refusal.retry_after_seconds)
         return refusal_or_preflight(method) or await self._document(scope, method)
 
     async def _document(self, scope: Scope, method: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -168,13 +170,14 @@ class PublicDocuments:
         return public_response(method, card, CARD_MEDIA_TYPE, if_none_match)
 
     async def _discover(self) -> dict[str, Any]:
-        now = trio.current_time()
-        cached = self._discovered
-        if cached is not None and now - cached[0] < DISCOVER_MAX_AGE:
-            return cached[1]
-        result = await discover(self.server)
-        self._discovered = (now, result)
-        return result
+        async with self._discovering:  # one at a time, so concurrent requests share one answer
+            now = trio.current_time()
+            cached = self._discovered
+            if cached is not None and now - cached[0] < DISCOVER_MAX_AGE:
+                return cached[1]
+            result = await discover(self.server)
+            self._discovered = (now, result)
+            return result
 
 
 _UNAVAILABLE = (

@@ -134,6 +134,28 @@ async def test_server_discover_runs_at_most_once_a_second(autojump_clock: trio.a
         assert calls == 2
 
 
+async def test_concurrent_requests_share_one_server_discover(autojump_clock: trio.abc.Clock) -> None:
+    calls = 0
+
+    class Slow(MCPServer):
+        async def _discover(self, ctx: Any, params: Any) -> dict[str, Any]:
+            nonlocal calls
+            calls += 1
+            await trio.sleep(0.5)  # an answer that takes its time: the other requests come meanwhile
+            return await super()._discover(ctx, params)
+
+    statuses: list[int] = []
+    async with open_asgi_client(card_app(server=Slow("slow", "1"))) as asgi:
+
+        async def fetch(path: str) -> None:
+            statuses.append((await asgi.request("GET", path)).status)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(10):
+                nursery.start_soon(fetch, CARD if n % 2 else CATALOG)
+    assert statuses == [200] * 10 and calls == 1
+
+
 async def test_cors_for_any_origin_and_the_preflight() -> None:
     async with open_asgi_client(card_app()) as asgi:
         for path in (CARD, CATALOG):
